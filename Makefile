@@ -1,0 +1,29 @@
+# Each target sets up what it needs: a fresh machine only needs python3 and pip.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[train,test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/labeldp demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not integration"
+
+bench: $(STAMP)
+	@echo "benchmarks arrive with issues 3 and 4 (bench/)"
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

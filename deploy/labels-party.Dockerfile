@@ -1,0 +1,10 @@
+# Labels party (advertiser): the API and the outbox sender share this image.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY shared ./shared
+COPY services ./services
+RUN pip install --no-cache-dir .
+RUN useradd --create-home labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
+USER labeldp
+ENV LABELDP_LABELS_DATABASE_URL=sqlite:////var/lib/labeldp/labels.db

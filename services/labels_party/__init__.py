@@ -1,0 +1,1 @@
+"""The advertiser side: label sets, uploads, releases, the budget ledger and the outbox sender."""

@@ -1,0 +1,122 @@
+"""The outbox sender: the only labels-party component that talks to the features party.
+
+It pushes stored message bytes, exactly as charged, and never reads anything back
+but a status code. Network errors and 5xx answers are retried with exponential
+backoff and jitter (resending identical bytes is post-processing: free); a 4xx
+answer marks the release ``rejected`` with the receiver's error code, to be
+re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from datetime import datetime, timezone
+
+import httpx
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from labeldp.schema import SIGNATURE_HEADER
+from labeldp.settings import Settings
+from labeldp.signing import sign
+
+from .store import ReleaseRow
+
+log = logging.getLogger("labeldp.outbox")
+RETRYABLE_4XX = {408, 425, 429}
+
+
+def backoff_seconds(attempts: int, initial: float, cap: float, rng: random.Random) -> float:
+    """Exponential backoff with 'equal jitter': between half and all of min(cap, initial·2^(n-1))."""
+    base = min(cap, initial * (2 ** max(attempts - 1, 0)))
+    return base / 2 + rng.random() * base / 2
+
+
+def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int = 10) -> list[str]:
+    """Lease due releases so two senders never push the same one at the same time."""
+    now = time.time()
+    with sessions.begin() as s:
+        ids = s.scalars(
+            select(ReleaseRow.id)
+            .where(
+                ReleaseRow.status == "pending",
+                ReleaseRow.next_attempt_at <= now,
+                or_(ReleaseRow.lease_until <= now, ReleaseRow.lease_until.is_(None)),
+            )
+            .order_by(ReleaseRow.created_at)
+            .limit(limit)
+        ).all()
+        if ids:
+            s.execute(update(ReleaseRow).where(ReleaseRow.id.in_(ids)).values(lease_until=now + lease_seconds))
+    return list(ids)
+
+
+def deliver_one(
+    sessions: sessionmaker[Session], client: httpx.Client, settings: Settings, release_id: str, rng: random.Random
+) -> str:
+    """Push one release; returns its new status."""
+    with sessions() as s:
+        row = s.get(ReleaseRow, release_id)
+        if row is None or row.status != "pending":
+            return row.status if row else "missing"
+        body = row.message
+        attempts = row.attempts + 1
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(body, settings.exchange_secret)}
+    status, error = "pending", None
+    try:
+        response = client.post(f"{settings.features_url.rstrip('/')}/v1/releases", content=body, headers=headers)
+        if response.status_code in (200, 201):
+            status = "delivered"
+        elif 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
+            status = "rejected"
+            error = f"{response.status_code} {_error_code(response)}"
+        else:
+            error = f"{response.status_code} {_error_code(response)}"
+    except httpx.HTTPError as exc:
+        error = type(exc).__name__
+    values: dict[str, object] = {"attempts": attempts, "status": status, "last_error": error, "lease_until": 0.0}
+    if status == "delivered":
+        values["delivered_at"] = datetime.now(timezone.utc)
+    elif status == "pending":
+        wait = backoff_seconds(
+            attempts, settings.outbox_initial_backoff_seconds, settings.outbox_max_backoff_seconds, rng
+        )
+        values["next_attempt_at"] = time.time() + wait
+    with sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
+    log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error})" if error else "")
+    return status
+
+
+def _error_code(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("code", ""))[:100]
+    except ValueError:
+        return ""
+
+
+def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
+    """Deliver until ``stop`` is set (or after one pass when ``once``)."""
+    from labeldp.database import make_engine, make_session_factory
+
+    from .store import Base
+
+    engine = make_engine(settings.labels_database_url)
+    Base.metadata.create_all(engine)
+    sessions = make_session_factory(engine)
+    stop = stop or threading.Event()
+    rng = random.Random()
+    log.info("outbox sending to %s", settings.features_url)
+    with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
+        while not stop.is_set():
+            due = claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2)
+            for release_id in due:
+                deliver_one(sessions, client, settings, release_id, rng)
+            if once:
+                break
+            if not due:
+                stop.wait(settings.outbox_poll_seconds)
+    engine.dispose()

@@ -1,0 +1,179 @@
+"""HTTP plumbing both services share: error bodies, bearer auth, body-size limit.
+
+Errors are JSON ``{"code", "message", "details"}`` with a stable ``code``. Error
+bodies never echo request input: a rejected label value must not come back in
+a response, a log line or a trace (DESIGN.md invariant 5).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("labeldp.http")
+
+
+class ApiError(Exception):
+    """A request that fails with a stable error code."""
+
+    def __init__(
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+        self.details = details or []
+        self.headers = headers
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"code": code, "message": message, "details": details or []}
+    return JSONResponse(status_code=status_code, content=body, headers=headers)
+
+
+def _sanitized_validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Field locations and messages only: pydantic's ``input`` may hold a raw label."""
+    out = []
+    for err in exc.errors():
+        out.append(
+            {
+                "loc": [str(p) for p in err.get("loc", ())],
+                "type": err.get("type", "invalid"),
+                "message": err.get("msg", "invalid value"),
+            }
+        )
+    return out
+
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(
+            422, "invalid_request", "request failed validation", _sanitized_validation_details(exc)
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else code
+        return error_response(exc.status_code, code, message)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # Log the type only: an exception message may carry data values.
+        log.error("unhandled error: %s", type(exc).__name__)
+        return error_response(500, "internal_error", "internal error")
+
+
+def bearer_auth(expected_key: str) -> Callable[[Request], None]:
+    """A dependency that admits requests with ``Authorization: Bearer <key>``."""
+
+    def check(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected_key):
+            raise ApiError(
+                401, "unauthorized", "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    return check
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 ``payload_too_large`` before a large body is buffered."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes or declared < 0:
+                    await self._reject(send)
+                    return
+        received = 0
+        too_large = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        response = error_response(
+            413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes"
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(response.body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": response.body})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def configure_logging(level: str) -> None:
+    """Plain structured-ish log lines; callers never pass label values to loggers."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )

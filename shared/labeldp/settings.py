@@ -1,0 +1,52 @@
+"""All configuration in one pydantic-settings class, read from ``LABELDP_*`` variables.
+
+Both services and the sender read the same class; each uses the fields it needs.
+Defaults are the embedded ones of ``make demo``: SQLite files in ./var, loopback.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LABELDP_", extra="ignore")
+
+    # --- labels party -------------------------------------------------------
+    labels_database_url: str = Field(
+        "sqlite:///var/labels.db", description="SQLAlchemy URL of the labels-party ledger"
+    )
+    labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
+    features_url: str = Field(
+        "http://127.0.0.1:8002", description="base URL of the features party (outbox target)"
+    )
+    outbox_poll_seconds: float = Field(0.5, description="how often the sender looks for work")
+    outbox_initial_backoff_seconds: float = Field(0.5, description="first retry delay")
+    outbox_max_backoff_seconds: float = Field(30.0, description="retry delay cap")
+    outbox_timeout_seconds: float = Field(30.0, description="HTTP timeout of one delivery")
+
+    # --- features party -----------------------------------------------------
+    features_database_url: str = Field(
+        "sqlite:///var/features.db", description="SQLAlchemy URL of the features-party store"
+    )
+    features_api_key: str = Field("dev-features-key", description="bearer key of the publisher API")
+    features_data_dir: Path = Field(Path("var/features-data"), description="feature tables, models")
+    device: str = Field("auto", description="training device: auto, cpu or cuda")
+    training_threads: int = Field(0, description="torch CPU threads (0 = torch default)")
+
+    # --- both ---------------------------------------------------------------
+    exchange_secret: str = Field(
+        "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
+    )
+    max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
+    log_level: str = Field("INFO", description="log level of both services")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings (read once; tests build their own Settings)."""
+    return Settings()
