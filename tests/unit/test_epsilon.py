@@ -1,0 +1,48 @@
+import math
+
+import pytest
+
+from labeldp.epsilon import (
+    MICRO,
+    InvalidEpsilon,
+    from_micro,
+    positive_micro,
+    split_budget,
+    to_micro_ceil,
+    to_micro_floor,
+)
+
+
+def test_decimal_sums_fit_their_budget():
+    # In floats 0.1 + 0.2 > 0.3; in micro-ε they are exactly equal.
+    assert 0.1 + 0.2 > 0.3
+    assert to_micro_ceil(0.1) + to_micro_ceil(0.2) == to_micro_ceil(0.3)
+    assert to_micro_ceil("0.1") == 100_000
+
+
+def test_charges_round_up_and_calibration_rounds_down():
+    assert to_micro_ceil("0.0000001") == 1
+    assert to_micro_floor("0.0000019") == 1
+    assert to_micro_ceil(1 / 3) == 333_334
+    assert to_micro_floor(1 / 3) == 333_333
+
+
+@pytest.mark.parametrize("bad", [0, -1, "0", float("nan"), float("inf"), "abc", -0.5])
+def test_non_positive_or_non_finite_epsilon_is_rejected(bad):
+    with pytest.raises(InvalidEpsilon):
+        positive_micro(bad)
+
+
+def test_default_split_is_sqrt_k_over_n_capped_at_half():
+    eps1, eps2 = split_budget(1 * MICRO, support_size=100, n_labels=10_000)
+    assert eps1 == math.floor(math.sqrt(100 / 10_000) * MICRO)
+    assert eps1 + eps2 == MICRO
+    eps1, eps2 = split_budget(100_000, support_size=100, n_labels=100)  # sqrt(k/n) = 1 > half
+    assert eps1 == 50_000 and eps2 == 50_000
+
+
+def test_explicit_prior_epsilon_must_leave_randomizer_budget():
+    assert split_budget(MICRO, 10, 10, prior_micro=0) == (0, MICRO)
+    with pytest.raises(InvalidEpsilon):
+        split_budget(MICRO, 10, 10, prior_micro=MICRO)
+    assert from_micro(1_500_000) == 1.5

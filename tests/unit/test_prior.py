@@ -1,0 +1,192 @@
+"""Label domain, public grid, snapping, discrete Laplace noise and the ε₁ histogram prior."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from labeldp.mechanisms import (
+    LabelDomain,
+    LaplaceHistogramPrior,
+    default_grid,
+    sample_two_sided_geometric,
+    snap_to_grid,
+)
+from labeldp.schema import LabelDomainSpec, NoisyPrior
+
+
+def clipped_count_pmf(count: int, alpha: float, values: np.ndarray) -> np.ndarray:
+    """Exact pmf of max(count + Z, 0) with P(Z = z) ∝ α^|z|, at ``values`` >= 0."""
+    c = (1 - alpha) / (1 + alpha)
+    pmf = c * alpha ** np.abs(values - count)
+    # Pr[count + Z <= 0] = Σ_{z <= −count} c α^|z| = α^count / (1 + α)
+    return np.where(values == 0, alpha**count / (1 + alpha), pmf)
+
+
+# --------------------------------------------------------------------------- domain and grid
+
+
+def test_label_domain_validates_and_round_trips() -> None:
+    d = LabelDomain("integer", 0, 10)
+    assert d.to_spec() == LabelDomainSpec(kind="integer", low=0.0, high=10.0)
+    assert LabelDomain.from_spec(d.to_spec()) == d
+    for bad in [("real", 1.0, 1.0), ("real", 2.0, 1.0), ("real", 0.0, math.inf), ("integer", 0.5, 3.0), ("x", 0, 1)]:
+        with pytest.raises(ValueError):
+            LabelDomain(*bad)  # type: ignore[arg-type]
+
+
+def test_default_grid_rules() -> None:
+    small = default_grid(LabelDomain("integer", -3, 7), 10**6)
+    np.testing.assert_array_equal(small, np.arange(-3.0, 8.0))
+    edge = default_grid(LabelDomain("integer", 0, 2047), 5)
+    np.testing.assert_array_equal(edge, np.arange(2048.0))
+    big = default_grid(LabelDomain("integer", 0, 2048), 5)  # 2049 integers: too many
+    assert big.size == 2048 and big[0] == 0 and big[-1] == 2048
+    np.testing.assert_allclose(np.diff(big), 2048 / 2047)
+
+    real = LabelDomain("real", -1.0, 3.0)
+    for n, k in [(0, 16), (1, 16), (1000, 40), (125_000, 200), (10**9, 256)]:
+        g = default_grid(real, n)
+        assert g.size == k and g[0] == -1.0 and g[-1] == 3.0
+        np.testing.assert_allclose(np.diff(g), 4.0 / (k - 1))
+    # Only the public count matters: the same n gives the same grid.
+    np.testing.assert_array_equal(default_grid(real, 777), default_grid(real, 777))
+
+
+def test_snap_to_grid_picks_the_nearest_point() -> None:
+    rng = np.random.default_rng(0)
+    grid = np.sort(rng.uniform(-5, 5, 37))
+    labels = rng.uniform(-8, 8, 5000)
+    idx = snap_to_grid(labels, grid)
+    assert idx.dtype == np.int64
+    brute = np.abs(grid[None, :] - labels[:, None])
+    np.testing.assert_array_equal(brute[np.arange(labels.size), idx], brute.min(axis=1))
+    assert snap_to_grid(np.array([-100.0, 100.0]), grid).tolist() == [0, 36]
+    assert snap_to_grid(np.array([0.5, 1.5, 2.0]), np.array([0.0, 1.0, 2.0])).tolist() == [0, 1, 2]
+    assert snap_to_grid(np.array([4.0, -4.0]), np.array([1.0])).tolist() == [0, 0]
+
+
+# --------------------------------------------------------------------------- noise
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.8])
+def test_two_sided_geometric_pmf(alpha: float) -> None:
+    n = 400_000
+    draws = sample_two_sided_geometric(alpha, n, np.random.default_rng(12345))
+    assert draws.dtype == np.int64 and draws.shape == (n,)
+    ks = np.arange(-12, 13)
+    expected = (1 - alpha) / (1 + alpha) * alpha ** np.abs(ks)
+    freq = np.array([np.count_nonzero(draws == k) for k in ks]) / n
+    bound = 5 * np.sqrt(expected * (1 - expected) / n) + 1 / n
+    assert np.all(np.abs(freq - expected) <= bound)
+    assert abs(draws.mean()) <= 5 * math.sqrt(2 * alpha / (1 - alpha) ** 2 / n)
+
+
+def test_two_sided_geometric_edges() -> None:
+    assert np.all(sample_two_sided_geometric(0.0, 100, np.random.default_rng(0)) == 0)
+    for bad in [-0.1, 1.0, 1.5]:
+        with pytest.raises(ValueError):
+            sample_two_sided_geometric(bad, 3, np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- the histogram prior
+
+
+def test_counts_never_negative_and_probs_sum_to_one() -> None:
+    rng = np.random.default_rng(1)
+    grid = np.linspace(0, 1, 64)
+    for seed in range(20):
+        labels = rng.beta(2, 5, size=30)  # few labels, much noise: clipping is exercised
+        prior = LaplaceHistogramPrior(0.3, grid).fit(labels, np.random.default_rng(seed))
+        assert prior.noisy_counts_.dtype == np.int64 and np.all(prior.noisy_counts_ >= 0)
+        assert prior.probs_.dtype == np.float64 and np.all(prior.probs_ >= 0)
+        assert prior.probs_.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(prior.probs_, prior.noisy_counts_ / prior.noisy_counts_.sum())
+
+
+class _NegativeNoise:
+    """A generator stub whose two-sided geometric draws are all −5."""
+
+    def geometric(self, p, size):
+        self.calls = getattr(self, "calls", 0) + 1
+        return np.full(size, 1 if self.calls % 2 else 6)
+
+
+def test_all_zero_counts_give_uniform() -> None:
+    grid = np.arange(10.0)
+    prior = LaplaceHistogramPrior(1.0, grid).fit(np.array([2.0, 3.0, 3.0]), _NegativeNoise())
+    assert prior.noisy_counts_.tolist() == [0] * 10
+    np.testing.assert_array_equal(prior.probs_, np.full(10, 0.1))
+    empty = LaplaceHistogramPrior(80.0, grid).fit(np.array([]), np.random.default_rng(0))
+    np.testing.assert_array_equal(empty.probs_, np.full(10, 0.1))
+
+
+def test_prior_keeps_no_raw_counts_or_labels() -> None:
+    grid = np.arange(16.0)
+    labels = np.repeat(grid, np.arange(16) * 3)  # true histogram 0, 3, 6, ..., 45
+    true_counts = np.bincount(snap_to_grid(labels, grid), minlength=16)
+    prior = LaplaceHistogramPrior(0.2, grid).fit(labels, np.random.default_rng(4))
+    assert set(vars(prior)) <= {"epsilon", "grid", "alpha_", "noisy_counts_", "probs_"}
+    for value in vars(prior).values():
+        if isinstance(value, np.ndarray) and value is not prior.grid:
+            assert value.shape == (16,)
+            assert not np.array_equal(value, true_counts)
+            assert not np.allclose(value, true_counts / true_counts.sum())
+    assert not np.array_equal(prior.noisy_counts_, true_counts)
+
+
+def test_noisy_counts_follow_the_stated_distribution() -> None:
+    """End to end: each noisy count is max(h + Z, 0) with the α the prior reports."""
+    eps, h, cells = 1.0, 3, 40_000
+    grid = np.arange(float(cells))
+    prior = LaplaceHistogramPrior(eps, grid).fit(np.repeat(grid, h), np.random.default_rng(12345))
+    assert prior.alpha_ == pytest.approx(math.exp(-eps / 2), rel=1e-15)
+    values = np.arange(0, 15)
+    expected = clipped_count_pmf(h, prior.alpha_, values)
+    freq = np.array([np.count_nonzero(prior.noisy_counts_ == v) for v in values]) / cells
+    bound = 5 * np.sqrt(expected * (1 - expected) / cells) + 1 / cells
+    assert np.all(np.abs(freq - expected) <= bound), (freq, expected)
+
+
+@pytest.mark.parametrize("eps", [0.1, 1.0, 4.0])
+def test_replacing_one_label_changes_probabilities_by_at_most_e_eps(eps: float) -> None:
+    """One label moves from cell a to cell b: (h_a, h_b) → (h_a − 1, h_b + 1).
+
+    Each cell's pmf changes by at most α⁻¹ = e^{ε/2}; the two together by e^ε, and
+    the other cells not at all (the release is a product over cells).
+    """
+    prior = LaplaceHistogramPrior(eps, np.arange(4.0)).fit(np.array([0.0, 1.0]), np.random.default_rng(0))
+    alpha = prior.alpha_
+    values = np.arange(0, 80)
+    worst = 0.0
+    for h_a in [1, 2, 7]:
+        for h_b in [0, 3]:
+            before = np.outer(clipped_count_pmf(h_a, alpha, values), clipped_count_pmf(h_b, alpha, values))
+            after = np.outer(clipped_count_pmf(h_a - 1, alpha, values), clipped_count_pmf(h_b + 1, alpha, values))
+            ratio = np.maximum(before / after, after / before)
+            worst = max(worst, float(ratio.max()))
+    assert worst <= math.exp(eps) * (1 + 1e-12)
+    assert worst == pytest.approx(math.exp(eps), rel=1e-9)  # calibrated to ε, not looser
+    g = prior.guarantee
+    assert g.epsilon == eps and g.sensitivity == 2.0 and g.adjacency == "replace-one-label"
+
+
+def test_prior_spec() -> None:
+    grid = np.linspace(0, 1, 16)
+    prior = LaplaceHistogramPrior(0.5, grid).fit(np.random.default_rng(0).random(500), np.random.default_rng(1))
+    spec = prior.to_spec()
+    assert isinstance(spec, NoisyPrior)
+    assert spec.source == "laplace_histogram" and spec.epsilon == 0.5
+    assert spec.grid == grid.tolist() and spec.probs == prior.probs_.tolist()
+
+
+def test_prior_rejects_bad_parameters() -> None:
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError):
+        LaplaceHistogramPrior(0.0, np.arange(3.0)).fit(np.zeros(2), rng)
+    with pytest.raises(ValueError):
+        LaplaceHistogramPrior(1.0, np.array([0.0, 0.0, 1.0])).fit(np.zeros(2), rng)
+    with pytest.raises(ValueError):
+        LaplaceHistogramPrior(1.0, np.arange(3.0)).fit(np.array([np.nan]), rng)
