@@ -1,0 +1,177 @@
+"""The release inbox: the one place privatized labels enter the features party.
+
+A message is accepted only if it is signed by the labels party (HMAC over the
+exact bytes), well formed, internally consistent (digest, row count, ids unique
+and sorted) and joinable (its feature table exists and holds every id). It is
+stored as the exact bytes that were signed. Releases are deduplicated on
+``release_id``: the sender retries with identical bytes, which is harmless; a
+different body under a known id is a conflict. Nothing is stored on any error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from features_party import feature_tables, store
+from labeldp.http_api import ApiError
+from labeldp.schema import LabelRelease, decode_payload, payload_digest
+from labeldp.signing import verify
+
+log = logging.getLogger("labeldp.features")
+
+ACCEPTED = "accepted"
+DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class InboxResult:
+    release_id: str
+    status: str  # accepted | duplicate
+    body_sha256: str
+
+    @property
+    def http_status(self) -> int:
+        return 201 if self.status == ACCEPTED else 200
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"release_id": self.release_id, "status": self.status}
+        if self.status == ACCEPTED:
+            out["body_sha256"] = self.body_sha256
+        return out
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(422, "invalid_message", message)
+
+
+def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
+    """Parse and check a message's internal consistency; returns it with its columns."""
+    try:
+        release = LabelRelease.model_validate_json(body)
+    except ValidationError as exc:
+        # Field locations only: pydantic's input echo could hold a label value.
+        details = [{"loc": [str(p) for p in e.get("loc", ())], "type": e.get("type")} for e in exc.errors()]
+        raise ApiError(422, "invalid_message", "the message does not match the LabelRelease schema", details) from None
+    try:
+        ids, labels = decode_payload(release.payload)
+        digest = payload_digest(ids, labels)
+    except Exception:  # a malformed Arrow payload fails in many ways
+        raise _invalid("the payload cannot be decoded into id and label columns") from None
+    if digest != release.payload_digest:
+        raise ApiError(422, "digest_mismatch", "payload_digest does not match the payload")
+    if len(ids) != release.row_count or len(labels) != len(ids):
+        raise _invalid("row_count does not match the payload")
+    if any(not isinstance(i, str) or not i for i in ids):
+        raise _invalid("ids must be non-empty strings")
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise _invalid("ids must be unique and in sorted order")
+    if not np.all(np.isfinite(labels)):
+        raise _invalid("labels must be finite numbers")
+    return release, ids, labels
+
+
+def receive_release(
+    session_factory: sessionmaker[Session],
+    data_dir: Path,
+    secret: str,
+    body: bytes,
+    signature: str | None,
+) -> InboxResult:
+    """Verify, validate, deduplicate and store one message (or raise ApiError)."""
+    if not verify(body, secret, signature):
+        raise ApiError(401, "bad_signature", "missing or wrong message signature")
+    release, ids, _labels = parse_release(body)
+    sha = hashlib.sha256(body).hexdigest()
+
+    with session_factory() as session:
+        known = _dedupe(session, release.release_id, sha)
+        if known is not None:
+            return known
+        table_row = _feature_table(session, release.feature_table)
+    table_ids = feature_tables.read_table(data_dir, table_row, [table_row.id_column]).column(0)
+    missing, examples = feature_tables.missing_ids(pa.array(ids, pa.string()), table_ids)
+    if missing:
+        raise feature_tables.unknown_ids_error(missing, examples)
+
+    row = store.Release(
+        release_id=release.release_id,
+        label_set_id=release.label_set_id,
+        feature_table=table_row.name,
+        mechanism_name=release.mechanism.name,
+        mechanism=release.mechanism.model_dump(mode="json"),
+        prior=release.prior.model_dump(mode="json") if release.prior is not None else None,
+        accounting=release.accounting.model_dump(mode="json"),
+        total_epsilon_micro=release.accounting.total_epsilon_micro,
+        row_count=release.row_count,
+        created_at=release.created_at,
+        body=body,
+        body_sha256=sha,
+    )
+    try:
+        with session_factory.begin() as session:
+            known = _dedupe(session, release.release_id, sha)
+            if known is not None:
+                return known
+            session.add(row)
+    except IntegrityError:
+        # A concurrent delivery of the same release won the insert.
+        with session_factory() as session:
+            known = _dedupe(session, release.release_id, sha)
+        if known is None:
+            raise
+        return known
+    log.info("release %s accepted: %d rows for table %s", release.release_id, release.row_count, table_row.name)
+    return InboxResult(release.release_id, ACCEPTED, sha)
+
+
+def _dedupe(session: Session, release_id: str, sha: str) -> InboxResult | None:
+    existing = session.get(store.Release, release_id)
+    if existing is None:
+        return None
+    if existing.body_sha256 == sha:
+        log.info("release %s received again (duplicate)", release_id)
+        return InboxResult(release_id, DUPLICATE, sha)
+    raise ApiError(409, "release_conflict", "a different message with this release_id was already received")
+
+
+def _feature_table(session: Session, name: str | None) -> store.FeatureTable:
+    row = session.get(store.FeatureTable, name) if name else None
+    if row is None:
+        raise ApiError(422, "unknown_feature_table", "the message names no feature table held here")
+    return row
+
+
+def get_release(session: Session, release_id: str) -> store.Release:
+    row = session.get(store.Release, release_id)
+    if row is None:
+        raise ApiError(404, "release_not_found", "no such release")
+    return row
+
+
+def describe_release(row: store.Release) -> dict[str, Any]:
+    return {
+        "release_id": row.release_id,
+        "label_set_id": row.label_set_id,
+        "feature_table": row.feature_table,
+        "mechanism": row.mechanism,
+        "prior": row.prior,
+        "accounting": row.accounting,
+        "row_count": row.row_count,
+        "received_at": store.iso(row.received_at),
+        "body_sha256": row.body_sha256,
+    }
+
+
+def release_columns(row: store.Release) -> tuple[list[str], np.ndarray]:
+    """The privatized ids and labels of a stored release (re-read from its exact bytes)."""
+    return LabelRelease.model_validate_json(row.body).columns()

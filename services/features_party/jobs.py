@@ -1,0 +1,271 @@
+"""Training jobs: queue, run in the background, record progress, leave a model.
+
+One worker thread per app trains one model at a time (a GPU or the CPU cores are
+the bottleneck, not concurrency). Progress is written to the database after every
+epoch so ``GET /v1/trainings/{id}`` shows it while the job runs. Error messages
+stored on a failed training are written by this module, never copied from an
+exception, so they can carry no label value or feature row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from features_party import feature_tables, inbox, store
+from features_party.training import EpochReport, TrainingConfig, fit_regressor, resolve_device
+from labeldp.http_api import ApiError
+
+log = logging.getLogger("labeldp.features")
+
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+MODELS_DIR = "models"
+
+
+class TrainingRequest(BaseModel):
+    """Body of ``POST /v1/trainings``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    release_id: str = Field(min_length=1, max_length=256)
+    feature_table: str | None = Field(None, description="default: the release's feature table")
+    epochs: int = Field(10, ge=1, le=1000)
+    batch_size: int = Field(512, ge=1, le=65536)
+    learning_rate: float = Field(1e-3, gt=0, le=10)
+    weight_decay: float = Field(1e-4, ge=0, le=10)
+    validation_fraction: float = Field(0.1, ge=0, lt=0.5)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+
+
+class TrainingInterrupted(Exception):
+    """Raised between epochs when the service shuts down."""
+
+
+def create_training(session_factory: sessionmaker[Session], request: TrainingRequest) -> str:
+    """Check the release and feature table exist, then queue a training row."""
+    with session_factory.begin() as session:
+        release = inbox.get_release(session, request.release_id)
+        table_name = request.feature_table or release.feature_table
+        if session.get(store.FeatureTable, table_name) is None:
+            raise ApiError(422, "unknown_feature_table", "no such feature table")
+        training_id = uuid.uuid4().hex
+        session.add(
+            store.Training(
+                training_id=training_id,
+                release_id=release.release_id,
+                feature_table=table_name,
+                config=request.model_dump(exclude={"release_id", "feature_table"}),
+                status=QUEUED,
+                epoch=0,
+                epochs=request.epochs,
+                history=[],
+            )
+        )
+    log.info("training %s queued for release %s", training_id, request.release_id)
+    return training_id
+
+
+def get_training(session: Session, training_id: str) -> store.Training:
+    row = session.get(store.Training, training_id)
+    if row is None:
+        raise ApiError(404, "training_not_found", "no such training")
+    return row
+
+
+def describe_training(row: store.Training) -> dict[str, Any]:
+    return {
+        "training_id": row.training_id,
+        "status": row.status,
+        "release_id": row.release_id,
+        "feature_table": row.feature_table,
+        "progress": {
+            "epoch": row.epoch,
+            "epochs": row.epochs,
+            "fraction": row.epoch / row.epochs if row.epochs else 0.0,
+        },
+        "history": row.history or [],
+        "model_id": row.model_id,
+        "device": row.device,
+        "error": row.error,
+        "created_at": store.iso(row.created_at),
+        "started_at": store.iso(row.started_at),
+        "finished_at": store.iso(row.finished_at),
+    }
+
+
+def recover(session_factory: sessionmaker[Session]) -> list[str]:
+    """After a restart: fail trainings a crash left running; return the queued ones to resubmit."""
+    with session_factory.begin() as session:
+        result = session.execute(
+            update(store.Training)
+            .where(store.Training.status == RUNNING)
+            .values(status=FAILED, error="interrupted", finished_at=store.utcnow())
+        )
+        queued = session.scalars(
+            select(store.Training.training_id).where(store.Training.status == QUEUED).order_by(store.Training.created_at)
+        ).all()
+    if result.rowcount:
+        log.warning("%d trainings were interrupted by a restart", result.rowcount)
+    return list(queued)
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a job needs from the app, passed in rather than read from globals."""
+
+    session_factory: sessionmaker[Session]
+    data_dir: Path
+    device: str = "auto"
+    threads: int = 0
+    on_status: Callable[[str], None] | None = None
+
+    def status_changed(self, status: str) -> None:
+        if self.on_status is not None:
+            self.on_status(status)
+
+
+def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None = None) -> None:
+    """Run one queued training to success or failure; never raises."""
+    device = resolve_device(ctx.device)
+    with ctx.session_factory.begin() as session:
+        row = session.get(store.Training, training_id)
+        if row is None or row.status != QUEUED:
+            return
+        row.status, row.started_at, row.device = RUNNING, store.utcnow(), device
+        config = TrainingConfig(**row.config, device=device, threads=ctx.threads)
+        release_id, table_name = row.release_id, row.feature_table
+    ctx.status_changed(RUNNING)
+    log.info("training %s started on %s", training_id, device)
+    history: list[dict[str, Any]] = []
+
+    def on_epoch(report: EpochReport) -> None:
+        history.append({"epoch": report.epoch, "train_loss": report.train_loss, "val_loss": report.val_loss})
+        with ctx.session_factory.begin() as s:
+            s.execute(
+                update(store.Training)
+                .where(store.Training.training_id == training_id)
+                .values(epoch=report.epoch, history=list(history))
+            )
+        if stop is not None and stop.is_set() and report.epoch < report.epochs:
+            raise TrainingInterrupted()
+
+    model_path: Path | None = None
+    try:
+        with ctx.session_factory() as session:
+            release = inbox.get_release(session, release_id)
+            ids, labels = inbox.release_columns(release)
+            table_row = feature_tables.get_feature_table(session, table_name)
+            meta = {
+                "release_id": release.release_id,
+                "label_set_id": release.label_set_id,
+                "mechanism_name": release.mechanism_name,
+                "mechanism_spec": release.mechanism,
+                "total_epsilon_micro": release.total_epsilon_micro,
+                "accounting": release.accounting,
+                "feature_table": table_row.name,
+            }
+            table = feature_tables.read_table(ctx.data_dir, table_row)
+            id_column = table_row.id_column
+        features = feature_tables.select_rows(table, id_column, ids)
+        del table
+        trained = fit_regressor(features, labels, config, on_epoch)
+
+        model_id = uuid.uuid4().hex
+        relative = f"{MODELS_DIR}/{model_id}.pt"
+        model_path = Path(ctx.data_dir) / relative
+        trained.save(model_path)
+        last = trained.history_[-1]
+        with ctx.session_factory.begin() as session:
+            session.add(
+                store.Model(
+                    model_id=model_id,
+                    training_id=training_id,
+                    n_train=trained.n_train_,
+                    n_validation=trained.n_validation_,
+                    train_loss=last["train_loss"],
+                    val_loss=last["val_loss"],
+                    device=trained.device_,
+                    epochs=config.epochs,
+                    architecture=trained.architecture,
+                    path=relative,
+                    **meta,
+                )
+            )
+            row = session.get(store.Training, training_id)
+            row.status, row.model_id, row.finished_at = SUCCEEDED, model_id, store.utcnow()
+            row.epoch, row.history = config.epochs, list(trained.history_)
+    except Exception as exc:  # noqa: BLE001 - every failure must end as a failed row
+        if model_path is not None:
+            model_path.unlink(missing_ok=True)
+        message = _safe_error(exc)
+        log.error("training %s failed: %s (%s)", training_id, message, type(exc).__name__)
+        with ctx.session_factory.begin() as session:
+            row = session.get(store.Training, training_id)
+            if row is not None:
+                row.status, row.error, row.finished_at = FAILED, message, store.utcnow()
+        ctx.status_changed(FAILED)
+        return
+    log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
+    ctx.status_changed(SUCCEEDED)
+
+
+def _safe_error(exc: Exception) -> str:
+    """A message written here, not an exception's text (which could quote data)."""
+    if isinstance(exc, TrainingInterrupted):
+        return "interrupted"
+    if isinstance(exc, ApiError):
+        return f"{exc.code}: {exc.message}"  # our own messages carry counts, not values
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    name = type(exc).__name__
+    if "OutOfMemory" in name:
+        return "out of accelerator memory; try a smaller batch_size"
+    if isinstance(exc, FileNotFoundError):
+        return "stored feature table or model file is missing"
+    return f"training failed ({name})"
+
+
+class TrainingRunner:
+    """The app's single background worker; started and stopped by the app's lifespan."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        """Recover from a previous process, then start the worker and resubmit queued work."""
+        queued = recover(self.ctx.session_factory)
+        for training_id in queued:
+            self.submit(training_id)
+
+    def submit(self, training_id: str) -> None:
+        with self._lock:
+            if self._executor is None:
+                self._stop.clear()
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labeldp-training")
+            self._executor.submit(self._run, training_id)
+
+    def _run(self, training_id: str) -> None:
+        try:
+            run_training(self.ctx, training_id, self._stop)
+        except Exception as exc:  # noqa: BLE001 - e.g. the database went away; keep the worker alive
+            log.error("training %s could not be run: %s", training_id, type(exc).__name__)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop after the running epoch; queued trainings stay queued for the next start."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            self._stop.set()
+            executor.shutdown(wait=wait, cancel_futures=True)

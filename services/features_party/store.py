@@ -1,0 +1,111 @@
+"""The features party's database: feature-table metadata, releases, trainings, models.
+
+Its own ``DeclarativeBase`` so the two parties' schemas never share metadata.
+Bulky data lives elsewhere: feature tables as Parquet and models as torch files
+under ``features_data_dir``; releases keep their exact signed bytes here, because
+those bytes are what was authenticated and deduplicated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite drops tzinfo; every stored timestamp is UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def iso(value: datetime | None) -> str | None:
+    value = as_utc(value)
+    return value.isoformat() if value is not None else None
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class FeatureTable(Base):
+    __tablename__ = "feature_tables"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id_column: Mapped[str] = mapped_column(String(256))
+    n_rows: Mapped[int] = mapped_column(Integer)
+    columns: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{"name","kind"}], features only
+    path: Mapped[str] = mapped_column(String(512))  # relative to features_data_dir
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Release(Base):
+    __tablename__ = "releases"
+
+    release_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    label_set_id: Mapped[str] = mapped_column(String(256))
+    feature_table: Mapped[str] = mapped_column(String(64))
+    mechanism_name: Mapped[str] = mapped_column(String(64))
+    mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prior: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    accounting: Mapped[dict[str, Any]] = mapped_column(JSON)
+    total_epsilon_micro: Mapped[int] = mapped_column(BigInteger)
+    row_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    body: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded only when needed
+    body_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class Training(Base):
+    __tablename__ = "trainings"
+
+    training_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    release_id: Mapped[str] = mapped_column(String(256), index=True)
+    feature_table: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # queued|running|succeeded|failed
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    epochs: Mapped[int] = mapped_column(Integer)
+    history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    model_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Model(Base):
+    __tablename__ = "models"
+
+    model_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    training_id: Mapped[str] = mapped_column(String(64), unique=True)
+    release_id: Mapped[str] = mapped_column(String(256))
+    label_set_id: Mapped[str] = mapped_column(String(256))
+    feature_table: Mapped[str] = mapped_column(String(64))
+    mechanism_name: Mapped[str] = mapped_column(String(64))
+    mechanism_spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    total_epsilon_micro: Mapped[int] = mapped_column(BigInteger)
+    accounting: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_train: Mapped[int] = mapped_column(Integer)
+    n_validation: Mapped[int] = mapped_column(Integer)
+    train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    val_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    device: Mapped[str] = mapped_column(String(16))
+    epochs: Mapped[int] = mapped_column(Integer)
+    architecture: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(String(512))  # relative to features_data_dir
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def create_all(engine: Engine) -> None:
+    """Create the features party's tables (idempotent)."""
+    Base.metadata.create_all(engine)

@@ -1,0 +1,91 @@
+"""Both services and the sender as real processes on loopback, talking real HTTP."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from labeldp.local_stack import LocalStack
+from labeldp.synthetic import make_conversions
+
+pytestmark = pytest.mark.integration
+
+MAX_BODY = 2_000_000
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    s = LocalStack(tmp_path_factory.mktemp("stack"), extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY)})
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_conversions(1500, seed=7)
+
+
+@pytest.fixture(scope="module")
+def feature_table(stack: LocalStack, data) -> str:
+    with stack.features_client() as f:
+        r = f.post(
+            "/v1/feature-tables",
+            params={"name": "clicks", "id_column": "id", "categorical": "advertiser,campaign,device,site"},
+            content=data.to_csv(),
+            headers={"content-type": "text/csv"},
+        )
+        assert r.status_code == 201, r.text
+    return "clicks"
+
+
+def create_label_set(
+    labels: httpx.Client, ids: list[str], budget: float, high: float, label_type: str = "real"
+) -> dict:
+    r = labels.post(
+        "/v1/label-sets",
+        json={
+            "name": "test",
+            "label_type": label_type,
+            "domain": {"low": 0.0, "high": high},
+            "total_epsilon": budget,
+            "ids": ids,
+        },
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def upload_csv(labels: httpx.Client, label_set_id: str, pairs: list[tuple[str, float]], **headers) -> httpx.Response:
+    body = "id,label\n" + "".join(f"{i},{v!r}\n" for i, v in pairs)
+    return labels.post(
+        f"/v1/label-sets/{label_set_id}/labels",
+        content=body.encode(),
+        headers={"content-type": "text/csv", **headers},
+    )
+
+
+def wait_for_status(labels: httpx.Client, release_id: str, status: str, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = labels.get(f"/v1/releases/{release_id}").json()
+        if last["status"] == status:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"release {release_id} stayed {last and last['status']}, wanted {status}")
+
+
+def shuffled(ids: list[str], seed: int) -> list[str]:
+    out = list(ids)
+    np.random.default_rng(seed).shuffle(out)
+    return out
+
+
+def read_tree_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())

@@ -1,0 +1,144 @@
+"""Bad input: a 4xx with a stable code, and nothing charged or stored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labeldp.schema import SIGNATURE_HEADER
+from labeldp.signing import sign
+
+from .conftest import MAX_BODY, create_label_set, upload_csv
+
+
+@pytest.fixture()
+def label_set(stack, data):
+    ids = data.ids[:50]
+    with stack.labels_client() as labels:
+        ls = create_label_set(labels, ids, budget=1.0, high=data.clip)
+    return ls, ids
+
+
+def _state(labels, label_set_id: str) -> tuple:
+    s = labels.get(f"/v1/label-sets/{label_set_id}").json()
+    return s["counts"]["labeled"], s["budget"]["spent_micro"], len(s["releases"])
+
+
+@pytest.mark.parametrize(
+    "value, code",
+    [("nan", "non_finite"), ("inf", "non_finite"), ("-inf", "non_finite"), ("1e9", "out_of_domain"),
+     ("-0.5", "out_of_domain"), ("abc", "not_a_number"), ("", "not_a_number")],
+)
+def test_bad_label_values_are_rejected_row_by_row(stack, label_set, value, code):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        body = "id,label\n" + f"{ids[0]},1.5\n{ids[1]},{value}\n"
+        r = labels.post(f"/v1/label-sets/{ls['id']}/labels", content=body, headers={"content-type": "text/csv"})
+        assert r.status_code == 422
+        assert r.json()["code"] == "invalid_labels"
+        assert r.json()["details"] == [
+            {"row": 2, "id": ids[1], "code": code, "message": r.json()["details"][0]["message"]}
+        ]
+        assert _state(labels, ls["id"]) == (0, 0, 0)  # not even the valid row was stored
+
+
+def test_json_nan_and_duplicate_ids_in_upload(stack, label_set):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        r = labels.post(
+            f"/v1/label-sets/{ls['id']}/labels",
+            content=b'{"ids": ["%s", "%s"], "labels": [1.0, NaN]}' % (ids[0].encode(), ids[1].encode()),
+            headers={"content-type": "application/json"},
+        )
+        assert r.status_code == 422 and r.json()["details"][0]["code"] == "non_finite"
+        r = upload_csv(labels, ls["id"], [(ids[0], 1.0), (ids[0], 2.0)])
+        assert r.status_code == 422 and r.json()["details"][0]["code"] == "duplicate_id"
+        r = upload_csv(labels, ls["id"], [("not-declared", 1.0)])
+        assert r.status_code == 422 and r.json()["details"][0]["code"] == "unknown_id"
+        assert _state(labels, ls["id"]) == (0, 0, 0)
+
+
+def test_duplicate_ids_in_label_set_and_bad_budget(stack):
+    with stack.labels_client() as labels:
+        base = {"name": "x", "domain": {"low": 0, "high": 1}, "total_epsilon": 1, "ids": ["a", "b", "a"]}
+        r = labels.post("/v1/label-sets", json=base)
+        assert r.status_code == 422 and r.json()["code"] == "duplicate_ids"
+        for eps in (0, -1):
+            r = labels.post("/v1/label-sets", json={**base, "ids": ["a"], "total_epsilon": eps})
+            assert r.status_code == 422 and r.json()["code"] == "invalid_epsilon"
+        r = labels.post("/v1/label-sets", json={**base, "ids": ["a"], "domain": {"low": 1, "high": 0}})
+        assert r.status_code == 422 and r.json()["code"] == "invalid_domain"
+
+
+def test_release_errors_charge_nothing(stack, data, label_set, feature_table):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        url = f"/v1/label-sets/{ls['id']}/releases"
+        # Before every id has a label.
+        assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids[:-1]]).status_code == 200
+        r = labels.post(url, json={"mechanism": "rr_on_bins", "epsilon": 0.5, "feature_table": feature_table})
+        assert r.status_code == 409 and r.json()["code"] == "labels_incomplete"
+        assert upload_csv(labels, ls["id"], [(ids[-1], 1.0)]).status_code == 200
+        cases = [
+            ({"mechanism": "no_such_mechanism", "epsilon": 0.5}, 422, "unknown_mechanism"),
+            ({"mechanism": "rr_on_bins", "epsilon": 0}, 422, "invalid_epsilon"),
+            ({"mechanism": "rr_on_bins", "epsilon": -1}, 422, "invalid_epsilon"),
+            ({"mechanism": "rr_on_bins", "epsilon": "nan"}, 422, "invalid_epsilon"),
+            ({"mechanism": "rr_on_bins", "epsilon": 1.000001}, 409, "budget_exhausted"),
+            ({"mechanism": "laplace"}, 422, "invalid_request"),
+        ]
+        for body, status, code in cases:
+            r = labels.post(url, json={**body, "feature_table": feature_table})
+            assert (r.status_code, r.json()["code"]) == (status, code), body
+        assert _state(labels, ls["id"]) == (50, 0, 0)
+        # Relabeling is refused: a stored label never changes.
+        r = upload_csv(labels, ls["id"], [(ids[0], 2.0)])
+        assert r.status_code == 422 and r.json()["details"][0]["code"] == "already_labeled"
+
+
+def test_oversized_body_is_refused_before_parsing(stack, label_set):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        body = b"id,label\n" + b"x,1\n" * (MAX_BODY // 4 + 10)
+        r = labels.post(f"/v1/label-sets/{ls['id']}/labels", content=body, headers={"content-type": "text/csv"})
+        assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+        assert _state(labels, ls["id"]) == (0, 0, 0)
+
+
+def test_unauthenticated_requests_are_refused(stack, label_set):
+    ls, _ = label_set
+    with stack.labels_client() as labels:
+        r = labels.get(f"/v1/label-sets/{ls['id']}", headers={"authorization": "Bearer wrong"})
+        assert r.status_code == 401 and r.json()["code"] == "unauthorized"
+
+
+def test_inbox_refuses_a_message_with_a_bad_signature(stack):
+    body = json.dumps({"release_id": "rel_forged"}).encode()
+    with stack.features_client() as features:
+        for header in (sign(body, "not-the-secret"), None):
+            headers = {"content-type": "application/json"}
+            if header:
+                headers[SIGNATURE_HEADER] = header
+            r = features.post("/v1/releases", content=body, headers=headers)
+            assert r.status_code == 401 and r.json()["code"] == "bad_signature"
+        assert features.get("/v1/releases/rel_forged").status_code == 404
+
+
+def test_idempotency_key_replays_and_refuses_reuse(stack, label_set):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        first = upload_csv(labels, ls["id"], [(ids[0], 1.0)], **{"idempotency-key": "k1"})
+        again = upload_csv(labels, ls["id"], [(ids[0], 1.0)], **{"idempotency-key": "k1"})
+        assert first.status_code == again.status_code == 200
+        assert again.headers.get("idempotent-replay") == "true" and again.json() == first.json()
+        other = upload_csv(labels, ls["id"], [(ids[1], 1.0)], **{"idempotency-key": "k1"})
+        assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+        assert _state(labels, ls["id"])[0] == 1
+        r = labels.post(
+            f"/v1/label-sets/{ls['id']}/labels?validate_only=true",
+            content=f"id,label\n{ids[1]},1.0\n",
+            headers={"content-type": "text/csv"},
+        )
+        assert r.status_code == 200 and r.json()["validate_only"] is True
+        assert _state(labels, ls["id"])[0] == 1

@@ -1,0 +1,63 @@
+"""Charge, persist, then send: a delivery that fails at first arrives later, identical, charged once."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+
+import pytest
+
+from labeldp.local_stack import LocalStack
+from labeldp.synthetic import make_conversions
+
+from .conftest import create_label_set, upload_csv, wait_for_status
+
+pytestmark = pytest.mark.integration
+
+
+def test_delivery_retries_until_features_party_is_back(tmp_path):
+    data = make_conversions(400, seed=3)
+    with LocalStack(tmp_path) as stack:
+        stack.start("features")
+        with stack.features_client() as f:
+            r = f.post(
+                "/v1/feature-tables",
+                params={"name": "clicks", "id_column": "id"},
+                content=data.to_csv(),
+                headers={"content-type": "text/csv"},
+            )
+            assert r.status_code == 201, r.text
+        stack.stop_process("features")  # the features party goes down
+        stack.start("labels", "outbox")
+        with stack.labels_client() as labels:
+            ls = create_label_set(labels, data.ids, budget=1.0, high=data.clip)
+            assert upload_csv(labels, ls["id"], list(zip(data.ids, map(float, data.labels)))).status_code == 200
+            r = labels.post(
+                f"/v1/label-sets/{ls['id']}/releases",
+                json={"mechanism": "rr_on_bins", "epsilon": 1.0, "feature_table": "clicks"},
+            )
+            assert r.status_code == 202, r.text
+            release_id = r.json()["id"]
+            deadline = time.monotonic() + 30
+            while labels.get(f"/v1/releases/{release_id}").json()["attempts"] < 2:
+                assert time.monotonic() < deadline, "outbox did not retry"
+                time.sleep(0.1)
+            pending = labels.get(f"/v1/releases/{release_id}").json()
+            assert pending["status"] == "pending" and pending["last_error"]
+
+            stack.start("features")
+            delivered = wait_for_status(labels, release_id, "delivered", timeout=60)
+            assert delivered["attempts"] >= 3
+            assert delivered["message_sha256"] == pending["message_sha256"]
+            summary = labels.get(f"/v1/label-sets/{ls['id']}").json()
+            assert summary["budget"]["spent_micro"] == 1_000_000
+            assert len(summary["releases"]) == 1
+
+        with stack.features_client() as f:
+            received = f.get(f"/v1/releases/{release_id}").json()
+        # The receiver holds exactly the bytes stored with the charge.
+        assert received["body_sha256"] == delivered["message_sha256"]
+        with sqlite3.connect(tmp_path / "labels.db") as db:
+            (stored,) = db.execute("select message from releases where id = ?", (release_id,)).fetchone()
+        assert hashlib.sha256(stored).hexdigest() == received["body_sha256"]

@@ -1,0 +1,92 @@
+"""The whole flow through real HTTP between real processes."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .conftest import create_label_set, shuffled, upload_csv, wait_for_status
+
+
+def test_full_flow_release_train_predict(stack, data, feature_table):
+    train_ids = data.ids[:1200]
+    truth = dict(zip(data.ids, data.labels))
+    with stack.labels_client() as labels, stack.features_client() as features:
+        # Ids declared and labels uploaded in two different shuffled orders.
+        ls = create_label_set(labels, shuffled(train_ids, 1), budget=4.0, high=data.clip)
+        order = shuffled(train_ids, 2)
+        r = upload_csv(labels, ls["id"], [(i, float(truth[i])) for i in order[:700]])
+        assert r.status_code == 200, r.text
+        assert r.json()["missing"] == 500
+        r = labels.post(
+            f"/v1/label-sets/{ls['id']}/labels",
+            json={"rows": [{"id": i, "label": float(truth[i])} for i in order[700:]]},
+        )
+        assert r.status_code == 200 and r.json()["missing"] == 0
+
+        r = labels.post(
+            f"/v1/label-sets/{ls['id']}/releases",
+            json={"mechanism": "rr_on_bins", "epsilon": 2, "feature_table": feature_table},
+        )
+        assert r.status_code == 202, r.text
+        assert r.headers["location"] == f"/v1/releases/{r.json()['id']}"
+        release = wait_for_status(labels, r.json()["id"], "delivered")
+        assert release["epsilon_micro"] == 2_000_000
+
+        got = features.get(f"/v1/releases/{release['id']}").json()
+        assert got["body_sha256"] == release["message_sha256"]
+        assert got["accounting"]["total_epsilon_micro"] == 2_000_000
+        assert got["mechanism"]["name"] == "rr_on_bins"
+        cols = features.get(f"/v1/releases/{release['id']}/labels").json()
+        # Invariant 2: every id exactly once, in sorted order, whatever the upload order.
+        assert cols["ids"] == sorted(train_ids)
+        assert set(cols["labels"]) <= set(got["mechanism"]["outputs"])
+
+        t = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 2, "batch_size": 128})
+        assert t.status_code == 202, t.text
+        training_id = t.json()["training_id"]
+        deadline = time.monotonic() + 120
+        while True:
+            status = features.get(f"/v1/trainings/{training_id}").json()
+            if status["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status["status"] == "succeeded", status
+        assert len(status["history"]) == 2
+        card = features.get(f"/v1/models/{status['model_id']}").json()
+        assert card["epsilon"] == 2.0 and card["mechanism"] == "rr_on_bins"
+        assert card["n_train"] + card["n_validation"] == 1200
+        test_ids = data.ids[1200:]
+        pred = features.post(f"/v1/models/{status['model_id']}/predict", json={"ids": test_ids})
+        assert pred.status_code == 200
+        assert len(pred.json()["predictions"]) == len(test_ids)
+        assert np.all(np.isfinite(pred.json()["predictions"]))
+
+        summary = labels.get(f"/v1/label-sets/{ls['id']}").json()
+        assert summary["budget"]["spent_micro"] == 2_000_000
+        assert summary["budget"]["remaining_micro"] == 2_000_000
+        assert [x["id"] for x in summary["releases"]] == [release["id"]]
+
+
+def test_twenty_concurrent_releases_against_a_budget_of_three(stack, data, feature_table):
+    ids = data.ids[:300]
+    with stack.labels_client() as labels:
+        ls = create_label_set(labels, ids, budget=0.3, high=data.clip)  # 0.1 + 0.1 + 0.1 fits exactly
+        assert upload_csv(labels, ls["id"], list(zip(ids, map(float, data.labels[:300])))).status_code == 200
+
+        def ask(_: int) -> tuple[int, str]:
+            r = labels.post(
+                f"/v1/label-sets/{ls['id']}/releases",
+                json={"mechanism": "laplace", "epsilon": 0.1, "feature_table": feature_table},
+            )
+            return r.status_code, r.json().get("code", "")
+
+        with ThreadPoolExecutor(20) as pool:
+            results = list(pool.map(ask, range(20)))
+        assert sorted(s for s, _ in results).count(202) == 3
+        assert [c for s, c in results if s != 202] == ["budget_exhausted"] * 17
+        summary = labels.get(f"/v1/label-sets/{ls['id']}").json()
+        assert summary["budget"]["spent_micro"] == 3 * 100_000 == summary["budget"]["total_micro"]
+        assert len(summary["releases"]) == 3

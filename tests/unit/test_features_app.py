@@ -1,0 +1,436 @@
+"""The features party over HTTP: feature tables, the release inbox, trainings, models, auth."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from features_party import store
+from features_party.app import create_app
+from labeldp.schema import (
+    SIGNATURE_HEADER,
+    EpsilonPart,
+    LabelDomainSpec,
+    LabelRelease,
+    LaplaceSpec,
+    PrivacyAccounting,
+    encode_payload,
+    payload_digest,
+)
+from labeldp.settings import Settings
+from labeldp.signing import sign
+
+API_KEY = "test-features-key"
+SECRET = "test-exchange-secret"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def release_body(
+    ids: list[str],
+    labels: np.ndarray | list[float],
+    *,
+    release_id: str = "rel-1",
+    feature_table: str | None = "clicks",
+    row_count: int | None = None,
+    digest: str | None = None,
+) -> bytes:
+    """A LabelRelease as the labels party would serialize it."""
+    labels = np.asarray(labels, dtype=np.float64)
+    release = LabelRelease(
+        release_id=release_id,
+        label_set_id="ls-1",
+        feature_table=feature_table,
+        created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        mechanism=LaplaceSpec(
+            epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0
+        ),
+        accounting=PrivacyAccounting(
+            parts=[EpsilonPart(name="randomizer", epsilon_micro=1_000_000)],
+            total_epsilon_micro=1_000_000,
+        ),
+        row_count=len(ids) if row_count is None else row_count,
+        payload_digest=digest or payload_digest(ids, labels),
+        payload=encode_payload(ids, labels),
+    )
+    return release.model_dump_json().encode()
+
+
+def post_release(client: TestClient, body: bytes, secret: str | None = SECRET):
+    headers = {"content-type": "application/json"}
+    if secret is not None:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    return client.post("/v1/releases", content=body, headers=headers)
+
+
+def upload(client: TestClient, name: str, csv: str, **params: str):
+    return client.post(
+        "/v1/feature-tables",
+        params={"name": name, **params},
+        content=csv.encode(),
+        headers={**AUTH, "content-type": "text/csv"},
+    )
+
+
+def synthetic_csv(n: int, seed: int = 0) -> tuple[str, list[str], np.ndarray]:
+    """Rows whose target is a simple function of the features: y = 2·x1 + 3·x2 + city effect."""
+    rng = np.random.default_rng(seed)
+    x1 = rng.normal(size=n)
+    x2 = rng.uniform(size=n)
+    city = rng.choice(["north", "south", "east"], size=n)
+    effect = {"north": 1.5, "south": -1.0, "east": 0.0}
+    y = 2 * x1 + 3 * x2 + np.array([effect[c] for c in city])
+    ids = [f"u{i:05d}" for i in range(n)]
+    lines = ["id,x1,x2,city"] + [f"{ids[i]},{x1[i]:.6f},{x2[i]:.6f},{city[i]}" for i in range(n)]
+    return "\n".join(lines) + "\n", ids, y
+
+
+def release_count(client: TestClient) -> int:
+    with client.app.state.ctx.sessions() as session:
+        return session.scalar(select(func.count()).select_from(store.Release))
+
+
+def wait_for_training(client: TestClient, training_id: str, timeout: float = 45.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/trainings/{training_id}", headers=AUTH).json()
+        if body["status"] in ("succeeded", "failed"):
+            return body
+        time.sleep(0.05)
+    raise AssertionError("training did not finish in time")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
+        features_data_dir=tmp_path / "data",
+        features_api_key=API_KEY,
+        exchange_secret=SECRET,
+        device="cpu",
+    )
+
+
+@pytest.fixture
+def client(settings: Settings):
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+SMALL_CSV = "id,age,city,zip\n007,31,paris,75001\n008,,lyon,69001\n009,45,,13001\n"
+
+
+@pytest.fixture
+def small_table(client: TestClient) -> list[str]:
+    assert upload(client, "clicks", SMALL_CSV, categorical="zip").status_code == 201
+    return ["007", "008", "009"]
+
+
+# --------------------------------------------------------------------------- feature tables
+
+
+def test_upload_infers_kinds_and_keeps_ids_as_strings(client: TestClient, settings: Settings) -> None:
+    response = upload(client, "clicks", SMALL_CSV, categorical="zip")
+    assert response.status_code == 201
+    body = response.json()
+    assert body == {
+        "name": "clicks",
+        "n_rows": 3,
+        "id_column": "id",
+        "columns": [
+            {"name": "age", "kind": "numeric"},
+            {"name": "city", "kind": "categorical"},
+            {"name": "zip", "kind": "categorical"},
+        ],
+    }
+    assert client.get("/v1/feature-tables/clicks", headers=AUTH).json() == body
+    import pyarrow.parquet as pq
+
+    (parquet,) = (settings.features_data_dir / "tables").glob("*.parquet")
+    table = pq.read_table(parquet)
+    assert table.column("id").to_pylist() == ["007", "008", "009"]  # leading zeros kept
+    assert table.column("zip").to_pylist() == ["75001", "69001", "13001"]
+
+
+def test_upload_duplicate_ids_stores_nothing(client: TestClient, settings: Settings) -> None:
+    response = upload(client, "dupes", "id,x\na,1\nb,2\na,3\n")
+    assert response.status_code == 422
+    assert response.json()["code"] == "duplicate_ids"
+    assert response.json()["details"][0]["count"] == 1
+    assert client.get("/v1/feature-tables/dupes", headers=AUTH).json()["code"] == "feature_table_not_found"
+    assert list((settings.features_data_dir / "tables").glob("*")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "csv", "params", "status", "code"),
+    [
+        ("bad/name", "id,x\na,1\n", {}, 422, "invalid_table_name"),
+        ("x" * 65, "id,x\na,1\n", {}, 422, "invalid_table_name"),
+        ("t", "key,x\na,1\n", {}, 422, "missing_id_column"),
+        ("t", "id,x\na,1\n", {"numeric": "x,y"}, 422, "unknown_column"),
+        ("t", "", {}, 422, "invalid_csv"),
+        ("t", "id,x\na,1\nb,notanumber\n", {"numeric": "x"}, 422, "invalid_csv"),
+    ],
+)
+def test_upload_rejections(client: TestClient, name: str, csv: str, params: dict, status: int, code: str) -> None:
+    response = upload(client, name, csv, **params)
+    assert response.status_code == status
+    assert response.json()["code"] == code
+    assert "notanumber" not in response.text  # cell values are not echoed
+
+
+def test_upload_existing_name_conflicts(client: TestClient, small_table: list[str]) -> None:
+    response = upload(client, "clicks", "id,x\nz,1\n")
+    assert response.status_code == 409
+    assert response.json()["code"] == "feature_table_exists"
+    assert client.get("/v1/feature-tables/clicks", headers=AUTH).json()["n_rows"] == 3
+
+
+# --------------------------------------------------------------------------- auth, health, metrics
+
+
+def test_endpoints_need_the_bearer_key(client: TestClient, small_table: list[str]) -> None:
+    assert client.get("/v1/feature-tables/clicks").status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    assert client.get("/v1/feature-tables/clicks", headers=wrong).json()["code"] == "unauthorized"
+    assert client.post("/v1/trainings", json={"release_id": "x"}).status_code == 401
+    assert client.post("/v1/feature-tables?name=a", content=b"id\n1\n").status_code == 401
+    assert client.get("/healthz").json() == {"status": "ok", "device": "cpu"}
+
+
+def test_metrics_count_inbox_results(client: TestClient, small_table: list[str]) -> None:
+    body = release_body(small_table, [1.0, 2.0, 3.0])
+    post_release(client, body)
+    post_release(client, body)
+    post_release(client, body, secret="wrong")
+    text = client.get("/metrics").text
+    assert 'labeldp_features_inbox_messages_total{result="accepted"} 1.0' in text
+    assert 'labeldp_features_inbox_messages_total{result="duplicate"} 1.0' in text
+    assert 'labeldp_features_inbox_messages_total{result="bad_signature"} 1.0' in text
+
+
+# --------------------------------------------------------------------------- inbox
+
+
+def test_inbox_accepts_then_deduplicates(client: TestClient, small_table: list[str]) -> None:
+    labels = [0.5, -1.25, 3.0]
+    body = release_body(small_table, labels)
+    first = post_release(client, body)
+    assert first.status_code == 201
+    assert first.json()["status"] == "accepted"
+    assert len(first.json()["body_sha256"]) == 64
+
+    again = post_release(client, body)
+    assert again.status_code == 200
+    assert again.json() == {"release_id": "rel-1", "status": "duplicate"}
+    assert release_count(client) == 1
+
+    meta = client.get("/v1/releases/rel-1", headers=AUTH).json()
+    assert meta["feature_table"] == "clicks"
+    assert meta["mechanism"]["name"] == "laplace"
+    assert meta["accounting"]["total_epsilon_micro"] == 1_000_000
+    assert meta["row_count"] == 3
+    assert meta["body_sha256"] == first.json()["body_sha256"]
+    assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json() == {"ids": small_table, "labels": labels}
+    assert client.get("/v1/releases/nope", headers=AUTH).json()["code"] == "release_not_found"
+
+
+def test_inbox_same_id_different_bytes_conflicts(client: TestClient, small_table: list[str]) -> None:
+    assert post_release(client, release_body(small_table, [1.0, 2.0, 3.0])).status_code == 201
+    response = post_release(client, release_body(small_table, [1.0, 2.0, 4.0]))
+    assert response.status_code == 409
+    assert response.json()["code"] == "release_conflict"
+    assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json()["labels"] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("secret", [None, "not-the-secret"])
+def test_inbox_rejects_bad_or_missing_signature(client: TestClient, small_table: list[str], secret) -> None:
+    response = post_release(client, release_body(small_table, [1.0, 2.0, 3.0]), secret=secret)
+    assert response.status_code == 401
+    assert response.json()["code"] == "bad_signature"
+    assert release_count(client) == 0
+
+
+def test_inbox_bearer_key_is_not_enough(client: TestClient, small_table: list[str]) -> None:
+    body = release_body(small_table, [1.0, 2.0, 3.0])
+    response = client.post("/v1/releases", content=body, headers=AUTH)
+    assert response.status_code == 401
+    assert release_count(client) == 0
+
+
+def test_inbox_rejects_tampered_payload(client: TestClient, small_table: list[str]) -> None:
+    honest = release_body(small_table, [1.0, 2.0, 3.0])
+    tampered = honest.replace(b"[1.0,2.0,3.0]", b"[1.0,2.0,9.0]")
+    assert tampered != honest
+    response = post_release(client, tampered)  # validly signed, but the digest no longer matches
+    assert response.status_code == 422
+    assert response.json()["code"] == "digest_mismatch"
+    assert release_count(client) == 0
+
+
+@pytest.mark.parametrize(
+    ("ids", "kwargs", "code"),
+    [
+        (["007", "008", "zzz"], {}, "unknown_ids"),
+        (["007", "008", "009"], {"feature_table": "nope"}, "unknown_feature_table"),
+        (["007", "008", "009"], {"feature_table": None}, "unknown_feature_table"),
+        (["008", "007", "009"], {}, "invalid_message"),  # not sorted
+        (["007", "007", "009"], {}, "invalid_message"),  # not unique
+        (["007", "008", "009"], {"row_count": 4}, "invalid_message"),
+    ],
+)
+def test_inbox_rejects_unjoinable_or_inconsistent(
+    client: TestClient, small_table: list[str], ids: list[str], kwargs: dict, code: str
+) -> None:
+    response = post_release(client, release_body(ids, [1.0, 2.0, 3.0], **kwargs))
+    assert response.status_code == 422
+    assert response.json()["code"] == code
+    assert release_count(client) == 0
+    if code == "unknown_ids":
+        assert response.json()["details"][0]["count"] == 1
+
+
+def test_inbox_rejects_non_messages(client: TestClient) -> None:
+    response = post_release(client, b'{"release_id": "x"}')
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_message"
+
+
+# --------------------------------------------------------------------------- trainings and models
+
+
+@pytest.fixture
+def trained(client: TestClient) -> dict:
+    """A 2000-row table, a release of lightly noised labels, and a finished 3-epoch training."""
+    csv, ids, y = synthetic_csv(2000)
+    assert upload(client, "clicks", csv).status_code == 201
+    labels = y + np.random.default_rng(1).normal(scale=0.1, size=len(y))
+    assert post_release(client, release_body(ids, labels)).status_code == 201
+
+    response = client.post(
+        "/v1/trainings",
+        json={"release_id": "rel-1", "epochs": 3, "batch_size": 64, "learning_rate": 0.01, "seed": 0},
+        headers=AUTH,
+    )
+    assert response.status_code == 202
+    training_id = response.json()["training_id"]
+    assert response.json()["status"] == "queued"
+    assert response.headers["location"] == f"/v1/trainings/{training_id}"
+    progress = client.get(f"/v1/trainings/{training_id}", headers=AUTH).json()
+    assert progress["progress"]["epochs"] == 3
+    final = wait_for_training(client, training_id)
+    return {"training": final, "csv": csv, "ids": ids, "labels": labels}
+
+
+def test_training_end_to_end(client: TestClient, trained: dict) -> None:
+    training = trained["training"]
+    assert training["status"] == "succeeded", training["error"]
+    assert training["progress"] == {"epoch": 3, "epochs": 3, "fraction": 1.0}
+    assert [h["epoch"] for h in training["history"]] == [1, 2, 3]
+    assert all(h["val_loss"] is not None for h in training["history"])
+    assert training["device"] == "cpu"
+
+    card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
+    assert card["epsilon"] == 1.0
+    assert card["mechanism"] == "laplace"
+    assert card["mechanism_spec"]["scale"] == 40.0
+    assert card["device"] == "cpu"
+    assert card["release_id"] == "rel-1" and card["feature_table"] == "clicks"
+    assert card["n_train"] + card["n_validation"] == 2000
+    assert card["n_validation"] == 200
+    assert card["metrics"]["val_loss"] == training["history"][-1]["val_loss"]
+    assert "Embedding" in card["architecture"]
+
+    labels = trained["labels"]
+    by_ids = client.post(
+        f"/v1/models/{training['model_id']}/predict", json={"ids": trained["ids"]}, headers=AUTH
+    ).json()["predictions"]
+    assert len(by_ids) == 2000
+    model_mse = float(np.mean((np.array(by_ids) - labels) ** 2))
+    baseline_mse = float(np.var(labels))  # predicting the mean
+    assert model_mse < 0.5 * baseline_mse
+
+    rows = [
+        {"x1": 0.5, "x2": 0.2, "city": "north"},
+        {"x1": "1.0", "city": "atlantis"},  # missing numeric -> mean, unknown category -> unknown index
+        {},
+    ]
+    by_rows = client.post(
+        f"/v1/models/{training['model_id']}/predict", json={"rows": rows}, headers=AUTH
+    ).json()["predictions"]
+    assert len(by_rows) == 3 and all(np.isfinite(by_rows))
+    # rows of the table predicted by values agree with prediction by id
+    first = {"x1": float(trained["csv"].splitlines()[1].split(",")[1])}
+    first.update(x2=float(trained["csv"].splitlines()[1].split(",")[2]), city=trained["csv"].splitlines()[1].split(",")[3])
+    same = client.post(f"/v1/models/{training['model_id']}/predict", json={"rows": [first]}, headers=AUTH).json()
+    assert same["predictions"][0] == pytest.approx(by_ids[0], abs=1e-5)
+
+    unknown = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": ["nobody"]}, headers=AUTH)
+    assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_ids"
+    metrics = client.get("/metrics").text
+    assert 'labeldp_features_trainings_total{status="succeeded"} 1.0' in metrics
+
+
+def test_training_request_validation(client: TestClient, small_table: list[str]) -> None:
+    assert post_release(client, release_body(small_table, [1.0, 2.0, 3.0])).status_code == 201
+    for bad in ({"epochs": 0}, {"epochs": 1001}, {"batch_size": 70000}, {"validation_fraction": 0.5}):
+        response = client.post("/v1/trainings", json={"release_id": "rel-1", **bad}, headers=AUTH)
+        assert response.status_code == 422, bad
+        assert response.json()["code"] == "invalid_request"
+    missing = client.post("/v1/trainings", json={"release_id": "nope"}, headers=AUTH)
+    assert missing.status_code == 404 and missing.json()["code"] == "release_not_found"
+    table = client.post("/v1/trainings", json={"release_id": "rel-1", "feature_table": "nope"}, headers=AUTH)
+    assert table.status_code == 422 and table.json()["code"] == "unknown_feature_table"
+    assert client.get("/v1/trainings/nope", headers=AUTH).json()["code"] == "training_not_found"
+    assert client.get("/v1/models/nope", headers=AUTH).json()["code"] == "model_not_found"
+
+
+def test_training_fails_cleanly_without_label_values(client: TestClient, small_table: list[str]) -> None:
+    labels = [11.111, 22.222, 33.333]
+    assert post_release(client, release_body(small_table, labels)).status_code == 201
+    assert upload(client, "other", "id,x\n007,1\n").status_code == 201  # lacks two of the release's ids
+    response = client.post(
+        "/v1/trainings", json={"release_id": "rel-1", "feature_table": "other", "epochs": 1}, headers=AUTH
+    )
+    final = wait_for_training(client, response.json()["training_id"])
+    assert final["status"] == "failed"
+    assert "unknown_ids" in final["error"] and "2 ids" in final["error"]
+    assert not any(str(v) in final["error"] for v in labels)
+    assert final["model_id"] is None
+
+
+def test_running_trainings_are_marked_interrupted_on_startup(settings: Settings) -> None:
+    app = create_app(settings)
+    with app.state.ctx.sessions.begin() as session:
+        session.add(
+            store.Training(
+                training_id="t-crashed", release_id="r", feature_table="f", config={}, status="running",
+                epoch=1, epochs=5, history=[],
+            )
+        )
+    app.state.ctx.engine.dispose()
+    with TestClient(create_app(settings)) as client:
+        body = client.get("/v1/trainings/t-crashed", headers=AUTH).json()
+    assert body["status"] == "failed"
+    assert body["error"] == "interrupted"
+
+
+def test_inbox_accepts_large_arrow_payloads(client: TestClient) -> None:
+    n = 12_000  # above the schema's Arrow threshold
+    ids = [f"id{i:06d}" for i in range(n)]
+    csv = "id,x\n" + "".join(f"{i},{k}\n" for k, i in enumerate(ids))
+    assert upload(client, "clicks", csv).status_code == 201
+    labels = np.round(np.linspace(-5, 5, n), 3)
+    body = release_body(ids, labels)
+    assert b'"format":"arrow"' in body
+    assert post_release(client, body).status_code == 201
+    got = client.get("/v1/releases/rel-1/labels", headers=AUTH).json()
+    assert got["ids"] == ids and got["labels"] == labels.tolist()
