@@ -77,7 +77,7 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
     train_idx, test_idx = np.sort(order[:n_train]), np.sort(order[n_train:])
     train_ids = [data.ids[i] for i in train_idx]
     test_ids = [data.ids[i] for i in test_idx]
-    true_train = dict(zip(train_ids, data.labels[train_idx]))
+    true_train = dict(zip(train_ids, map(float, data.labels[train_idx])))
     y_test = data.labels[test_idx]
 
     _say(f"[2/6] starting labels API, outbox and features API on loopback (work folder {workdir})")

@@ -15,75 +15,26 @@ from datetime import datetime
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from labeldp.specs.base import LabelDomainSpec, NoisyPrior, SpecModel
+from labeldp.specs.laplace import LaplaceSpec
+from labeldp.specs.rr_on_bins import RROnBinsSpec
 
 SCHEMA_VERSION = "1"
 SIGNATURE_HEADER = "X-Labeldp-Signature"
 ARROW_THRESHOLD_ROWS = 10_000
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LabelDomainSpec(_Frozen):
-    """The public range of the labels, declared by the labels party."""
-
-    kind: Literal["real", "integer"] = "real"
-    low: float
-    high: float
-
-
-class RROnBinsSpec(_Frozen):
-    """RR-on-Bins (Ghazi et al. 2023, Alg. 1–2) fitted to the noisy prior.
-
-    The features party can debias with E[ŷ | y] = debias_a · Φ(y) + debias_b.
-    """
-
-    name: Literal["rr_on_bins"] = "rr_on_bins"
-    epsilon: float = Field(gt=0, description="ε of the randomizer (ε₂)")
-    loss: Literal["squared", "absolute", "poisson"] = "squared"
-    outputs: list[float] = Field(description="bin values Ŷ, ascending")
-    cut_points: list[float] = Field(description="label thresholds between consecutive bins")
-    keep_probability: float = Field(description="Pr[ŷ = Φ(y)] = e^ε / (e^ε + |Ŷ| − 1)")
-    debias_a: float
-    debias_b: float
-
-
-class LaplaceSpec(_Frozen):
-    """Additive Laplace baseline (Ghazi et al. App. D), clipped to the domain.
-
-    ``variant='discrete'`` adds two-sided geometric noise on the lattice
-    low + step·j, so every output is a lattice point (Mironov 2012).
-    """
-
-    name: Literal["laplace"] = "laplace"
-    epsilon: float = Field(gt=0)
-    variant: Literal["discrete", "continuous"] = "discrete"
-    domain: LabelDomainSpec
-    step: float = Field(gt=0, description="lattice step in label units")
-    scale: float = Field(gt=0, description="noise scale b in label units (Δ/ε)")
-    clipped: bool = True
-
-
 MechanismSpec = Annotated[Union[RROnBinsSpec, LaplaceSpec], Field(discriminator="name")]
 
 
-class NoisyPrior(_Frozen):
-    """The prior used to fit the mechanism: a Laplace histogram (ε₁ > 0) or public (ε₁ = 0)."""
-
-    source: Literal["laplace_histogram", "public"] = "laplace_histogram"
-    grid: list[float]
-    probs: list[float]
-    epsilon: float = Field(ge=0)
-
-
-class EpsilonPart(_Frozen):
+class EpsilonPart(SpecModel):
     name: str
     epsilon_micro: int = Field(ge=0)
 
 
-class PrivacyAccounting(_Frozen):
+class PrivacyAccounting(SpecModel):
     """How the release's ε was spent: basic composition of the parts."""
 
     adjacency: Literal["replace-one-label"] = "replace-one-label"
@@ -96,13 +47,13 @@ class PrivacyAccounting(_Frozen):
         return self.total_epsilon_micro / 1_000_000
 
 
-class JsonPayload(_Frozen):
+class JsonPayload(SpecModel):
     format: Literal["json"] = "json"
     ids: list[str]
     labels: list[float]
 
 
-class ArrowPayload(_Frozen):
+class ArrowPayload(SpecModel):
     """Arrow IPC stream (columns ``id``: string, ``label``: float64), base64 encoded."""
 
     format: Literal["arrow"] = "arrow"
@@ -112,7 +63,7 @@ class ArrowPayload(_Frozen):
 Payload = Annotated[Union[JsonPayload, ArrowPayload], Field(discriminator="format")]
 
 
-class LabelRelease(_Frozen):
+class LabelRelease(SpecModel):
     schema_version: Literal["1"] = SCHEMA_VERSION
     release_id: str
     label_set_id: str

@@ -17,7 +17,7 @@ import numpy as np
 
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import LabelDomain, _check_epsilon, _check_labels, _two_sided_geometric
-from labeldp.schema import LaplaceSpec
+from labeldp.specs.laplace import LaplaceSpec
 
 REAL_DOMAIN_STEPS = 1024
 

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labeldp.schema import LabelDomainSpec, NoisyPrior
+from labeldp.specs.base import LabelDomainSpec, NoisyPrior
 
 MAX_INTEGER_GRID = 2048
 MIN_REAL_GRID = 16

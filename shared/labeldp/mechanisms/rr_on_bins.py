@@ -18,7 +18,7 @@ import numpy as np
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import _check_epsilon, _check_labels
 from labeldp.mechanisms.rr_on_bins_kernels import optimal_bins
-from labeldp.schema import RROnBinsSpec
+from labeldp.specs.rr_on_bins import RROnBinsSpec
 
 
 def _rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:

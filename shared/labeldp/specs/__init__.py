@@ -1,0 +1,1 @@
+"""Mechanism specs: one module per mechanism family, collected by labeldp.schema."""
