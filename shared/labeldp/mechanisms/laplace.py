@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labeldp.mechanisms.prior import LabelDomain, _check_epsilon, _check_labels, _two_sided_geometric
+from labeldp.mechanisms.checks import check_epsilon, check_labels
+from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
 from labeldp.specs.laplace import LaplaceSpec
 
 REAL_DOMAIN_STEPS = 1024
@@ -39,7 +40,7 @@ class DiscreteLaplace:
 
     def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> DiscreteLaplace:
         """Set the lattice and the noise; ``grid``/``probs`` are accepted and ignored."""
-        epsilon = _check_epsilon(self.epsilon)
+        epsilon = check_epsilon(self.epsilon)
         width = self.domain.width
         if self.step is None:
             step = 1.0 if self.domain.kind == "integer" else width / REAL_DOMAIN_STEPS
@@ -58,7 +59,7 @@ class DiscreteLaplace:
 
     def lattice_index(self, labels: np.ndarray) -> np.ndarray:
         """Index j of the nearest lattice point (labels outside the domain clip to the ends)."""
-        labels = _check_labels(labels)
+        labels = check_labels(labels)
         j = np.rint((labels - self.domain.low) / self.step_)
         return np.clip(j, 0, self.n_steps_).astype(np.int64)
 
@@ -95,7 +96,7 @@ class DiscreteLaplace:
 
     def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
         """Exact E[(ŷ − y)²] for y ~ (grid, probs)."""
-        grid = _check_labels(grid)
+        grid = check_labels(grid)
         probs = np.asarray(probs, dtype=np.float64)
         probs = probs / probs.sum()
         lattice = self.lattice_

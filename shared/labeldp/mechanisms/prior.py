@@ -15,38 +15,13 @@ from typing import Literal
 
 import numpy as np
 
+from labeldp.mechanisms.checks import check_epsilon, check_grid, check_labels
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.specs.base import LabelDomainSpec, NoisyPrior
 
 MAX_INTEGER_GRID = 2048
 MIN_REAL_GRID = 16
 MAX_REAL_GRID = 256
-
-
-def _check_epsilon(epsilon: float) -> float:
-    epsilon = float(epsilon)
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError("epsilon must be a finite number > 0")
-    return epsilon
-
-
-def _check_grid(grid: np.ndarray) -> np.ndarray:
-    """A public support: 1-D, finite, strictly increasing float64."""
-    grid = np.ascontiguousarray(grid, dtype=np.float64)
-    if grid.ndim != 1 or grid.size == 0:
-        raise ValueError("grid must be a non-empty 1-D array")
-    if not np.all(np.isfinite(grid)):
-        raise ValueError("grid must be finite")
-    if np.any(np.diff(grid) <= 0):
-        raise ValueError("grid must be strictly increasing")
-    return grid
-
-
-def _check_labels(labels: np.ndarray) -> np.ndarray:
-    labels = np.asarray(labels, dtype=np.float64)
-    if not np.all(np.isfinite(labels)):
-        raise ValueError("labels must be finite")
-    return labels
 
 
 @dataclass(frozen=True)
@@ -115,7 +90,7 @@ def snap_to_grid(labels: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
     ``grid`` must be sorted ascending; labels outside it snap to the end points.
     """
-    labels = _check_labels(labels)
+    labels = check_labels(labels)
     grid = np.asarray(grid, dtype=np.float64)
     if grid.size == 1:
         return np.zeros(labels.shape, dtype=np.int64)
@@ -163,8 +138,8 @@ class LaplaceHistogramPrior:
 
     def fit(self, labels: np.ndarray, rng: np.random.Generator) -> LaplaceHistogramPrior:
         """Release noisy counts of ``labels`` on the grid; sets ``noisy_counts_``, ``probs_``."""
-        epsilon = _check_epsilon(self.epsilon)
-        grid = _check_grid(self.grid)
+        epsilon = check_epsilon(self.epsilon)
+        grid = check_grid(self.grid)
         log_alpha = -epsilon / 2.0
         noisy = np.bincount(snap_to_grid(labels, grid).ravel(), minlength=grid.size).astype(np.int64)
         noisy += _two_sided_geometric(log_alpha, grid.size, rng)
@@ -192,7 +167,7 @@ class LaplaceHistogramPrior:
         )
 
     def to_spec(self) -> NoisyPrior:
-        grid = _check_grid(self.grid)
+        grid = check_grid(self.grid)
         return NoisyPrior(
             source="laplace_histogram",
             grid=grid.tolist(),

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labeldp.mechanisms.prior import _check_epsilon, _check_labels
+from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.rr_on_bins_kernels import optimal_bins
 from labeldp.specs.rr_on_bins import RROnBinsSpec
 
@@ -45,7 +45,7 @@ class RROnBins:
 
     def fit(self, grid: np.ndarray, probs: np.ndarray) -> RROnBins:
         """Choose bins and outputs minimizing E[(ŷ − y)²] under the prior (grid, probs)."""
-        epsilon = _check_epsilon(self.epsilon)
+        epsilon = check_epsilon(self.epsilon)
         grid = np.ascontiguousarray(grid, dtype=np.float64)
         _, outputs, _ = optimal_bins(grid, probs, epsilon)
         self._set_outputs(epsilon, outputs)
@@ -73,12 +73,12 @@ class RROnBins:
     def from_spec(cls, spec: RROnBinsSpec) -> RROnBins:
         """Rebuild the public mechanism from its wire form (no grid: ``grid_`` stays unset)."""
         mech = cls(spec.epsilon, spec.loss)  # type: ignore[arg-type]
-        mech._set_outputs(_check_epsilon(spec.epsilon), np.asarray(spec.outputs, dtype=np.float64))
+        mech._set_outputs(check_epsilon(spec.epsilon), np.asarray(spec.outputs, dtype=np.float64))
         return mech
 
     def bin_index(self, labels: np.ndarray) -> np.ndarray:
         """Φ as a bin index (int64): the nearest output, found by the cut points."""
-        labels = _check_labels(labels)
+        labels = check_labels(labels)
         return np.searchsorted(self.cut_points_, labels, side="left").astype(np.int64)
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -100,7 +100,7 @@ class RROnBins:
 
     def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
         """Exact E[(ŷ − y)²] for y ~ (grid, probs) under the fitted Φ and outputs."""
-        grid = _check_labels(grid)
+        grid = check_labels(grid)
         probs = np.asarray(probs, dtype=np.float64)
         probs = probs / probs.sum()
         sq = (self.outputs_[None, :] - grid[:, None]) ** 2
