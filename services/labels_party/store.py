@@ -34,6 +34,7 @@ class LabelSetRow(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     label_type: Mapped[str] = mapped_column(String(16))
+    classes_json: Mapped[str | None] = mapped_column(Text, nullable=True)  # categorical sets only
     domain_low: Mapped[float] = mapped_column(Float)
     domain_high: Mapped[float] = mapped_column(Float)
     budget_micro: Mapped[int] = mapped_column(BigInteger)
@@ -43,7 +44,10 @@ class LabelSetRow(Base):
 
 
 class LabelRow(Base):
-    """One declared example id; ``value`` stays NULL until a label is uploaded."""
+    """One declared example id; ``value`` stays NULL until a label is uploaded.
+
+    Categorical labels are stored as the class index (0..K−1).
+    """
 
     __tablename__ = "labels"
 

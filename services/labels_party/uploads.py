@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.http_api import ApiError
 
-from .label_sets import load_label_set
+from .label_sets import class_names, load_label_set
 from .store import LabelRow, UploadRow
 
 MAX_REPORTED_ERRORS = 100
@@ -134,8 +134,13 @@ def validate_rows(
     label_type: str,
     low: float,
     high: float,
+    classes: list[str] | None = None,
 ) -> tuple[list[tuple[str, float]], list[dict[str, Any]]]:
-    """(accepted id/value pairs, row errors). ``declared`` maps id -> already labeled."""
+    """(accepted id/value pairs, row errors). ``declared`` maps id -> already labeled.
+
+    Categorical labels are class names; they are stored as class indices.
+    """
+    class_index = None if classes is None else {c: float(k) for k, c in enumerate(classes)}
     errors: list[dict[str, Any]] = []
     accepted: list[tuple[str, float]] = []
     seen: set[str] = set()
@@ -156,6 +161,13 @@ def validate_rows(
             continue
         if declared[row.id]:
             fail(row, "already_labeled", "id already has a label")
+            continue
+        if class_index is not None:
+            key = row.value if isinstance(row.value, str) else None
+            if key is None or key not in class_index:
+                fail(row, "unknown_class", "label is not one of the label set's classes")
+                continue
+            accepted.append((row.id, class_index[key]))
             continue
         value = _as_float(row.value)
         if value is None:
@@ -224,7 +236,12 @@ def upload_labels(
             ).all()
         )
         accepted, errors = validate_rows(
-            rows, declared=declared, label_type=ls.label_type, low=ls.domain_low, high=ls.domain_high
+            rows,
+            declared=declared,
+            label_type=ls.label_type,
+            low=ls.domain_low,
+            high=ls.domain_high,
+            classes=class_names(ls),
         )
         if errors:
             raise ApiError(
