@@ -1,0 +1,1 @@
+"""Benchmark library behind ``labeldp bench``: data sets, protocol runner, tables and plots."""
