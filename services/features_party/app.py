@@ -202,11 +202,11 @@ def _api_router(ctx: AppContext) -> APIRouter:
     @router.get("/models/{model_id}")
     def get_model(model_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
-            return models.model_card(models.get_model(session, model_id))
+            row = models.get_model(session, model_id)
+            return models.model_card(row, session.get(store.Training, row.training_id))
 
     @router.post("/models/{model_id}/predict")
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:
-        predictions = models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
-        return {"predictions": predictions}
+        return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
 
     return router

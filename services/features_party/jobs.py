@@ -5,6 +5,10 @@ the bottleneck, not concurrency). Progress is written to the database after ever
 epoch so ``GET /v1/trainings/{id}`` shows it while the job runs. Error messages
 stored on a failed training are written by this module, never copied from an
 exception, so they can carry no label value or feature row.
+
+The release's mechanism spec decides the task: a spec that declares ``classes``
+makes the label column class indices and the job trains a classifier (optionally
+with forward loss correction by the spec's transition matrix); otherwise a regressor.
 """
 
 from __future__ import annotations
@@ -17,12 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, store
-from features_party.training import EpochReport, TrainingConfig, fit_regressor, resolve_device
+from features_party.training import (
+    CLASSIFICATION,
+    EpochReport,
+    LabelTask,
+    TrainedModel,
+    TrainingConfig,
+    check_transition_matrix,
+    fit_classifier,
+    fit_regressor,
+    resolve_device,
+    to_class_indices,
+)
 from labeldp.http_api import ApiError
 
 log = logging.getLogger("labeldp.features")
@@ -44,6 +61,11 @@ class TrainingRequest(BaseModel):
     weight_decay: float = Field(1e-4, ge=0, le=10)
     validation_fraction: float = Field(0.1, ge=0, lt=0.5)
     seed: int | None = Field(None, ge=0, lt=2**63)
+    forward_correction: bool = Field(
+        False,
+        description="categorical releases whose spec carries a transition_matrix: train with the forward-"
+        "corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
+    )
 
 
 class TrainingInterrupted(Exception):
@@ -57,6 +79,8 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
         table_name = request.feature_table or release.feature_table
         if session.get(store.FeatureTable, table_name) is None:
             raise ApiError(422, "unknown_feature_table", "no such feature table")
+        if request.forward_correction:
+            _check_forward_correction(LabelTask.of(release.mechanism))
         training_id = uuid.uuid4().hex
         session.add(
             store.Training(
@@ -72,6 +96,51 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
         )
     log.info("training %s queued for release %s", training_id, request.release_id)
     return training_id
+
+
+def _check_forward_correction(task: LabelTask) -> None:
+    """Forward correction needs a categorical release whose spec states its transition matrix."""
+    if task.task != CLASSIFICATION or task.transition_matrix is None:
+        raise ApiError(
+            422,
+            "forward_correction_unavailable",
+            "forward_correction needs a categorical release whose mechanism spec carries a transition_matrix",
+        )
+    try:
+        check_transition_matrix(task.transition_matrix, task.n_classes)
+    except ValueError:
+        k = task.n_classes
+        raise ApiError(422, "invalid_transition_matrix", f"transition_matrix must be {k}x{k} and row-stochastic") from None
+
+
+def fit_for_release(
+    task: LabelTask,
+    features: pa.Table,
+    labels: np.ndarray,
+    config: TrainingConfig,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+    *,
+    forward_correction: bool = False,
+) -> TrainedModel:
+    """Train the model the release's labels call for: a regressor, or a classifier over its classes."""
+    if task.task != CLASSIFICATION:
+        if forward_correction:
+            _check_forward_correction(task)
+        return fit_regressor(features, labels, config, on_epoch)
+    if task.n_classes < 2:
+        raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
+    try:
+        indices = to_class_indices(labels, task.n_classes)
+    except ValueError:
+        message = f"labels of a categorical release must be class indices 0..{task.n_classes - 1}"
+        raise ApiError(422, "invalid_class_labels", message) from None
+    matrix = None
+    if forward_correction:
+        _check_forward_correction(task)
+        matrix = task.transition_matrix
+    return fit_classifier(
+        features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix
+    )
 
 
 def get_training(session: Session, training_id: str) -> store.Training:
@@ -141,14 +210,16 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         if row is None or row.status != QUEUED:
             return
         row.status, row.started_at, row.device = RUNNING, store.utcnow(), device
-        config = TrainingConfig(**row.config, device=device, threads=ctx.threads)
+        options = dict(row.config)
+        forward_correction = bool(options.pop("forward_correction", False))
+        config = TrainingConfig(**options, device=device, threads=ctx.threads)
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
     log.info("training %s started on %s", training_id, device)
     history: list[dict[str, Any]] = []
 
     def on_epoch(report: EpochReport) -> None:
-        history.append({"epoch": report.epoch, "train_loss": report.train_loss, "val_loss": report.val_loss})
+        history.append(report.as_history())
         with ctx.session_factory.begin() as s:
             s.execute(
                 update(store.Training)
@@ -173,11 +244,12 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
                 "accounting": release.accounting,
                 "feature_table": table_row.name,
             }
+            task = LabelTask.of(release.mechanism)
             table = feature_tables.read_table(ctx.data_dir, table_row)
             id_column = table_row.id_column
         features = feature_tables.select_rows(table, id_column, ids)
         del table
-        trained = fit_regressor(features, labels, config, on_epoch)
+        trained = fit_for_release(task, features, labels, config, on_epoch, forward_correction=forward_correction)
 
         model_id = uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"

@@ -1,5 +1,8 @@
 """Trained models: their cards (what a model is and what privacy it was trained under)
 and predictions, by ids of the model's feature table or by explicit rows.
+
+A model is a regressor or, for a release whose mechanism declares ``classes``, a
+classifier; the card and the prediction response say which.
 """
 
 from __future__ import annotations
@@ -9,13 +12,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
-from features_party.training import TrainedRegressor
+from features_party.training import CLASSIFICATION, LabelTask, TrainedClassifier, TrainedModel, load_model
 from labeldp.http_api import ApiError
 
 MAX_PREDICT_ROWS = 1_000_000
@@ -37,9 +39,28 @@ def get_model(session: Session, model_id: str) -> store.Model:
     return row
 
 
-def model_card(row: store.Model) -> dict[str, Any]:
-    """Everything needed to judge a model: its data, its privacy cost, its fit."""
+def model_card(row: store.Model, training: store.Training | None = None) -> dict[str, Any]:
+    """Everything needed to judge a model: its task, its data, its privacy cost, its fit.
+
+    The task and classes follow from the release's mechanism spec (as training chose
+    them); classification accuracies come from the training's last history entry.
+    """
+    task = LabelTask.of(row.mechanism_spec)
+    metrics: dict[str, Any] = {"train_loss": row.train_loss, "val_loss": row.val_loss}
+    note = "MSE against privatized labels"
+    if task.task == CLASSIFICATION:
+        last = (training.history or [{}])[-1] if training is not None else {}
+        metrics["train_accuracy"] = last.get("train_accuracy")
+        metrics["val_accuracy"] = last.get("val_accuracy")
+        corrected = bool(training is not None and (training.config or {}).get("forward_correction"))
+        note = (
+            "cross-entropy (nats) of the privatized labels"
+            + (" under softmax(f)·T (forward correction)" if corrected else "")
+            + "; accuracy of the predicted class against privatized labels"
+        )
     return {
+        "task": task.task,
+        "classes": list(task.classes) if task.classes is not None else None,
         "model_id": row.model_id,
         "training_id": row.training_id,
         "release_id": row.release_id,
@@ -51,8 +72,8 @@ def model_card(row: store.Model) -> dict[str, Any]:
         "accounting": row.accounting,
         "n_train": row.n_train,
         "n_validation": row.n_validation,
-        "metrics": {"train_loss": row.train_loss, "val_loss": row.val_loss},
-        "metrics_note": "MSE against privatized labels",
+        "metrics": metrics,
+        "metrics_note": note,
         "device": row.device,
         "epochs": row.epochs,
         "created_at": store.iso(row.created_at),
@@ -67,15 +88,15 @@ class ModelCache:
         self.data_dir = Path(data_dir)
         self.device = device
         self.size = size
-        self._models: OrderedDict[str, TrainedRegressor] = OrderedDict()
+        self._models: OrderedDict[str, TrainedModel] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, row: store.Model) -> TrainedRegressor:
+    def get(self, row: store.Model) -> TrainedModel:
         with self._lock:
             if row.model_id in self._models:
                 self._models.move_to_end(row.model_id)
                 return self._models[row.model_id]
-        model = TrainedRegressor.load(self.data_dir / row.path, device=self.device)
+        model = load_model(self.data_dir / row.path, device=self.device)
         with self._lock:
             self._models[row.model_id] = model
             while len(self._models) > self.size:
@@ -83,7 +104,7 @@ class ModelCache:
         return model
 
 
-def rows_to_table(rows: list[dict[str, Any]], model: TrainedRegressor, allowed_extra: set[str]) -> pa.Table:
+def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra: set[str]) -> pa.Table:
     """Explicit rows -> an Arrow table of the model's columns; absent values become nulls."""
     pre = model.preprocessor_
     known = set(pre.numeric_columns) | set(pre.categorical_columns) | allowed_extra
@@ -133,8 +154,12 @@ def predict(
     cache: ModelCache,
     model_id: str,
     request: PredictRequest,
-) -> list[float]:
-    """Predictions in label units, one per requested id or row, in request order."""
+) -> dict[str, Any]:
+    """One prediction per requested id or row, in request order.
+
+    Regressor: ``{"predictions": [label units]}``. Classifier: ``{"predictions":
+    [class names], "probabilities": [[one per class]], "classes": [names in index order]}``.
+    """
     if (request.ids is None) == (request.rows is None):
         raise ApiError(422, "invalid_request", "give exactly one of ids or rows")
     n = len(request.ids if request.ids is not None else request.rows or [])
@@ -145,11 +170,18 @@ def predict(
         table_row = feature_tables.get_feature_table(session, row.feature_table)
     model = cache.get(row)
     if n == 0:
-        return []
+        return _response(model, rows_to_table([], model, set()))
     if request.ids is not None:
         table = feature_tables.read_table(data_dir, table_row)
         features = feature_tables.select_rows(table, table_row.id_column, request.ids)
     else:
         features = rows_to_table(request.rows or [], model, {table_row.id_column})
-    predictions: np.ndarray = model.predict(features)
-    return predictions.tolist()
+    return _response(model, features)
+
+
+def _response(model: TrainedModel, features: pa.Table) -> dict[str, Any]:
+    if isinstance(model, TrainedClassifier):
+        probabilities = model.predict_proba(features)
+        names = [model.classes_[i] for i in probabilities.argmax(axis=1)]
+        return {"predictions": names, "probabilities": probabilities.tolist(), "classes": list(model.classes_)}
+    return {"predictions": model.predict(features).tolist()}

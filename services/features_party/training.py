@@ -1,9 +1,15 @@
-"""Regression on features and (privatized) labels: plain functions, no HTTP, no database.
+"""Regression and classification on features and (privatized) labels: plain functions,
+no HTTP, no database.
 
 The service's training jobs and the demo's non-private baseline call the same
-:func:`fit_regressor`, so a comparison between them differs only in the labels.
-Targets are standardized internally for a well-conditioned optimization; every
-loss that is reported (per epoch and in model cards) is MSE in label units.
+:func:`fit_regressor` / :func:`fit_classifier`, so a comparison between them differs
+only in the labels. Both tasks share one MLP body and one training loop; they
+differ only in the head's width and the loss (:class:`_Objective`).
+
+Regression targets are standardized internally for a well-conditioned
+optimization; every regression loss that is reported (per epoch and in model
+cards) is MSE in label units. Classification reports cross-entropy in nats and
+accuracy, both against the privatized labels it was trained on.
 """
 
 from __future__ import annotations
@@ -12,20 +18,25 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 EMBEDDING_DIM = 8
 HIDDEN = (128, 64)
 PREDICT_CHUNK = 65_536
 FORMAT_VERSION = 1
+REGRESSION, CLASSIFICATION = "regression", "classification"
+Task = Literal["regression", "classification"]
+_LOG_FLOOR = 1e-12  # forward correction: log(p·T) never sees an exact zero
 
 
 @dataclass
@@ -42,13 +53,29 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class EpochReport:
-    """What one finished epoch reports: losses are MSE in label units."""
+    """What one finished epoch reports.
+
+    Regression: losses are MSE in label units, accuracies are ``None``.
+    Classification: losses are cross-entropy (nats) against the privatized labels
+    (with forward correction: of the privatized-label model softmax(f)·T), and
+    accuracies compare the predicted class (argmax of softmax(f)) with them.
+    """
 
     epoch: int
     epochs: int
     train_loss: float
     val_loss: float | None
     seconds: float
+    train_accuracy: float | None = None
+    val_accuracy: float | None = None
+
+    def as_history(self) -> dict[str, Any]:
+        """One history entry; regression entries keep their original three keys."""
+        entry: dict[str, Any] = {"epoch": self.epoch, "train_loss": self.train_loss, "val_loss": self.val_loss}
+        if self.train_accuracy is not None:
+            entry["train_accuracy"] = self.train_accuracy
+            entry["val_accuracy"] = self.val_accuracy
+        return entry
 
 
 def resolve_device(requested: str) -> str:
@@ -59,6 +86,71 @@ def resolve_device(requested: str) -> str:
     if requested in ("auto", "cuda") and torch.cuda.is_available():
         return "cuda"
     return "cpu"
+
+
+# --------------------------------------------------------------------------- what a release's labels are
+
+
+@dataclass(frozen=True)
+class LabelTask:
+    """What a release's mechanism spec says about its label column.
+
+    A spec with a ``classes`` list is categorical: the label column holds class
+    indices 0..K-1 (as float64) and the features party trains a classifier.
+    ``transition_matrix`` (if the spec carries one) is P(released j | true i),
+    row i, column j; it enables forward loss correction.
+    """
+
+    task: Task
+    classes: tuple[str, ...] | None = None
+    transition_matrix: tuple[tuple[float, ...], ...] | None = None
+
+    @classmethod
+    def of(cls, spec: Any) -> "LabelTask":
+        """From a spec object or its JSON dict (as stored with a release); generic over mechanisms."""
+        classes = _field(spec, "classes")
+        if not isinstance(classes, (list, tuple)):
+            return cls(REGRESSION)
+        matrix = _field(spec, "transition_matrix")
+        if matrix is not None:
+            matrix = tuple(tuple(float(v) for v in row) for row in matrix)
+        return cls(CLASSIFICATION, tuple(str(c) for c in classes), matrix)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes or ())
+
+
+def _field(spec: Any, name: str) -> Any:
+    if isinstance(spec, Mapping):
+        return spec.get(name)
+    return getattr(spec, name, None)
+
+
+def check_transition_matrix(matrix: Any, n_classes: int, atol: float = 1e-6) -> np.ndarray:
+    """A K×K row-stochastic matrix as float64, or ValueError (the message quotes no entries)."""
+    t = np.asarray(matrix, dtype=np.float64)
+    if t.shape != (n_classes, n_classes):
+        raise ValueError(f"transition_matrix must be {n_classes}x{n_classes}")
+    if not np.all(np.isfinite(t)) or np.any(t < 0) or np.any(t > 1):
+        raise ValueError("transition_matrix entries must be probabilities")
+    if not np.allclose(t.sum(axis=1), 1.0, rtol=0, atol=atol):
+        raise ValueError("transition_matrix rows must sum to 1")
+    return t
+
+
+def to_class_indices(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    """Float64 labels that must be exact class indices 0..K-1 -> int64 (ValueError otherwise)."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if labels.ndim != 1:
+        raise ValueError("class labels must be one-dimensional")
+    valid = np.isfinite(labels) & (labels == np.round(labels)) & (labels >= 0) & (labels < n_classes)
+    if not np.all(valid):
+        raise ValueError(f"class labels must be integers in [0, {n_classes})")
+    return labels.astype(np.int64)
+
+
+# --------------------------------------------------------------------------- features
 
 
 def _is_numeric(dtype: pa.DataType) -> bool:
@@ -142,10 +234,15 @@ def _float_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
-class MLPRegressor(nn.Module):
-    """Embeddings (8 per categorical column) + standardized numerics -> 128 -> 64 -> 1."""
+# --------------------------------------------------------------------------- networks
 
-    def __init__(self, n_numeric: int, vocab_sizes: list[int], embedding_dim: int = EMBEDDING_DIM) -> None:
+
+class MLP(nn.Module):
+    """Embeddings (8 per categorical column) + standardized numerics -> 128 -> 64 -> ``out_features``."""
+
+    def __init__(
+        self, n_numeric: int, vocab_sizes: list[int], out_features: int = 1, embedding_dim: int = EMBEDDING_DIM
+    ) -> None:
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(size + 1, embedding_dim) for size in vocab_sizes)
         width = n_numeric + embedding_dim * len(vocab_sizes)
@@ -154,31 +251,59 @@ class MLPRegressor(nn.Module):
             nn.ReLU(),
             nn.Linear(HIDDEN[0], HIDDEN[1]),
             nn.ReLU(),
-            nn.Linear(HIDDEN[1], 1),
+            nn.Linear(HIDDEN[1], out_features),
         )
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         parts = [numeric] + [emb(categorical[:, j]) for j, emb in enumerate(self.embeddings)]
-        return self.body(torch.cat(parts, dim=1)).squeeze(1)
+        return self.body(torch.cat(parts, dim=1))
 
 
-def describe_architecture(n_numeric: int, vocab_sizes: list[int]) -> str:
+class MLPRegressor(MLP):
+    """The MLP with one output, returned as shape (n,)."""
+
+    def __init__(self, n_numeric: int, vocab_sizes: list[int], embedding_dim: int = EMBEDDING_DIM) -> None:
+        super().__init__(n_numeric, vocab_sizes, 1, embedding_dim)
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        return super().forward(numeric, categorical).squeeze(1)
+
+
+class MLPClassifier(MLP):
+    """The same MLP with a K-way head; returns logits (n, K) (softmax is applied by the loss and predict)."""
+
+    def __init__(
+        self, n_numeric: int, vocab_sizes: list[int], n_classes: int, embedding_dim: int = EMBEDDING_DIM
+    ) -> None:
+        super().__init__(n_numeric, vocab_sizes, n_classes, embedding_dim)
+        self.n_classes = n_classes
+
+
+def describe_architecture(n_numeric: int, vocab_sizes: list[int], head: str = "Linear 1; Adam, MSE") -> str:
     return (
         f"MLP: {n_numeric} standardized numeric + {len(vocab_sizes)} categorical "
         f"(Embedding(vocab+1, {EMBEDDING_DIM}) each) -> Linear {HIDDEN[0]} -> ReLU -> "
-        f"Linear {HIDDEN[1]} -> ReLU -> Linear 1; Adam, MSE"
+        f"Linear {HIDDEN[1]} -> ReLU -> {head}"
     )
 
 
-class TrainedRegressor:
-    """A fitted model with its preprocessor; predicts in label units."""
+def _classifier_head(n_classes: int, corrected: bool) -> str:
+    loss = "cross-entropy with forward correction (log(softmax·T))" if corrected else "cross-entropy"
+    return f"Linear {n_classes} -> softmax; Adam, {loss}"
+
+
+# --------------------------------------------------------------------------- trained models
+
+
+class _TrainedMLP:
+    """What both trained models share: the network, its preprocessor, how it was trained, persistence."""
+
+    task: Task
 
     def __init__(
         self,
-        model: MLPRegressor,
+        model: MLP,
         preprocessor: Preprocessor,
-        target_mean: float,
-        target_std: float,
         *,
         device: str,
         history: list[dict[str, Any]],
@@ -188,13 +313,93 @@ class TrainedRegressor:
     ) -> None:
         self.model_ = model
         self.preprocessor_ = preprocessor
-        self.target_mean_ = target_mean
-        self.target_std_ = target_std
         self.device_ = device
         self.history_ = history
         self.n_train_ = n_train
         self.n_validation_ = n_validation
         self.config_ = config or {}
+
+    def _outputs(self, table: pa.Table) -> np.ndarray:
+        """The network's raw outputs (float64), in chunks so large tables fit on the device."""
+        numeric, categorical = self.preprocessor_.transform(table)
+        device = next(self.model_.parameters()).device
+        chunks = []
+        self.model_.eval()
+        with torch.no_grad():
+            for start in range(0, table.num_rows, PREDICT_CHUNK):
+                stop = start + PREDICT_CHUNK
+                x = torch.from_numpy(numeric[start:stop]).to(device)
+                c = torch.from_numpy(categorical[start:stop]).to(device)
+                chunks.append(self.model_(x, c).double().cpu().numpy())
+        return np.concatenate(chunks) if chunks else np.empty((0,))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "task": self.task,
+            "state_dict": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
+            "preprocessor": self.preprocessor_.to_dict(),
+            "device": self.device_,
+            "history": self.history_,
+            "n_train": self.n_train_,
+            "n_validation": self.n_validation_,
+            "config": self.config_,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Atomic write of weights, preprocessor and metadata (plain types only)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self._state(), tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu") -> Self:
+        """Load with ``weights_only=True``: a model file cannot run code."""
+        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+        if state.get("task", REGRESSION) != cls.task:
+            raise ValueError(f"not a {cls.task} model file")
+        return cls._from_state(state, device)
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any], device: str) -> Self:
+        raise NotImplementedError
+
+    @staticmethod
+    def _common(state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "device": state["device"],
+            "history": state["history"],
+            "n_train": int(state["n_train"]),
+            "n_validation": int(state["n_validation"]),
+            "config": state.get("config"),
+        }
+
+    @staticmethod
+    def _restore(model: MLP, state: dict[str, Any], device: str) -> MLP:
+        model.load_state_dict(state["state_dict"])
+        model.to(resolve_device(device))
+        model.eval()
+        return model
+
+
+class TrainedRegressor(_TrainedMLP):
+    """A fitted regression model with its preprocessor; predicts in label units."""
+
+    task: Task = REGRESSION
+
+    def __init__(
+        self,
+        model: MLPRegressor,
+        preprocessor: Preprocessor,
+        target_mean: float,
+        target_std: float,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, preprocessor, **kwargs)
+        self.target_mean_ = target_mean
+        self.target_std_ = target_std
 
     @property
     def architecture(self) -> str:
@@ -202,58 +407,111 @@ class TrainedRegressor:
 
     def predict(self, table: pa.Table) -> np.ndarray:
         """Predictions for the rows of ``table`` (missing columns count as missing values)."""
-        numeric, categorical = self.preprocessor_.transform(table)
-        device = next(self.model_.parameters()).device
-        out = np.empty(table.num_rows, dtype=np.float64)
-        self.model_.eval()
-        with torch.no_grad():
-            for start in range(0, table.num_rows, PREDICT_CHUNK):
-                stop = start + PREDICT_CHUNK
-                x = torch.from_numpy(numeric[start:stop]).to(device)
-                c = torch.from_numpy(categorical[start:stop]).to(device)
-                out[start:stop] = self.model_(x, c).double().cpu().numpy()
-        return out * self.target_std_ + self.target_mean_
+        return self._outputs(table) * self.target_std_ + self.target_mean_
 
-    def save(self, path: str | Path) -> None:
-        """Atomic write of weights, preprocessor and metadata (plain types only)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        state = {
-            "format": FORMAT_VERSION,
-            "state_dict": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
-            "preprocessor": self.preprocessor_.to_dict(),
-            "target_mean": self.target_mean_,
-            "target_std": self.target_std_,
-            "device": self.device_,
-            "history": self.history_,
-            "n_train": self.n_train_,
-            "n_validation": self.n_validation_,
-            "config": self.config_,
-        }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "target_mean": self.target_mean_, "target_std": self.target_std_}
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "cpu") -> "TrainedRegressor":
-        """Load with ``weights_only=True``: a model file cannot run code."""
-        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    def _from_state(cls, state: dict[str, Any], device: str) -> "TrainedRegressor":
         pre = Preprocessor.from_dict(state["preprocessor"])
-        model = MLPRegressor(len(pre.numeric_columns), pre.vocab_sizes)
-        model.load_state_dict(state["state_dict"])
-        model.to(resolve_device(device))
-        model.eval()
-        return cls(
-            model,
-            pre,
-            float(state["target_mean"]),
-            float(state["target_std"]),
-            device=state["device"],
-            history=state["history"],
-            n_train=int(state["n_train"]),
-            n_validation=int(state["n_validation"]),
-            config=state.get("config"),
-        )
+        model = cls._restore(MLPRegressor(len(pre.numeric_columns), pre.vocab_sizes), state, device)
+        return cls(model, pre, float(state["target_mean"]), float(state["target_std"]), **cls._common(state))
+
+
+class TrainedClassifier(_TrainedMLP):
+    """A fitted classifier: ``predict_proba`` gives P(class | features), ``predict`` the most likely class name.
+
+    With forward correction these are probabilities of the *true* class: the
+    correction only changes how the privatized labels entered the loss.
+    """
+
+    task: Task = CLASSIFICATION
+
+    def __init__(self, model: MLPClassifier, preprocessor: Preprocessor, classes: list[str], **kwargs: Any) -> None:
+        super().__init__(model, preprocessor, **kwargs)
+        self.classes_ = [str(c) for c in classes]
+
+    @property
+    def forward_correction(self) -> bool:
+        return self.config_.get("transition_matrix") is not None
+
+    @property
+    def architecture(self) -> str:
+        head = _classifier_head(len(self.classes_), self.forward_correction)
+        return describe_architecture(len(self.preprocessor_.numeric_columns), self.preprocessor_.vocab_sizes, head)
+
+    def predict_proba(self, table: pa.Table) -> np.ndarray:
+        """(n, K) float64 class probabilities; each row sums to 1 (softmax taken in float64)."""
+        logits = self._outputs(table).reshape(table.num_rows, len(self.classes_))
+        logits -= logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        return probs / probs.sum(axis=1, keepdims=True)
+
+    def predict(self, table: pa.Table) -> np.ndarray:
+        """The most likely class name per row (sklearn's convention: labels, not indices)."""
+        return np.asarray(self.classes_, dtype=object)[self.predict_proba(table).argmax(axis=1)]
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "classes": list(self.classes_)}
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any], device: str) -> "TrainedClassifier":
+        pre = Preprocessor.from_dict(state["preprocessor"])
+        classes = list(state["classes"])
+        model = cls._restore(MLPClassifier(len(pre.numeric_columns), pre.vocab_sizes, len(classes)), state, device)
+        return cls(model, pre, classes, **cls._common(state))
+
+
+TrainedModel = TrainedRegressor | TrainedClassifier
+
+
+def load_model(path: str | Path, device: str = "cpu") -> TrainedModel:
+    """Either kind of model file, ``weights_only=True`` (files from before classifiers are regressors)."""
+    state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    kind = TrainedClassifier if state.get("task", REGRESSION) == CLASSIFICATION else TrainedRegressor
+    return kind._from_state(state, device)
+
+
+# --------------------------------------------------------------------------- the shared training loop
+
+
+@dataclass(frozen=True)
+class _Objective:
+    """What differs between the tasks: the network's head, the per-row loss, how losses are reported."""
+
+    network: Callable[[int, list[int]], MLP]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # per-row losses
+    loss_scale: float = 1.0  # reported loss = mean loss × this (label units for regression)
+    accuracy: bool = False
+
+
+def _squared_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (out - y) ** 2
+
+
+def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, y, reduction="none")
+
+
+def _forward_corrected(transition: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Patrini et al. 2017: model the privatized label as softmax(f(x))·T, so f learns the true class."""
+
+    def loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        noisy = torch.softmax(logits, dim=1) @ transition
+        return F.nll_loss(torch.log(noisy.clamp_min(_LOG_FLOOR)), y, reduction="none")
+
+    return loss
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Decided before any target is looked at: seed, device, which rows train and which validate."""
+
+    seed: int
+    device: str
+    train_idx: np.ndarray
+    val_idx: np.ndarray
 
 
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -264,6 +522,118 @@ def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarra
         n_val = min(max(n_val, 1), n - 1)
     order = rng.permutation(n)
     return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def _plan(n_rows: int, config: TrainingConfig) -> _Plan:
+    if config.epochs < 1 or config.batch_size < 1:
+        raise ValueError("epochs and batch_size must be positive")
+    if not 0 <= config.validation_fraction < 1:
+        raise ValueError("validation_fraction must be in [0, 1)")
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    seed = config.seed if config.seed is not None else secrets.randbits(63)
+    train_idx, val_idx = _split(n_rows, config.validation_fraction, np.random.default_rng(seed))
+    return _Plan(seed, resolve_device(config.device), train_idx, val_idx)
+
+
+@dataclass
+class _Fitted:
+    model: MLP
+    preprocessor: Preprocessor
+    history: list[dict[str, Any]]
+    n_train: int
+    n_validation: int
+    config: dict[str, Any]
+
+    def trained(self, plan: _Plan) -> dict[str, Any]:
+        """The keyword arguments every trained model takes."""
+        return {
+            "device": plan.device,
+            "history": self.history,
+            "n_train": self.n_train,
+            "n_validation": self.n_validation,
+            "config": self.config,
+        }
+
+
+def _fit(
+    table: pa.Table,
+    targets: np.ndarray,
+    objective: _Objective,
+    config: TrainingConfig,
+    plan: _Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> _Fitted:
+    """Fit the preprocessor on training rows, run Adam for ``config.epochs``, report every epoch.
+
+    ``targets`` has one entry per row of ``table``, already in the form the loss takes.
+    """
+    device = plan.device
+    train_table = table.take(pa.array(plan.train_idx))
+    pre = Preprocessor.fit(train_table)
+
+    def tensors(idx: np.ndarray, part: pa.Table | None = None) -> tuple[torch.Tensor, ...]:
+        num, cat = pre.transform(part if part is not None else table.take(pa.array(idx)))
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in (num, cat, targets[idx]))
+
+    x_tr, c_tr, y_tr = tensors(plan.train_idx, train_table)
+    validation = tensors(plan.val_idx) if len(plan.val_idx) else None
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    shuffle = torch.Generator().manual_seed(plan.seed)
+    history: list[dict[str, Any]] = []
+    n_train = len(plan.train_idx)
+
+    for epoch in range(1, config.epochs + 1):
+        started = time.perf_counter()
+        model.train()
+        order = torch.randperm(n_train, generator=shuffle).to(device)
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        for start in range(0, n_train, config.batch_size):
+            batch = order[start : start + config.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            out = model(x_tr[batch], c_tr[batch])
+            loss = objective.loss(out, y_tr[batch]).mean()
+            loss.backward()
+            optimizer.step()
+            total += loss.detach().double() * len(batch)
+            if objective.accuracy:
+                correct += (out.detach().argmax(dim=1) == y_tr[batch]).sum()
+        train_loss = float(total.item()) / n_train * objective.loss_scale
+        train_acc = float(correct.item()) / n_train if objective.accuracy else None
+        val_loss, val_acc = _evaluate(model, objective, *validation) if validation is not None else (None, None)
+        elapsed = time.perf_counter() - started
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc)
+        history.append(report.as_history())
+        if on_epoch is not None:
+            on_epoch(report)
+
+    model.eval()
+    return _Fitted(model, pre, history, n_train, len(plan.val_idx), {**asdict(config), "seed": plan.seed})
+
+
+def _evaluate(
+    model: MLP, objective: _Objective, x: torch.Tensor, c: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float | None]:
+    """Mean reported loss and (classification) accuracy over held-out rows, in chunks."""
+    model.eval()
+    total, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(y), PREDICT_CHUNK):
+            stop = start + PREDICT_CHUNK
+            out = model(x[start:stop], c[start:stop])
+            total += float(objective.loss(out, y[start:stop]).double().sum().item())
+            if objective.accuracy:
+                correct += int((out.argmax(dim=1) == y[start:stop]).sum().item())
+    accuracy = correct / len(y) if objective.accuracy else None
+    return total / len(y) * objective.loss_scale, accuracy
+
+
+# --------------------------------------------------------------------------- public entry points
 
 
 def fit_regressor(
@@ -283,81 +653,49 @@ def fit_regressor(
         raise ValueError("targets must have one value per row")
     if not np.all(np.isfinite(targets)):
         raise ValueError("targets must be finite")
-    if config.epochs < 1 or config.batch_size < 1:
-        raise ValueError("epochs and batch_size must be positive")
-    if not 0 <= config.validation_fraction < 1:
-        raise ValueError("validation_fraction must be in [0, 1)")
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
-
-    seed = config.seed if config.seed is not None else secrets.randbits(63)
-    rng = np.random.default_rng(seed)
-    device = resolve_device(config.device)
-    train_idx, val_idx = _split(table.num_rows, config.validation_fraction, rng)
-
-    train_table = table.take(pa.array(train_idx))
-    pre = Preprocessor.fit(train_table)
-    y_mean = float(targets[train_idx].mean())
-    y_std = float(targets[train_idx].std())
-    y_std = y_std if y_std > 1e-12 else 1.0
-    scale2 = y_std * y_std
-
-    def tensors(idx: np.ndarray, part: pa.Table | None = None) -> tuple[torch.Tensor, ...]:
-        num, cat = pre.transform(part if part is not None else table.take(pa.array(idx)))
-        y = ((targets[idx] - y_mean) / y_std).astype(np.float32)
-        return (torch.from_numpy(num).to(device), torch.from_numpy(cat).to(device), torch.from_numpy(y).to(device))
-
-    x_tr, c_tr, y_tr = tensors(train_idx, train_table)
-    x_va, c_va, y_va = tensors(val_idx) if len(val_idx) else (None, None, None)
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = MLPRegressor(len(pre.numeric_columns), pre.vocab_sizes).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    loss_fn = nn.MSELoss()
-    shuffle = torch.Generator().manual_seed(seed)
-    history: list[dict[str, Any]] = []
-    n_train = len(train_idx)
-
-    for epoch in range(1, config.epochs + 1):
-        started = time.perf_counter()
-        model.train()
-        order = torch.randperm(n_train, generator=shuffle).to(device)
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        for start in range(0, n_train, config.batch_size):
-            batch = order[start : start + config.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x_tr[batch], c_tr[batch]), y_tr[batch])
-            loss.backward()
-            optimizer.step()
-            total += loss.detach().double() * len(batch)
-        train_loss = float(total.item()) / n_train * scale2
-        val_loss = _evaluate(model, x_va, c_va, y_va) * scale2 if x_va is not None else None
-        report = EpochReport(epoch, config.epochs, train_loss, val_loss, time.perf_counter() - started)
-        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss})
-        if on_epoch is not None:
-            on_epoch(report)
-
-    model.eval()
-    return TrainedRegressor(
-        model,
-        pre,
-        y_mean,
-        y_std,
-        device=device,
-        history=history,
-        n_train=n_train,
-        n_validation=len(val_idx),
-        config={**asdict(config), "seed": seed},
-    )
+    plan = _plan(table.num_rows, config)
+    mean = float(targets[plan.train_idx].mean())
+    std = float(targets[plan.train_idx].std())
+    std = std if std > 1e-12 else 1.0
+    standardized = ((targets - mean) / std).astype(np.float32)
+    objective = _Objective(MLPRegressor, _squared_error, loss_scale=std * std)
+    fitted = _fit(table, standardized, objective, config, plan, on_epoch)
+    return TrainedRegressor(fitted.model, fitted.preprocessor, mean, std, **fitted.trained(plan))
 
 
-def _evaluate(model: MLPRegressor, x: torch.Tensor, c: torch.Tensor, y: torch.Tensor) -> float:
-    model.eval()
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, len(y), PREDICT_CHUNK):
-            stop = start + PREDICT_CHUNK
-            err = model(x[start:stop], c[start:stop]) - y[start:stop]
-            total += float((err.double() ** 2).sum().item())
-    return total / len(y)
+def fit_classifier(
+    table: pa.Table,
+    class_indices: np.ndarray,
+    n_classes: int,
+    config: TrainingConfig,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+    *,
+    classes: list[str] | None = None,
+    transition_matrix: np.ndarray | list[list[float]] | None = None,
+) -> TrainedClassifier:
+    """Train the same MLP body with a K-way softmax head on (privatized) class indices 0..K-1.
+
+    ``class_indices`` may be float64 (as in a release) but must hold exact integers.
+    ``classes`` names the classes in index order (default "0".."K-1"). With a
+    ``transition_matrix`` T (T[i, j] = P(released j | true i)) the loss is the forward
+    correction of Patrini et al. (2017), CE(log(softmax(f(x))·T), ŷ): the network
+    then estimates the true class while T accounts for the mechanism's noise.
+    """
+    if n_classes < 2:
+        raise ValueError("a classifier needs at least two classes")
+    names = [str(c) for c in classes] if classes is not None else [str(i) for i in range(n_classes)]
+    if len(names) != n_classes or len(set(names)) != n_classes:
+        raise ValueError("classes must be n_classes distinct names")
+    y = to_class_indices(class_indices, n_classes)
+    if y.shape != (table.num_rows,):
+        raise ValueError("class_indices must have one value per row")
+    matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
+    plan = _plan(table.num_rows, config)
+    if matrix is None:
+        loss = _cross_entropy
+    else:
+        loss = _forward_corrected(torch.as_tensor(matrix, dtype=torch.float32, device=plan.device))
+    objective = _Objective(lambda n, vocab: MLPClassifier(n, vocab, n_classes), loss, accuracy=True)
+    fitted = _fit(table, y, objective, config, plan, on_epoch)
+    fitted.config["transition_matrix"] = matrix.tolist() if matrix is not None else None
+    return TrainedClassifier(fitted.model, fitted.preprocessor, names, **fitted.trained(plan))

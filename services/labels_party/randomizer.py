@@ -1,28 +1,46 @@
-"""The labels party's randomizer (Ghazi et al. Alg. 3): private prior, fit, privatize.
+"""The labels party's randomizer (Ghazi et al. Alg. 3, generalized): prior, fit, privatize.
 
-Everything returned here is ε-DP in the labels and may leave the labels party:
-the prior is a Laplace histogram (ε₁), the mechanism is fitted to that noisy
-prior only, and each label is randomized once with ε₂ (parallel composition
-across examples, basic composition of the two parts).
+Everything returned here is ε-DP in the labels and may leave the labels party.
+Each mechanism of the catalogue has one :class:`Recipe` saying which labels it
+takes, which parameters it accepts, and how its prior is obtained:
+
+- ``histogram``: the ε₁ Laplace histogram over the public grid (Alg. 4), or a
+  public prior at ε₁ = 0; the mechanism is fitted for ε₂ (RR-on-Bins, unbiased
+  with prior weights);
+- ``noised_labels``: Liu & Huang Alg. 3 — every label Laplace-noised with ε₁,
+  the histogram built from the noised values only; the interval fitted for ε₂;
+- ``split``: Liu & Ding Alg. 2 — a label-independent split of the rows is released
+  with ε-RR and its debiased output is the prior of the rest (no separate ε₁);
+- ``none``: prior-free; the whole ε goes to the randomizer.
+
+Each label is randomized once per release (parallel composition across rows),
+and ε₁ + ε₂ add up by basic composition to the charge.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labeldp.epsilon import InvalidEpsilon, from_micro, split_budget
-from labeldp.mechanisms import (
-    DiscreteLaplace,
-    LabelDomain,
-    LaplaceHistogramPrior,
-    RROnBins,
-    default_grid,
+from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, default_grid
+from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
+from labeldp.mechanisms.categorical import (
+    BlockRR,
+    RandomizedResponse,
+    RRWithPrior,
+    SplitPriorRandomizer,
 )
+from labeldp.mechanisms.rp_with_prior import RPWithPrior
+from labeldp.mechanisms.rr_on_bins import RROnBins
+from labeldp.mechanisms.unbiased import UnbiasedRandomizer
 from labeldp.schema import EpsilonPart, MechanismSpec, NoisyPrior, PrivacyAccounting
+from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
-MECHANISMS = ("rr_on_bins", "laplace")
+MAX_DELTA = 1e-3
 
 
 class RandomizerError(ValueError):
@@ -31,6 +49,96 @@ class RandomizerError(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RROnBinsParams(_Params):
+    loss: Literal["squared", "absolute", "poisson"] = "squared"
+
+
+class AdditiveParams(_Params):
+    variant: Literal["continuous", "discrete"] | None = None
+    clip: bool = True
+
+
+class StaircaseParams(AdditiveParams):
+    gamma: float | None = Field(None, gt=0, lt=1)
+
+
+class GaussianParams(AdditiveParams):
+    delta: float = Field(1e-6, gt=0, le=MAX_DELTA)
+
+
+class ExponentialParams(_Params):
+    variant: Literal["continuous", "discrete"] | None = None
+
+
+class RPWithPriorParams(_Params):
+    zeta: float | None = Field(None, gt=0)
+    sigma: float | None = Field(None, gt=0)
+
+
+class UnbiasedParams(_Params):
+    grid_size: int | None = Field(None, ge=2, le=129)
+    weights: Literal["uniform", "prior"] = "uniform"
+
+
+class RRWithPriorParams(_Params):
+    prior_fraction: float = Field(0.1, gt=0, lt=1)
+
+
+class BlockRRParams(RRWithPriorParams):
+    sigma: float = Field(1.0, gt=0)
+    l: int | None = Field(None, ge=0)
+
+
+PriorKind = Literal["none", "histogram", "noised_labels", "split"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the service builds one mechanism of the catalogue."""
+
+    name: str
+    label_types: frozenset[str]
+    params: type[_Params]
+    prior: Callable[[_Params], PriorKind]
+    summary: str
+
+
+REAL = frozenset({"real", "integer"})
+CATEGORICAL = frozenset({"categorical"})
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in [
+        Recipe("rr_on_bins", REAL, RROnBinsParams, lambda p: "histogram",
+               "RR-on-Bins, exactly optimal bins for the loss (Ghazi et al. 2023)"),
+        Recipe("rp_with_prior", REAL, RPWithPriorParams, lambda p: "noised_labels",
+               "RPWithPrior, optimal interval for a noised-label histogram prior (Liu & Huang)"),
+        Recipe("laplace", REAL, AdditiveParams, lambda p: "none", "Laplace noise on a lattice, clipped"),
+        Recipe("staircase", REAL, StaircaseParams, lambda p: "none", "staircase noise on a lattice, clipped"),
+        Recipe("gaussian", REAL, GaussianParams, lambda p: "none",
+               "Gaussian noise, analytic (ε, δ) calibration (Balle & Wang 2018)"),
+        Recipe("exponential", REAL, ExponentialParams, lambda p: "none",
+               "exponential mechanism: range-restricted Laplace with scale 2Δ/ε"),
+        Recipe("unbiased", REAL, UnbiasedParams,
+               lambda p: "histogram" if p.weights == "prior" else "none",  # type: ignore[attr-defined]
+               "variance-minimizing unbiased randomizer, LP over a grid (Badanidiyuru et al. 2023)"),
+        Recipe("randomized_response", CATEGORICAL, _Params, lambda p: "none", "randomized response (Warner)"),
+        Recipe("rr_with_prior", CATEGORICAL, RRWithPriorParams, lambda p: "split",
+               "RRWithPrior: RR over the prior's optimal top-k classes (Liu & Ding Def. 2.4)"),
+        Recipe("block_rr", CATEGORICAL, BlockRRParams, lambda p: "split",
+               "BlockRR (Liu & Ding Alg. 1-2)"),
+    ]
+}
+MECHANISMS = tuple(RECIPES)
 
 
 @dataclass(frozen=True)
@@ -44,7 +152,7 @@ class PublicPrior:
 @dataclass(frozen=True)
 class Randomized:
     mechanism: MechanismSpec
-    prior: NoisyPrior | None
+    prior: NoisyPrior | HistogramPriorSpec | None
     accounting: PrivacyAccounting
     labels: np.ndarray
 
@@ -65,53 +173,164 @@ def validate_public_prior(values: list[float], probs: list[float], domain: Label
     return PublicPrior(v, p / p.sum())
 
 
+def recipe_for(mechanism: str, label_type: str) -> Recipe:
+    recipe = RECIPES.get(mechanism)
+    if recipe is None:
+        raise RandomizerError("unknown_mechanism", f"mechanism must be one of {', '.join(MECHANISMS)}")
+    if label_type not in recipe.label_types:
+        raise RandomizerError(
+            "mechanism_not_applicable", f"{mechanism} does not take {label_type} labels"
+        )
+    return recipe
+
+
+def parse_params(recipe: Recipe, params: dict[str, Any] | None) -> _Params:
+    try:
+        return recipe.params(**(params or {}))
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "params" for e in exc.errors())
+        raise RandomizerError("invalid_parameters", f"invalid parameters for {recipe.name}: {fields}") from exc
+
+
+def _build(name: str, epsilon: float, domain: LabelDomain | None, classes: list[str] | None, p: _Params):
+    """The mechanism object for ``name`` at ``epsilon`` (unfitted)."""
+    d = p.model_dump()
+    if name == "rr_on_bins":
+        return RROnBins(epsilon, **d)
+    if name == "laplace":
+        return Laplace(epsilon, domain, **d)
+    if name == "staircase":
+        return Staircase(epsilon, domain, **d)
+    if name == "gaussian":
+        return Gaussian(epsilon, domain, **d)
+    if name == "exponential":
+        return Exponential(epsilon, domain, **d)
+    if name == "rp_with_prior":
+        return RPWithPrior(epsilon, domain, **d)
+    if name == "unbiased":
+        return UnbiasedRandomizer(epsilon, domain, **d)
+    if name == "randomized_response":
+        return RandomizedResponse(epsilon, classes)
+    if name in ("rr_with_prior", "block_rr"):
+        d.pop("prior_fraction")
+        cls = RRWithPrior if name == "rr_with_prior" else BlockRR
+        return cls(epsilon, classes, **d)
+    raise RandomizerError("unknown_mechanism", name)
+
+
 def randomize(
     labels: np.ndarray,
-    domain: LabelDomain,
+    domain: LabelDomain | None,
+    mechanism: str,
+    epsilon_micro: int,
+    rng: np.random.Generator,
+    **kwargs: Any,
+) -> Randomized:
+    """Privatize ``labels`` (canonical id order); see :func:`_randomize` for the arguments.
+
+    Mechanism-side ``ValueError``s (a parameter the mechanism refuses, e.g. a loss
+    it does not support) become ``invalid_parameters``; their messages are written
+    by our code and never contain label values.
+    """
+    try:
+        return _randomize(labels, domain, mechanism, epsilon_micro, rng, **kwargs)
+    except RandomizerError:
+        raise
+    except ValueError as exc:
+        raise RandomizerError("invalid_parameters", f"{mechanism}: {exc}") from exc
+
+
+def _randomize(
+    labels: np.ndarray,
+    domain: LabelDomain | None,
     mechanism: str,
     epsilon_micro: int,
     rng: np.random.Generator,
     *,
+    classes: list[str] | None = None,
+    params: dict[str, Any] | None = None,
     epsilon_prior_micro: int | None = None,
     public_prior: PublicPrior | None = None,
 ) -> Randomized:
-    """Privatize ``labels`` (in the caller's canonical id order) with ``mechanism``."""
-    if mechanism not in MECHANISMS:
-        raise RandomizerError("unknown_mechanism", f"mechanism must be one of {', '.join(MECHANISMS)}")
+    """Privatize ``labels`` (in the caller's canonical id order) with ``mechanism``.
+
+    ``domain`` for real/integer labels, ``classes`` (labels = class indices) for
+    categorical ones.
+    """
+    label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
+    recipe = recipe_for(mechanism, label_type)
+    p = parse_params(recipe, params)
     if epsilon_micro <= 0:
         raise RandomizerError("invalid_epsilon", "epsilon must be greater than 0")
     labels = np.asarray(labels, dtype=np.float64)
     n = labels.size
+    prior_kind = recipe.prior(p)
 
-    if mechanism == "laplace":
-        if public_prior is not None or epsilon_prior_micro:
-            raise RandomizerError("invalid_request", "the laplace mechanism uses no prior")
-        mech = DiscreteLaplace(from_micro(epsilon_micro), domain).fit()
+    if prior_kind in ("none", "split"):
+        if public_prior is not None and prior_kind == "none":
+            raise RandomizerError("invalid_request", f"{mechanism} uses no prior")
+        if epsilon_prior_micro:
+            raise RandomizerError("invalid_request", f"{mechanism} spends no separate epsilon_prior")
+        eps = from_micro(epsilon_micro)
+        delta = float(getattr(p, "delta", 0.0))
+        if prior_kind == "split":
+            if public_prior is not None:
+                mech = _build(mechanism, eps, domain, classes, p).fit(public_prior.probs, grid=public_prior.values)
+                out, spec = mech.privatize(labels, rng), mech.to_spec()
+            else:
+                split = SplitPriorRandomizer(
+                    type(_build(mechanism, eps, domain, classes, p)),
+                    eps,
+                    classes,
+                    prior_fraction=p.prior_fraction,  # type: ignore[attr-defined]
+                    **{k: v for k, v in p.model_dump().items() if k != "prior_fraction"},
+                )
+                out = split.privatize(labels, rng)
+                spec = split.to_spec()
+        else:
+            mech = _build(mechanism, eps, domain, classes, p).fit()
+            out, spec = mech.privatize(labels, rng), mech.to_spec()
         accounting = PrivacyAccounting(
             parts=[EpsilonPart(name="randomizer", epsilon_micro=epsilon_micro)],
             total_epsilon_micro=epsilon_micro,
+            delta=delta,
         )
-        return Randomized(mech.to_spec(), None, accounting, mech.privatize(labels, rng))
+        prior_spec = (
+            None
+            if public_prior is None
+            else NoisyPrior(source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0)
+        )
+        return Randomized(spec, prior_spec, accounting, np.asarray(out, dtype=np.float64))
 
-    # rr_on_bins
+    # Mechanisms fitted to a prior that costs ε₁ (or nothing, when public).
+    assert domain is not None
+    grid = default_grid(domain, n)
     if public_prior is not None:
         if epsilon_prior_micro:
             raise RandomizerError("invalid_request", "a public prior costs no epsilon: omit epsilon_prior")
         eps1_micro, eps2_micro = 0, epsilon_micro
-        grid, probs = public_prior.values, public_prior.probs
-        prior_spec = NoisyPrior(source="public", grid=grid.tolist(), probs=probs.tolist(), epsilon=0.0)
     else:
-        grid = default_grid(domain, n)
         try:
             eps1_micro, eps2_micro = split_budget(epsilon_micro, grid.size, n, epsilon_prior_micro)
         except InvalidEpsilon as exc:
             raise RandomizerError("invalid_epsilon", str(exc)) from exc
         if eps1_micro == 0:
             raise RandomizerError("invalid_epsilon", "a private prior needs epsilon_prior > 0")
-        prior = LaplaceHistogramPrior(from_micro(eps1_micro), grid).fit(labels, rng)
-        probs = prior.probs_
+    eps1, eps2 = from_micro(eps1_micro), from_micro(eps2_micro)
+    mech = _build(mechanism, eps2, domain, classes, p)
+    prior_spec: NoisyPrior | HistogramPriorSpec
+    if public_prior is not None:
+        mech.fit(public_prior.values, public_prior.probs)
+        prior_spec = NoisyPrior(
+            source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0
+        )
+    elif prior_kind == "noised_labels":
+        mech.fit_private(labels, eps1, rng)
+        prior_spec = mech.prior_estimator_.to_spec()
+    else:
+        prior = LaplaceHistogramPrior(eps1, grid).fit(labels, rng)
+        mech.fit(grid, prior.probs_)
         prior_spec = prior.to_spec()
-    mech = RROnBins(from_micro(eps2_micro)).fit(grid, probs)
     accounting = PrivacyAccounting(
         parts=[
             EpsilonPart(name="prior", epsilon_micro=eps1_micro),
@@ -119,4 +338,4 @@ def randomize(
         ],
         total_epsilon_micro=eps1_micro + eps2_micro,
     )
-    return Randomized(mech.to_spec(), prior_spec, accounting, mech.privatize(labels, rng))
+    return Randomized(mech.to_spec(), prior_spec, accounting, np.asarray(mech.privatize(labels, rng), dtype=np.float64))

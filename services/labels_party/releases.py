@@ -26,7 +26,7 @@ from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.schema import LabelRelease, encode_payload, payload_digest
 
-from .label_sets import load_label_set
+from .label_sets import class_names, load_label_set
 from .randomizer import RandomizerError, randomize, validate_public_prior
 from .store import LabelRow, LabelSetRow, ReleaseRow
 
@@ -37,7 +37,8 @@ class PriorIn(BaseModel):
 
 
 class ReleaseCreate(BaseModel):
-    mechanism: str = Field(description="rr_on_bins or laplace")
+    mechanism: str = Field(description="a mechanism of the catalogue, e.g. rr_on_bins")
+    params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
     epsilon: float | str
     epsilon_prior: float | str | None = None
     prior: PriorIn | None = Field(None, description="a public prior (costs no ε)")
@@ -63,7 +64,12 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
 
     with sessions() as s:
         ls = load_label_set(s, label_set_id)
-        domain = LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
+        classes = class_names(ls)
+        domain = (
+            LabelDomain("integer", 0, len(classes) - 1)
+            if classes is not None
+            else LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
+        )
         remaining = ls.budget_micro - ls.spent_micro
         rows = s.execute(
             select(LabelRow.example_id, LabelRow.value).where(LabelRow.label_set_id == label_set_id)
@@ -87,12 +93,14 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
         )
         out = randomize(
             labels,
-            domain,
+            None if classes is not None else domain,
             body.mechanism,
             charge,
             secure_generator(),
             epsilon_prior_micro=prior_micro,
             public_prior=public_prior,
+            classes=classes,
+            params=body.params,
         )
     except RandomizerError as exc:
         raise ApiError(422, exc.code, str(exc)) from exc

@@ -17,16 +17,35 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field
 
+from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.base import LabelDomainSpec, NoisyPrior, SpecModel
+from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
 from labeldp.specs.laplace import LaplaceSpec
+from labeldp.specs.rp_with_prior import HistogramPriorSpec, RPWithPriorSpec
 from labeldp.specs.rr_on_bins import RROnBinsSpec
+from labeldp.specs.unbiased import UnbiasedSpec
 
 SCHEMA_VERSION = "1"
 SIGNATURE_HEADER = "X-Labeldp-Signature"
 ARROW_THRESHOLD_ROWS = 10_000
 
 
-MechanismSpec = Annotated[Union[RROnBinsSpec, LaplaceSpec], Field(discriminator="name")]
+MechanismSpec = Annotated[
+    Union[
+        RROnBinsSpec,
+        RPWithPriorSpec,
+        LaplaceSpec,
+        StaircaseSpec,
+        GaussianSpec,
+        ExponentialSpec,
+        UnbiasedSpec,
+        RandomizedResponseSpec,
+        RRWithPriorSpec,
+        BlockRRSpec,
+    ],
+    Field(discriminator="name"),
+]
+CATEGORICAL_SPECS = (RandomizedResponseSpec, RRWithPriorSpec, BlockRRSpec)
 
 
 class EpsilonPart(SpecModel):
@@ -41,6 +60,7 @@ class PrivacyAccounting(SpecModel):
     composition: Literal["basic"] = "basic"
     parts: list[EpsilonPart]
     total_epsilon_micro: int = Field(gt=0)
+    delta: float = Field(0.0, ge=0, lt=1, description="δ of an (ε, δ) mechanism (Gaussian); 0 otherwise")
 
     @property
     def total_epsilon(self) -> float:
@@ -70,7 +90,7 @@ class LabelRelease(SpecModel):
     feature_table: str | None = None
     created_at: datetime
     mechanism: MechanismSpec
-    prior: NoisyPrior | None = None
+    prior: NoisyPrior | HistogramPriorSpec | None = None
     accounting: PrivacyAccounting
     row_count: int = Field(ge=0)
     payload_digest: str = Field(description="sha256 of the canonical columns, see payload_digest()")

@@ -1,0 +1,746 @@
+"""Categorical label DP (Liu & Ding): RR, RRWithPrior, BlockRR and Alg. 2's split prior.
+
+Labels are class indices 0..K−1; class names are public. Each mechanism is a
+K×K row-stochastic transition matrix T[y, ŷ] = Pr[ŷ | y], computed once from
+closed forms. One replaced label changes one row of the input, so the mechanism
+is ε-DP iff in every column the largest entry is at most e^ε times the smallest
+(Def. 2.2); ``max_privacy_loss`` measures exactly that. ``privatize`` samples the
+rows of that same matrix, and the features party rebuilds it from the spec
+(``from_spec(spec).transition_matrix()``) to debias or forward-correct.
+
+Sampling is exact to 2^−63. Each row is turned into integer cells out of 2^63
+(``cell_table``): every entry but the row's largest is rounded *up*, the largest
+takes the remainder. Zero entries get zero cells (an output outside RRWithPrior's
+Y_k is impossible, not merely unlikely), and small probabilities — the ones a
+ratio bound is sensitive to — are never rounded down. A uniform 63-bit integer
+word per label then picks the output by binary search in its row's cells.
+
+Prior-based mechanisms (RRWithPrior, BlockRR) are ``fit`` to a prior that must
+itself be public or DP; ``SplitPriorRandomizer`` builds such a prior from the
+data as in Alg. 2 while randomizing every row exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from labeldp.mechanisms.checks import check_epsilon
+from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.specs.categorical import (
+    BlockRRSpec,
+    CategoricalMechanismSpec,
+    PriorSplitSpec,
+    RandomizedResponseSpec,
+    RRWithPriorSpec,
+)
+
+CELL_BITS = 63
+_CELL_TOTAL = 1 << CELL_BITS
+
+SplitRule = Literal["prefix", "evenly_spaced"]
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def check_classes(classes: int | Sequence[str]) -> list[str]:
+    """Public class names in index order; an int K means names "0".."K−1"."""
+    if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
+        names = [str(i) for i in range(int(classes))]
+    elif isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
+        raise ValueError("classes must be a number of classes or a list of class names")
+    else:
+        names = [str(c) for c in classes]
+    if len(names) < 2:
+        raise ValueError("a categorical domain needs at least 2 classes")
+    if len(set(names)) != len(names) or any(not n for n in names):
+        raise ValueError("class names must be unique and non-empty")
+    return names
+
+
+def check_class_labels(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    """Class indices as int64; integral floats (the wire's label column) are accepted."""
+    arr = np.asarray(labels)
+    if arr.dtype.kind in "iu":
+        out = arr.astype(np.int64)
+    elif arr.dtype.kind == "f" or arr.size == 0:
+        as_float = arr.astype(np.float64)
+        if not np.all(np.isfinite(as_float)) or np.any(as_float != np.floor(as_float)):
+            raise ValueError("categorical labels must be whole class indices")
+        out = as_float.astype(np.int64)
+    else:
+        raise ValueError("categorical labels must be integer class indices")
+    if out.size and (out.min() < 0 or out.max() >= n_classes):
+        raise ValueError(f"class indices must lie in [0, {n_classes})")
+    return out
+
+
+def check_class_probs(probs: np.ndarray, n_classes: int, grid: np.ndarray | None = None) -> np.ndarray:
+    """A prior over the K classes, normalized; ``grid`` lists the classes ``probs`` refer to."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError("probs must be 1-D")
+    if grid is not None:
+        idx = check_class_labels(grid, n_classes)
+        if idx.shape != p.shape or np.unique(idx).size != idx.size:
+            raise ValueError("grid must list distinct class indices, one per prob")
+        full = np.zeros(n_classes)
+        full[idx] = p
+        p = full
+    if p.size != n_classes:
+        raise ValueError(f"probs must have one entry per class ({n_classes})")
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+        raise ValueError("probs must be finite, >= 0, with a positive sum")
+    return p / p.sum()
+
+
+# --------------------------------------------------------------------------- transition matrices
+
+
+def max_privacy_loss(matrix: np.ndarray) -> float:
+    """max over outputs and input pairs of ln(T[y, ŷ] / T[y', ŷ]); 0 for all-zero columns.
+
+    A column with both zero and positive entries has infinite loss.
+    """
+    t = np.asarray(matrix, dtype=np.float64)
+    hi, lo = t.max(axis=0), t.min(axis=0)
+    used = hi > 0
+    if np.any(lo[used] <= 0):
+        return math.inf
+    if not np.any(used):
+        return 0.0
+    return float(np.max(np.log(hi[used]) - np.log(lo[used])))
+
+
+def randomized_response_matrix(epsilon: float, n_classes: int) -> np.ndarray:
+    """Def. 2.3: e^ε/(e^ε+K−1) on the diagonal, 1/(e^ε+K−1) elsewhere (via t = e^{−ε})."""
+    t = math.exp(-epsilon)
+    denominator = 1.0 + (n_classes - 1) * t
+    matrix = np.full((n_classes, n_classes), t / denominator)
+    np.fill_diagonal(matrix, 1.0 / denominator)
+    return matrix
+
+
+def optimal_top_k(probs: np.ndarray, epsilon: float) -> tuple[np.ndarray, int, np.ndarray]:
+    """(order, k*, accuracy): RRWithPrior's top-k set maximizing Pr[ŷ = y] exactly.
+
+    ``order`` ranks classes by prior, highest first, ties to the lower index. For
+    Y_k = order[:k], Pr[ŷ = y] = e^ε/(e^ε+k−1)·Σ_{y∈Y_k} p_y = P_k / (1 + (k−1)e^{−ε})
+    (labels outside Y_k are never reported correctly); ``accuracy[k−1]`` is that
+    value and k* is its first maximizer. O(K log K), exact over all k.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    k_all = np.arange(1, p.size + 1)
+    order = np.lexsort((np.arange(p.size), -p))
+    accuracy = np.cumsum(p[order]) / (1.0 + (k_all - 1) * math.exp(-epsilon))
+    return order.astype(np.int64), int(np.argmax(accuracy)) + 1, accuracy
+
+
+def rr_with_prior_matrix(epsilon: float, n_classes: int, top_k: np.ndarray) -> np.ndarray:
+    """Def. 2.4: k-ary RR inside Y_k, uniform over Y_k for labels outside it; 0 outside Y_k."""
+    top_k = np.asarray(top_k, dtype=np.int64)
+    k = top_k.size
+    t = math.exp(-epsilon)
+    denominator = 1.0 + (k - 1) * t
+    matrix = np.zeros((n_classes, n_classes))
+    matrix[:, top_k] = 1.0 / k
+    inside = np.zeros(n_classes, dtype=bool)
+    inside[top_k] = True
+    matrix[np.ix_(inside, top_k)] = t / denominator
+    matrix[top_k, top_k] = 1.0 / denominator
+    return matrix
+
+
+def weight_matrix(probs: np.ndarray, sigma: float) -> np.ndarray:
+    """Eq. (3.3): w_ij = p_j · exp(−1[i ≠ j] / σ). K×K; kept as the partition's reference."""
+    p = np.asarray(probs, dtype=np.float64)
+    w = np.tile(p * math.exp(-1.0 / sigma), (p.size, 1))
+    np.fill_diagonal(w, p)
+    return w
+
+
+def majority_mask(probs: np.ndarray, sigma: float) -> np.ndarray:
+    """S₁ = {i : w_ii ≥ w_ij ∀j} without the K×K matrix: p_i ≥ e^{−1/σ}·max_j p_j.
+
+    Equivalent bit for bit: w_ii = p_i, w_ij = p_j·e^{−1/σ}, and rounding is monotone,
+    so max_j (p_j·c) = c·max_j p_j; the j = i term holds since c < 1.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    return p >= math.exp(-1.0 / sigma) * p.max()
+
+
+def block_rr_coefficients(epsilon: float, n_major: int, n_minor: int, l: int) -> tuple[float, float, float, float]:
+    """(β, γ, e^ε·β, e^ε·γ) of eq. (3.2) with |B(y)| = 1, |S̃₁| = n_major, |S̃₂| = n_minor, |Δ| = l.
+
+    Eq. (3.2) with numerator and denominator multiplied by t² = e^{−2ε} (a = 1 − t, taken
+    as −expm1(−ε)), so no e^ε overflows and small ε keeps its digits; N = n₁ + n₂ = |S̃|:
+
+        κ·t² = a² + a·t·N + t²·l·n₂
+        β₁·t² = a·t + t²·l·n₂/N                 β = β₁/κ
+        γ₁·t² = a·t·(1 − l/N) + t²·l·n₂/N       γ = γ₁/κ
+
+    (γ₁ = (e^ε−1)(1 − l/N) + l·n₂/N is eq. (3.2)'s γ₁ rearranged.) e^ε·β and e^ε·γ
+    divide one t out of the numerators instead of multiplying by e^ε.
+    """
+    if not (n_major >= 1 and n_minor >= 0 and 0 <= l <= n_major):
+        raise ValueError("need |S̃₁| >= 1, |S̃₂| >= 0 and 0 <= l <= |S̃₁|")
+    t = math.exp(-epsilon)
+    a = -math.expm1(-epsilon)
+    n = n_major + n_minor
+    share = l * n_minor / n
+    kappa = a * a + a * t * n + t * t * l * n_minor
+    beta = (a * t + t * t * share) / kappa
+    keep_beta = (a + t * share) / kappa
+    gamma = (a * t * (1.0 - l / n) + t * t * share) / kappa
+    keep_gamma = (a * (1.0 - l / n) + t * share) / kappa
+    return beta, gamma, keep_beta, keep_gamma
+
+
+def block_rr_matrix(
+    epsilon: float,
+    n_classes: int,
+    majority: np.ndarray,
+    delta: np.ndarray,
+    outputs: Literal["all", "majority"] = "all",
+) -> np.ndarray:
+    """Alg. 1 with B = identity as a K×K matrix (rows y, columns ŷ).
+
+    ``outputs='all'`` (S̃ = S): a majority row y ∈ S₁ puts e^ε·β on y, β on the rest of
+    S̃₁, γ on S̃₂; a minority row y ∈ S₂ puts 1/|S̃| on Δ, β on S̃₁∖Δ, e^ε·γ on y, γ on
+    S̃₂∖{y}. ``outputs='majority'`` (S̃ = S̃₁ = S₁, Δ = S̃₁): majority rows are RR over
+    S₁, minority rows uniform over S₁, minority columns 0 (Table 1, RRWithPrior).
+    """
+    is_major = np.zeros(n_classes, dtype=bool)
+    is_major[np.asarray(majority, dtype=np.int64)] = True
+    in_delta = np.zeros(n_classes, dtype=bool)
+    in_delta[np.asarray(delta, dtype=np.int64)] = True
+    n_major = int(is_major.sum())
+    if outputs == "majority":
+        if not np.array_equal(in_delta, is_major):
+            raise ValueError("outputs='majority' needs Δ = S̃₁")
+        n_minor = 0
+    else:
+        n_minor = n_classes - n_major
+    beta, gamma, keep_beta, keep_gamma = block_rr_coefficients(epsilon, n_major, n_minor, int(in_delta.sum()))
+    other_column = gamma if outputs == "all" else 0.0
+    matrix = np.tile(np.where(is_major, beta, other_column), (n_classes, 1))
+    matrix[np.ix_(~is_major, in_delta)] = 1.0 / (n_major + n_minor)
+    diagonal = np.where(is_major, keep_beta, keep_gamma if outputs == "all" else 0.0)
+    matrix[np.arange(n_classes), np.arange(n_classes)] = diagonal
+    return matrix
+
+
+# --------------------------------------------------------------------------- exact sampling
+
+
+def cell_table(matrix: np.ndarray, bits: int = CELL_BITS) -> np.ndarray:
+    """Cumulative integer cells (uint64, K×K) out of 2^bits per row; see the module docstring.
+
+    Every entry except the row's largest (first on ties) gets ⌈T·2^bits⌉ cells — exact
+    in float, since scaling by a power of two is exact — and the largest gets the rest,
+    so each row ends at exactly 2^bits and zero entries get no cells.
+    """
+    t = np.asarray(matrix, dtype=np.float64)
+    if not (1 <= bits <= CELL_BITS):
+        raise ValueError("bits must lie in [1, 63]")
+    total = np.uint64(1 << bits)
+    cells = np.ceil(np.ldexp(t, bits)).astype(np.uint64)
+    sink = np.argmax(t, axis=1)
+    rows = np.arange(t.shape[0])
+    cells[rows, sink] = 0
+    rest = cells.sum(axis=1, dtype=np.uint64)
+    if np.any(rest > total):
+        raise ValueError("transition rows must sum to 1")
+    cells[rows, sink] = total - rest
+    return np.cumsum(cells, axis=1, dtype=np.uint64)
+
+
+def realized_matrix(cdf_cells: np.ndarray, bits: int = CELL_BITS) -> np.ndarray:
+    """The law ``sample_rows`` actually draws from: cells / 2^bits."""
+    cells = np.diff(cdf_cells, axis=1, prepend=np.zeros((cdf_cells.shape[0], 1), dtype=np.uint64))
+    return np.ldexp(cells.astype(np.float64), -bits)
+
+
+def sample_rows(cdf_cells: np.ndarray, labels: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Output j for label y and word u: the first j with cdf_cells[y, j] > u (vectorized).
+
+    Labels are grouped by class (radix-sortable when K < 2^15) so each class is
+    one ``searchsorted`` over its own row.
+    """
+    n_classes = cdf_cells.shape[0]
+    out = np.empty(labels.shape, dtype=np.int64)
+    keys = labels.astype(np.int16) if n_classes < (1 << 15) else labels
+    order = np.argsort(keys, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(n_classes + 1))
+    for c in range(n_classes):
+        lo, hi = bounds[c], bounds[c + 1]
+        if lo < hi:
+            idx = order[lo:hi]
+            out[idx] = np.searchsorted(cdf_cells[c], words[idx], side="right")
+    return out
+
+
+def sample_rows_reference(cdf_cells: np.ndarray, labels: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Plain per-label loop over the same cells; the test reference for ``sample_rows``."""
+    out = np.empty(labels.shape, dtype=np.int64)
+    for i in range(labels.size):
+        row = cdf_cells[int(labels[i])]
+        j = 0
+        while row[j] <= words[i]:
+            j += 1
+        out[i] = j
+    return out
+
+
+def draw_words(size: int, rng: np.random.Generator, bits: int = CELL_BITS) -> np.ndarray:
+    """Uniform integers in [0, 2^bits) from the caller's generator (exact, any bit generator)."""
+    return rng.integers(0, 1 << bits, size=size, dtype=np.uint64)
+
+
+# --------------------------------------------------------------------------- mechanisms
+
+
+class _CategoricalMechanism:
+    """Shared machinery: the fitted matrix ``matrix_``, its cells, sampling, accuracy."""
+
+    name: ClassVar[str]
+    uses_prior: ClassVar[bool] = False
+
+    def __init__(self, epsilon: float, classes: int | Sequence[str]) -> None:
+        self.epsilon = epsilon
+        self.classes = classes
+
+    # -- fitted state ----------------------------------------------------------
+
+    def _set_matrix(self, matrix: np.ndarray) -> None:
+        self.classes_ = check_classes(self.classes)
+        self.matrix_ = matrix
+        self.cells_ = cell_table(matrix)
+
+    def _fitted(self) -> np.ndarray:
+        if not hasattr(self, "matrix_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit() first")
+        return self.matrix_
+
+    # -- the law ---------------------------------------------------------------
+
+    def transition_matrix(self) -> np.ndarray:
+        """T[y, ŷ] = Pr[ŷ | y], K×K, rows summing to 1 (a copy)."""
+        return self._fitted().copy()
+
+    def output_probabilities(self, label: int) -> np.ndarray:
+        """Row ``label`` of the transition matrix: Pr[ŷ = j | y = label] for every class j."""
+        matrix = self._fitted()
+        (y,) = check_class_labels(np.asarray([label]), matrix.shape[0])
+        return matrix[y].copy()
+
+    def expected_accuracy(self, probs: np.ndarray, *, grid: np.ndarray | None = None) -> float:
+        """Exact Pr[ŷ = y] for y ~ probs (over classes ``grid``, default all): Σ_y p_y T[y, y]."""
+        matrix = self._fitted()
+        p = check_class_probs(probs, matrix.shape[0], grid)
+        return float(np.dot(p, np.diag(matrix)))
+
+    def expected_loss(self, probs: np.ndarray, *, grid: np.ndarray | None = None) -> float:
+        """Exact expected 0-1 loss Pr[ŷ ≠ y] for y ~ probs."""
+        return 1.0 - self.expected_accuracy(probs, grid=grid)
+
+    # -- sampling --------------------------------------------------------------
+
+    def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One draw per label from its row (int64 class indices), exact to 2^−63."""
+        matrix = self._fitted()
+        y = check_class_labels(labels, matrix.shape[0])
+        flat = y.ravel()
+        return sample_rows(self.cells_, flat, draw_words(flat.size, rng)).reshape(y.shape)
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        return PrivacyGuarantee(epsilon=float(self.epsilon), statement=self._statement)
+
+    _statement: ClassVar[str] = ""
+
+
+class RandomizedResponse(_CategoricalMechanism):
+    """K-ary randomized response (Def. 2.3); prior-free, ``fit`` takes no data.
+
+    Fitted: ``classes_``, ``keep_probability_`` = e^ε/(e^ε+K−1),
+    ``other_probability_`` = 1/(e^ε+K−1), ``matrix_``.
+    """
+
+    name: ClassVar[str] = "randomized_response"
+    _statement: ClassVar[str] = (
+        "K-ary randomized response: each output has probability e^ε/(e^ε+K−1) under its own label "
+        "and 1/(e^ε+K−1) under any other, ratio exactly e^ε"
+    )
+
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> RandomizedResponse:
+        """Build the matrix; ``probs``/``grid`` are accepted and ignored (no prior needed)."""
+        epsilon = check_epsilon(self.epsilon)
+        k = len(check_classes(self.classes))
+        matrix = randomized_response_matrix(epsilon, k)
+        self.keep_probability_ = float(matrix[0, 0])
+        self.other_probability_ = float(matrix[0, 1])
+        self._set_matrix(matrix)
+        return self
+
+    def _fitted(self) -> np.ndarray:
+        if not hasattr(self, "matrix_"):
+            self.fit()
+        return self.matrix_
+
+    def estimate_prior(self, privatized: np.ndarray) -> np.ndarray:
+        """Debiased class frequencies of RR outputs: (f_j − q)/(p − q), clipped at 0, normalized.
+
+        E[f_j] = q + (p − q)·π_j, so this is unbiased before clipping; it is
+        post-processing of the privatized labels. No outputs → uniform.
+        """
+        matrix = self._fitted()
+        k = matrix.shape[0]
+        out = check_class_labels(privatized, k).ravel()
+        if out.size == 0:
+            return np.full(k, 1.0 / k)
+        freq = np.bincount(out, minlength=k) / out.size
+        p, q = self.keep_probability_, self.other_probability_
+        est = np.maximum((freq - q) / (p - q), 0.0)
+        total = est.sum()
+        return est / total if total > 0 else np.full(k, 1.0 / k)
+
+    def to_spec(self) -> RandomizedResponseSpec:
+        self._fitted()
+        return RandomizedResponseSpec(
+            epsilon=float(self.epsilon),
+            classes=list(self.classes_),
+            keep_probability=self.keep_probability_,
+            other_probability=self.other_probability_,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: RandomizedResponseSpec) -> RandomizedResponse:
+        return cls(spec.epsilon, list(spec.classes)).fit()
+
+
+class RRWithPrior(_CategoricalMechanism):
+    """RRWithPrior (Def. 2.4, Ghazi et al. 2021) with the exactly optimal k.
+
+    ``fit(probs)`` ranks classes by the prior and picks k maximizing the exact
+    Pr[ŷ = y] (``optimal_top_k``). Fitted: ``prior_`` (None after ``from_spec``),
+    ``top_k_`` (Y_k, most likely first), ``k_``, ``keep_probability_`` =
+    e^ε/(e^ε+k−1), ``other_probability_`` = 1/(e^ε+k−1), ``outside_probability_`` = 1/k,
+    ``accuracy_by_k_`` (the objective for k = 1..K), ``matrix_``.
+    """
+
+    name: ClassVar[str] = "rr_with_prior"
+    uses_prior: ClassVar[bool] = True
+    _statement: ClassVar[str] = (
+        "RR over the top-k set Y_k chosen from a public or DP prior (post-processing): an output in Y_k "
+        "has probability e^ε/(e^ε+k−1), 1/(e^ε+k−1) or 1/k, and 1/(e^ε+k−1) <= 1/k <= e^ε/(e^ε+k−1), "
+        "ratio at most e^ε; outputs outside Y_k have probability 0 for every label"
+    )
+
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> RRWithPrior:
+        """Choose Y_k from the prior ``probs`` (public or DP; over classes ``grid``, default all)."""
+        if probs is None:
+            raise ValueError("rr_with_prior needs a prior: fit(probs)")
+        epsilon = check_epsilon(self.epsilon)
+        k_classes = len(check_classes(self.classes))
+        prior = check_class_probs(probs, k_classes, grid)
+        order, k, accuracy = optimal_top_k(prior, epsilon)
+        self.prior_ = prior
+        self.accuracy_by_k_ = accuracy
+        self._set_top_k(epsilon, k_classes, order[:k])
+        return self
+
+    def _set_top_k(self, epsilon: float, n_classes: int, top_k: np.ndarray) -> None:
+        matrix = rr_with_prior_matrix(epsilon, n_classes, top_k)
+        self.top_k_ = np.asarray(top_k, dtype=np.int64)
+        self.k_ = int(self.top_k_.size)
+        t = math.exp(-epsilon)
+        self.keep_probability_ = 1.0 / (1.0 + (self.k_ - 1) * t)
+        self.other_probability_ = t / (1.0 + (self.k_ - 1) * t)
+        self.outside_probability_ = 1.0 / self.k_
+        self._set_matrix(matrix)
+
+    def to_spec(self, prior_split: PriorSplitSpec | None = None) -> RRWithPriorSpec:
+        self._fitted()
+        return RRWithPriorSpec(
+            epsilon=float(self.epsilon),
+            classes=list(self.classes_),
+            top_k=self.top_k_.tolist(),
+            keep_probability=self.keep_probability_,
+            other_probability=self.other_probability_,
+            outside_probability=self.outside_probability_,
+            prior_split=prior_split,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: RRWithPriorSpec) -> RRWithPrior:
+        """Rebuild the public mechanism (Y_k from the spec; ``prior_`` stays None)."""
+        mech = cls(spec.epsilon, list(spec.classes))
+        mech.prior_ = None
+        mech._set_top_k(check_epsilon(spec.epsilon), len(spec.classes), np.asarray(spec.top_k, dtype=np.int64))
+        return mech
+
+
+class BlockRR(_CategoricalMechanism):
+    """BlockRR (Liu & Ding Alg. 1) with B = identity, partitioned by the weight matrix.
+
+    ``fit(probs)``: S₁ = {i : w_ii ≥ w_ij ∀j} for w of eq. (3.3) with ``sigma``,
+    S₂ = the rest; Δ = the ``l`` most likely classes of S̃₁ (``l=None``: all of S̃₁;
+    an ``l`` above |S̃₁| is capped); β, γ from eq. (3.2). ``outputs='majority'``
+    restricts the outputs to S̃ = S₁ with Δ = S̃₁ (Table 1's RRWithPrior row).
+
+    Limits the paper states: l = 0 or S₂ = ∅ give plain RR (β = γ = 1/(e^ε+K−1)).
+
+    Fitted: ``prior_`` (None after ``from_spec``), ``majority_`` (S₁), ``minority_`` (S₂),
+    ``delta_`` (Δ, most likely first), ``l_``, ``beta_``, ``gamma_``, ``keep_beta_`` (e^ε·β),
+    ``keep_gamma_`` (e^ε·γ), ``matrix_``.
+    """
+
+    name: ClassVar[str] = "block_rr"
+    uses_prior: ClassVar[bool] = True
+    _statement: ClassVar[str] = (
+        "BlockRR (Liu & Ding Thm 3.4) with a partition from a public or DP prior (post-processing): "
+        "columns in S̃₁ hold e^ε·β, β and 1/|S̃| with β <= 1/|S̃| <= e^ε·β; columns in S̃₂ hold e^ε·γ "
+        "and γ; every ratio is at most e^ε"
+    )
+
+    def __init__(
+        self,
+        epsilon: float,
+        classes: int | Sequence[str],
+        sigma: float = 1.0,
+        l: int | None = None,  # noqa: E741 — the paper's name
+        outputs: Literal["all", "majority"] = "all",
+    ) -> None:
+        super().__init__(epsilon, classes)
+        self.sigma = sigma
+        self.l = l
+        self.outputs = outputs
+
+    def _check_params(self) -> tuple[float, float]:
+        epsilon = check_epsilon(self.epsilon)
+        sigma = float(self.sigma)
+        if not (math.isfinite(sigma) and sigma > 0):
+            raise ValueError("sigma must be a finite number > 0")
+        if self.l is not None and (int(self.l) != self.l or self.l < 0):
+            raise ValueError("l must be a whole number >= 0 (or None for all of S̃₁)")
+        if self.outputs not in ("all", "majority"):
+            raise ValueError("outputs must be 'all' or 'majority'")
+        if self.outputs == "majority" and self.l is not None:
+            raise ValueError("outputs='majority' fixes Δ = S̃₁; leave l unset")
+        return epsilon, sigma
+
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> BlockRR:
+        """Partition by the weight matrix of the prior ``probs`` (public or DP), then eq. (3.2)."""
+        if probs is None:
+            raise ValueError("block_rr needs a prior: fit(probs)")
+        epsilon, sigma = self._check_params()
+        k_classes = len(check_classes(self.classes))
+        prior = check_class_probs(probs, k_classes, grid)
+        majority = np.flatnonzero(majority_mask(prior, sigma))
+        n_major = majority.size
+        l = n_major if self.l is None else min(int(self.l), n_major)  # noqa: E741
+        ranked = majority[np.lexsort((majority, -prior[majority]))]
+        self.prior_ = prior
+        self._set_partition(epsilon, k_classes, majority, ranked[:l])
+        return self
+
+    def _set_partition(self, epsilon: float, n_classes: int, majority: np.ndarray, delta: np.ndarray) -> None:
+        majority = np.sort(np.asarray(majority, dtype=np.int64))
+        delta = np.asarray(delta, dtype=np.int64)
+        n_minor = 0 if self.outputs == "majority" else n_classes - majority.size
+        beta, gamma, keep_beta, keep_gamma = block_rr_coefficients(epsilon, majority.size, n_minor, delta.size)
+        self.majority_ = majority
+        self.minority_ = np.setdiff1d(np.arange(n_classes), majority)
+        self.delta_ = delta
+        self.l_ = int(delta.size)
+        self.beta_, self.gamma_ = beta, gamma
+        self.keep_beta_, self.keep_gamma_ = keep_beta, keep_gamma
+        self._set_matrix(block_rr_matrix(epsilon, n_classes, majority, delta, self.outputs))
+
+    def to_spec(self, prior_split: PriorSplitSpec | None = None) -> BlockRRSpec:
+        self._fitted()
+        return BlockRRSpec(
+            epsilon=float(self.epsilon),
+            classes=list(self.classes_),
+            sigma=float(self.sigma),
+            outputs=self.outputs,
+            majority=self.majority_.tolist(),
+            delta=self.delta_.tolist(),
+            beta=float(self.beta_),
+            gamma=float(self.gamma_),
+            prior_split=prior_split,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: BlockRRSpec) -> BlockRR:
+        """Rebuild from S₁ and Δ (β, γ recomputed, not read); ``prior_`` stays None."""
+        l = None if spec.outputs == "majority" else len(spec.delta)  # noqa: E741
+        mech = cls(spec.epsilon, list(spec.classes), sigma=spec.sigma, l=l, outputs=spec.outputs)
+        epsilon, _ = mech._check_params()
+        mech.prior_ = None
+        mech._set_partition(epsilon, len(spec.classes), np.asarray(spec.majority), np.asarray(spec.delta))
+        return mech
+
+
+CategoricalMechanism = RandomizedResponse | RRWithPrior | BlockRR
+
+_BY_NAME: dict[str, type[_CategoricalMechanism]] = {
+    RandomizedResponse.name: RandomizedResponse,
+    RRWithPrior.name: RRWithPrior,
+    BlockRR.name: BlockRR,
+}
+
+
+def mechanism_from_spec(spec: CategoricalMechanismSpec) -> CategoricalMechanism:
+    """The fitted public mechanism a categorical spec describes."""
+    return _BY_NAME[spec.name].from_spec(spec)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- Alg. 2: split prior
+
+
+def prior_split_size(n_rows: int, fraction: float) -> int:
+    """m = round(fraction·n), at least 1 row when n >= 1; a function of public numbers only."""
+    if n_rows < 0:
+        raise ValueError("n_rows must be >= 0")
+    if not (0.0 < fraction <= 1.0):
+        raise ValueError("prior_fraction must lie in (0, 1]")
+    if n_rows == 0:
+        return 0
+    return min(n_rows, max(1, int(round(fraction * n_rows))))
+
+
+def prior_split_mask(n_rows: int, fraction: float, rule: SplitRule = "evenly_spaced") -> np.ndarray:
+    """Which rows (in the canonical sorted-id order) form the prior split; never looks at labels.
+
+    ``prefix``: the first m rows. ``evenly_spaced``: rows ⌊i·n/m⌋, i = 0..m−1 — spread
+    over the id order, so a trend along the ids does not bias the prior.
+    """
+    m = prior_split_size(n_rows, fraction)
+    mask = np.zeros(n_rows, dtype=bool)
+    if rule == "prefix":
+        mask[:m] = True
+    elif rule == "evenly_spaced":
+        if m:
+            mask[(np.arange(m, dtype=np.int64) * n_rows) // m] = True
+    else:
+        raise ValueError("rule must be 'prefix' or 'evenly_spaced'")
+    return mask
+
+
+class SplitPriorRandomizer:
+    """Alg. 2 with every row released: RR on a public split, its debiased output as the prior.
+
+    ``privatize(labels, rng)`` (labels in the canonical sorted-id order):
+
+    1. the rows of ``prior_split_mask(n, prior_fraction, split)`` — chosen from n alone —
+       are randomized with plain ε-RR (``first_stage_``);
+    2. ``prior_`` = the debiased frequency of those outputs (post-processing);
+    3. ``mechanism_`` = ``mechanism_cls(epsilon, classes, **params).fit(prior_)``
+       randomizes every other row.
+
+    Each row is randomized exactly once, by an ε-DP mechanism chosen from data the
+    row does not affect except through other rows' DP outputs, so the release is
+    ε-DP (parallel composition, adaptive in the prior). Deviation from the paper:
+    its D₁ gets a Laplace histogram and is dropped from the release; here D₁ is
+    released through RR, and that RR output is the private prior — no extra ε.
+
+    Fitted: ``n_rows_``, ``prior_mask_``, ``prior_rows_`` (indices), ``first_stage_``,
+    ``prior_``, ``mechanism_``.
+    """
+
+    def __init__(
+        self,
+        mechanism_cls: type[RRWithPrior] | type[BlockRR],
+        epsilon: float,
+        classes: int | Sequence[str],
+        prior_fraction: float = 0.1,
+        split: SplitRule = "evenly_spaced",
+        **params: Any,
+    ) -> None:
+        self.mechanism_cls = mechanism_cls
+        self.epsilon = epsilon
+        self.classes = classes
+        self.prior_fraction = prior_fraction
+        self.split = split
+        self.params = params
+
+    @property
+    def name(self) -> str:
+        return self.mechanism_cls.name
+
+    def mechanism_for_prior(self, prior: np.ndarray) -> RRWithPrior | BlockRR:
+        """The second-stage mechanism fitted to ``prior`` (the debiased first-stage output)."""
+        return self.mechanism_cls(self.epsilon, self.classes, **self.params).fit(prior)
+
+    def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if not getattr(self.mechanism_cls, "uses_prior", False):
+            raise ValueError("the split prior is for prior-based mechanisms (rr_with_prior, block_rr)")
+        epsilon = check_epsilon(self.epsilon)
+        classes = check_classes(self.classes)
+        y = check_class_labels(labels, len(classes))
+        if y.ndim != 1:
+            raise ValueError("labels must be 1-D (one per row)")
+        n = y.size
+        mask = prior_split_mask(n, self.prior_fraction, self.split)
+        first = RandomizedResponse(epsilon, classes).fit()
+        out = np.empty(n, dtype=np.int64)
+        out[mask] = first.privatize(y[mask], rng)
+        prior = first.estimate_prior(out[mask])
+        mechanism = self.mechanism_for_prior(prior)
+        out[~mask] = mechanism.privatize(y[~mask], rng)
+        self.n_rows_ = n
+        self.prior_mask_ = mask
+        self.prior_rows_ = np.flatnonzero(mask)
+        self.first_stage_ = first
+        self.prior_ = prior
+        self.mechanism_ = mechanism
+        return out
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        return PrivacyGuarantee(
+            epsilon=float(self.epsilon),
+            statement=(
+                "Alg. 2: rows of a label-independent split get ε-RR, the rest get the ε-DP "
+                f"{self.mechanism_cls.name} fitted to the debiased RR output (post-processing); "
+                "each row is randomized once, so the release is ε-DP by parallel composition"
+            ),
+        )
+
+    def to_spec(self) -> RRWithPriorSpec | BlockRRSpec:
+        if not hasattr(self, "mechanism_"):
+            raise RuntimeError("SplitPriorRandomizer has not privatized anything yet")
+        split = PriorSplitSpec(
+            rule=self.split,
+            fraction=float(self.prior_fraction),
+            n_rows=self.n_rows_,
+            prior_rows=int(self.prior_rows_.size),
+            first_stage=self.first_stage_.to_spec(),
+            prior_probs=self.prior_.tolist(),
+        )
+        return self.mechanism_.to_spec(prior_split=split)
+
+
+def release_laws(spec: CategoricalMechanismSpec, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stage, matrices): row i of a release was drawn from ``matrices[stage[i]]``.
+
+    Stage 0 is the spec's mechanism; stage 1, present only with a prior split, is the
+    first-stage RR. What the features party needs to debias or forward-correct each row.
+    """
+    main = mechanism_from_spec(spec).transition_matrix()
+    split = getattr(spec, "prior_split", None)
+    if split is None:
+        return np.zeros(n_rows, dtype=np.int64), main[None]
+    if split.n_rows != n_rows:
+        raise ValueError(f"the prior split describes {split.n_rows} rows, not {n_rows}")
+    mask = prior_split_mask(n_rows, split.fraction, split.rule)
+    if int(mask.sum()) != split.prior_rows:
+        raise ValueError("the prior split's row count does not match its rule")
+    first = RandomizedResponse.from_spec(split.first_stage).transition_matrix()
+    return mask.astype(np.int64), np.stack([main, first])
