@@ -339,3 +339,33 @@ def _randomize(
         total_epsilon_micro=eps1_micro + eps2_micro,
     )
     return Randomized(mech.to_spec(), prior_spec, accounting, np.asarray(mech.privatize(labels, rng), dtype=np.float64))
+
+
+def fit_to_public_prior(
+    mechanism: str,
+    epsilon: float,
+    values: np.ndarray,
+    probs: np.ndarray,
+    *,
+    domain: LabelDomain | None = None,
+    classes: list[str] | None = None,
+    params: dict[str, Any] | None = None,
+):
+    """The mechanism fitted for ``epsilon`` to a public prior (``labeldp optimize``).
+
+    Prior-free mechanisms are built and fitted without it; the prior then only
+    serves to evaluate their expected loss.
+    """
+    label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
+    recipe = recipe_for(mechanism, label_type)
+    p = parse_params(recipe, params)
+    try:
+        mech = _build(mechanism, epsilon, domain, classes, p)
+        kind = recipe.prior(p)
+        if kind == "none":
+            return mech.fit()
+        if kind == "split":
+            return mech.fit(probs, grid=values)
+        return mech.fit(values, probs)
+    except ValueError as exc:
+        raise RandomizerError("invalid_parameters", f"{mechanism}: {exc}") from exc

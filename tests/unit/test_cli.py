@@ -20,3 +20,63 @@ def test_unknown_party_is_a_usage_error():
         [sys.executable, "-m", "labeldp.cli", "serve", "nobody"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labeldp.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["optimize", "privatize"])
+def test_offline_commands_have_help(command):
+    assert _run(command, "--help").returncode == 0
+
+
+def test_optimize_prints_the_fitted_bins_and_their_exact_loss(tmp_path):
+    import json
+
+    import numpy as np
+
+    from labeldp.mechanisms import RROnBins
+
+    values, probs = list(range(11)), [5, 9, 7, 5, 4, 3, 2, 2, 1, 1, 1]
+    (tmp_path / "prior.json").write_text(json.dumps({"values": values, "probs": probs}))
+    out = _run("optimize", "--mechanism", "rr_on_bins", "--epsilon", "2", "--prior", str(tmp_path / "prior.json"))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    p = np.asarray(probs, float) / sum(probs)
+    ref = RROnBins(2.0).fit(np.asarray(values, float), p)
+    assert doc["parameters"]["outputs"] == ref.outputs_.tolist()
+    assert doc["expected_loss"] == pytest.approx(ref.expected_loss_, rel=1e-12)
+    assert len(doc["parameters"]["cut_points"]) == len(doc["parameters"]["outputs"]) - 1
+
+
+def test_privatize_writes_every_id_once_sorted_and_reports_epsilon(tmp_path):
+    import csv
+    import json
+
+    ids = [f"u{i}" for i in (5, 3, 9, 1, 7, 0, 2, 8, 6, 4)] * 30
+    ids = [f"{i}_{k}" for k, i in enumerate(ids)]
+    with open(tmp_path / "in.csv", "w") as f:
+        f.write("id,label\n" + "".join(f"{i},{(k % 7) * 1.5}\n" for k, i in enumerate(ids)))
+    out = _run(
+        "privatize", "--mechanism", "rr_on_bins", "--epsilon", "1.5", "--input", str(tmp_path / "in.csv"),
+        "--output", str(tmp_path / "out.csv"), "--domain", "0,10",
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert sum(doc["epsilon_parts"].values()) == pytest.approx(1.5) and doc["epsilon_total"] == 1.5
+    with open(tmp_path / "out.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["id"] for r in rows] == sorted(ids)
+    assert {float(r["label"]) for r in rows} <= set(doc["spec"]["outputs"])
+
+
+def test_privatize_refuses_bad_input_and_writes_nothing(tmp_path):
+    (tmp_path / "in.csv").write_text("id,label\na,1.0\nb,nan\n")
+    base = ["privatize", "--mechanism", "laplace", "--epsilon", "1", "--input", str(tmp_path / "in.csv"),
+            "--output", str(tmp_path / "out.csv")]
+    out = _run(*base)  # no --domain: the range must be public
+    assert out.returncode == 2 and "--domain" in out.stderr
+    out = _run(*base, "--domain", "0,10")
+    assert out.returncode == 2 and "non_finite" in out.stderr and "nan" not in out.stderr.lower().replace("non_finite", "")
+    assert not (tmp_path / "out.csv").exists()

@@ -1,0 +1,164 @@
+"""``labeldp optimize`` and ``labeldp privatize``: the labels party's randomizer without a server.
+
+``optimize`` fits a mechanism to a public prior and reports its parameters and
+exact expected loss. ``privatize`` runs the whole randomizer (private prior,
+fit, privatize) over a CSV of id,label and writes id,privatized label in the
+canonical sorted-id order, printing the ε spent per part. The label domain (or
+class list) is public input, never derived from the labels.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labeldp.epsilon import positive_micro, to_micro_ceil
+from labeldp.mechanisms import LabelDomain
+from labeldp.randomness import secure_generator
+
+from .randomizer import fit_to_public_prior, randomize, validate_public_prior
+from .uploads import ParsedRow, validate_rows
+
+
+class OfflineError(ValueError):
+    """A bad command-line input; the message is safe to print (it holds no label values)."""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
+
+
+def read_prior(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        doc = json.loads(Path(path).read_text())
+        values = np.asarray(doc["values"], dtype=np.float64)
+        probs = np.asarray(doc["probs"], dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise OfflineError(f'{path}: expected JSON {{"values": [...], "probs": [...]}}') from exc
+    return values, probs
+
+
+def optimize(
+    mechanism: str,
+    epsilon: float,
+    prior_path: Path,
+    *,
+    loss: str | None = None,
+    domain: tuple[float, float] | None = None,
+    categorical: bool = False,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fitted parameters and exact expected loss of ``mechanism`` under a public prior."""
+    values, probs = read_prior(prior_path)
+    params = dict(params or {})
+    if loss is not None:
+        params["loss"] = loss
+    if categorical:
+        classes = [str(int(v)) if float(v).is_integer() else str(v) for v in values]
+        grid = np.arange(values.size, dtype=np.float64)
+        mech = fit_to_public_prior(mechanism, epsilon, grid, probs / probs.sum(), classes=classes, params=params)
+        expected = {"expected_accuracy": float(mech.expected_accuracy(probs / probs.sum(), grid=grid))}
+        expected["expected_loss"] = 1.0 - expected["expected_accuracy"]
+    else:
+        low, high = domain if domain else (float(values.min()), float(values.max()))
+        kind = "integer" if np.all(values == np.round(values)) and float(low).is_integer() and float(high).is_integer() else "real"
+        d = LabelDomain(kind, low, high)  # type: ignore[arg-type]
+        prior = validate_public_prior(list(values), list(probs), d)
+        mech = fit_to_public_prior(mechanism, epsilon, prior.values, prior.probs, domain=d, params=params)
+        expected = {"expected_loss": float(mech.expected_loss(prior.values, prior.probs))}
+    g = mech.guarantee
+    return {
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "parameters": json.loads(mech.to_spec().model_dump_json()),
+        **{k: _jsonable(v) for k, v in expected.items()},
+        "guarantee": {"epsilon": g.epsilon, "delta": g.delta, "adjacency": g.adjacency, "statement": g.statement},
+    }
+
+
+def read_labels_csv(path: Path) -> list[ParsedRow]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [h.strip().lower() for h in next(reader)]
+            i_id, i_label = header.index("id"), header.index("label")
+            return [
+                ParsedRow(n, cells[i_id].strip() or None, cells[i_label].strip())
+                for n, cells in enumerate(reader, start=1)
+                if cells
+            ]
+    except (OSError, StopIteration, ValueError, IndexError) as exc:
+        raise OfflineError(f"{path}: expected a UTF-8 CSV with columns id,label") from exc
+
+
+def privatize_csv(
+    mechanism: str,
+    epsilon: float | str,
+    input_path: Path,
+    output_path: Path,
+    *,
+    epsilon_prior: float | str | None = None,
+    domain: tuple[float, float] | None = None,
+    label_type: str = "real",
+    classes: list[str] | None = None,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the randomizer over a CSV; returns the accounting (ε per part)."""
+    rows = read_labels_csv(input_path)
+    if label_type == "categorical":
+        if not classes:
+            raise OfflineError("--classes is required for categorical labels")
+        low, high = 0.0, float(len(classes) - 1)
+    else:
+        if domain is None:
+            raise OfflineError("--domain LOW,HIGH is required: the label range must be public, not read from the data")
+        low, high = domain
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise OfflineError("--domain needs finite LOW < HIGH")
+    declared = {r.id: False for r in rows if r.id is not None}
+    accepted, errors = validate_rows(
+        rows, declared=declared, label_type=label_type, low=low, high=high, classes=classes
+    )
+    if errors:
+        first = "; ".join(f"row {e['row']}: {e['code']}" for e in errors[:5])
+        raise OfflineError(f"{len(errors)} invalid rows ({first}); nothing was written")
+    accepted.sort(key=lambda r: r[0])
+    ids = [i for i, _ in accepted]
+    labels = np.asarray([v for _, v in accepted], dtype=np.float64)
+    d = None if label_type == "categorical" else LabelDomain(label_type, low, high)  # type: ignore[arg-type]
+    out = randomize(
+        labels,
+        d,
+        mechanism,
+        positive_micro(epsilon),
+        secure_generator(),
+        classes=classes,
+        params=params,
+        epsilon_prior_micro=None if epsilon_prior is None else to_micro_ceil(epsilon_prior),
+    )
+    del labels
+    with open(output_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "label"])
+        if classes is not None:
+            writer.writerows((i, classes[int(v)]) for i, v in zip(ids, out.labels))
+        else:
+            writer.writerows((i, repr(float(v))) for i, v in zip(ids, out.labels))
+    return {
+        "mechanism": mechanism,
+        "rows": len(ids),
+        "epsilon_parts": {p.name: p.epsilon_micro / 1e6 for p in out.accounting.parts},
+        "epsilon_total": out.accounting.total_epsilon,
+        "delta": out.accounting.delta,
+        "spec": json.loads(out.mechanism.model_dump_json()),
+        "prior": None if out.prior is None else json.loads(out.prior.model_dump_json()),
+    }
