@@ -22,8 +22,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
 
-bench: $(STAMP)
-	@echo "benchmarks arrive with issues 3 and 4 (bench/)"
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[train,test,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/labeldp bench utility --data-dir ../shared/data
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
