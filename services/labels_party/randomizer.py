@@ -304,7 +304,7 @@ def _randomize(
 
     # Mechanisms fitted to a prior that costs ε₁ (or nothing, when public).
     assert domain is not None
-    grid = default_grid(domain, n)
+    grid = default_grid(domain, n, from_micro(epsilon_micro))  # k from public n and ε only
     if public_prior is not None:
         if epsilon_prior_micro:
             raise RandomizerError("invalid_request", "a public prior costs no epsilon: omit epsilon_prior")

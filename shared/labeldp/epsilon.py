@@ -65,20 +65,26 @@ def split_budget(
     support_size: int,
     n_labels: int,
     prior_micro: int | None = None,
+    rule: str = "default",
 ) -> tuple[int, int]:
     """Split a release's ε into (ε_prior, ε_randomizer), both in micro-ε.
 
-    Default ε₁ = √(k/n) (Ghazi et al. 2023, Thm 7), capped at half the total so
-    the randomizer always keeps most of the budget. ε₁ is rounded down and ε₂
-    is what remains, so ε₁ + ε₂ equals the charge exactly. A caller-chosen
-    ``prior_micro`` (0 for a public prior) must leave ε₂ > 0.
+    Default ε₁ follows ``labeldp.mechanisms.budget_split.prior_epsilon``: √(k/n)
+    (Ghazi et al. 2023, Thm 7) capped so the randomizer keeps at least 10% of ε
+    (bench/results/prior_rules.md; ``rule="thm7"`` caps at half instead). ε₁ is
+    rounded down and ε₂ is what remains, so ε₁ + ε₂ equals the charge exactly. A
+    caller-chosen ``prior_micro`` (0 for a public prior) must leave ε₂ > 0.
     """
+    from labeldp.mechanisms.budget_split import prior_epsilon
+
     if total_micro <= 0:
         raise InvalidEpsilon("epsilon must be greater than 0")
     if prior_micro is None:
-        default = math.sqrt(support_size / max(n_labels, 1))
-        prior_micro = min(int(math.floor(default * MICRO)), total_micro // 2)
-        prior_micro = max(prior_micro, 1) if total_micro >= 2 else 0
+        if total_micro < 2:
+            prior_micro = 0
+        else:
+            eps1 = prior_epsilon(rule, support_size, n_labels, from_micro(total_micro))
+            prior_micro = max(min(int(math.floor(eps1 * MICRO)), total_micro - 1), 1)
     if prior_micro < 0 or prior_micro >= total_micro:
         raise InvalidEpsilon("epsilon_prior must be >= 0 and smaller than epsilon")
     return prior_micro, total_micro - prior_micro

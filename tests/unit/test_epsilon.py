@@ -33,11 +33,13 @@ def test_non_positive_or_non_finite_epsilon_is_rejected(bad):
         positive_micro(bad)
 
 
-def test_default_split_is_sqrt_k_over_n_capped_at_half():
+def test_default_split_is_sqrt_k_over_n_leaving_the_randomizer_a_tenth():
     eps1, eps2 = split_budget(1 * MICRO, support_size=100, n_labels=10_000)
     assert eps1 == math.floor(math.sqrt(100 / 10_000) * MICRO)
     assert eps1 + eps2 == MICRO
-    eps1, eps2 = split_budget(100_000, support_size=100, n_labels=100)  # sqrt(k/n) = 1 > half
+    eps1, eps2 = split_budget(100_000, support_size=100, n_labels=100)  # sqrt(k/n) = 1 > 0.9 ε
+    assert eps1 == 90_000 and eps2 == 10_000
+    eps1, eps2 = split_budget(100_000, support_size=100, n_labels=100, rule="thm7")  # Thm 7: half
     assert eps1 == 50_000 and eps2 == 50_000
 
 

@@ -11,9 +11,11 @@ from labeldp.mechanisms import (
     LabelDomain,
     LaplaceHistogramPrior,
     default_grid,
+    optimal_bins,
     sample_two_sided_geometric,
     snap_to_grid,
 )
+from labeldp.mechanisms.prior import expected_bins, log_grid, real_grid_size, uniform_grid
 from labeldp.schema import LabelDomainSpec, NoisyPrior
 
 
@@ -53,6 +55,54 @@ def test_default_grid_rules() -> None:
         np.testing.assert_allclose(np.diff(g), 4.0 / (k - 1))
     # Only the public count matters: the same n gives the same grid.
     np.testing.assert_array_equal(default_grid(real, 777), default_grid(real, 777))
+
+
+def test_grid_resolution_follows_n_and_epsilon() -> None:
+    """k = clip(round(4·m̂(ε)), 16, cap(n)) with cap(n) = clip(round(4·n^(1/3)), 16, 256)."""
+    assert [real_grid_size(n) for n in (0, 1000, 125_000, 10**9)] == [16, 40, 200, 256]
+    cases = [(1000, 0.05, 16), (1000, 4.0, 16), (1000, 8.0, 40), (10**5, 6.0, 30), (10**5, 8.0, 58),
+             (10**5, 12.0, 186), (10**9, 20.0, 256), (0, 8.0, 16)]
+    for n, eps, k in cases:
+        assert real_grid_size(n, eps) == k, (n, eps)
+    real = LabelDomain("real", 0.0, 5.0)
+    for n, eps, k in cases:
+        grid = default_grid(real, n, eps)
+        np.testing.assert_array_equal(grid, np.linspace(0.0, 5.0, k))
+    # Without ε the n-only rule is unchanged; integer domains ignore ε.
+    np.testing.assert_array_equal(default_grid(real, 1000), np.linspace(0.0, 5.0, 40))
+    np.testing.assert_array_equal(default_grid(LabelDomain("integer", 0, 9), 10, 8.0), np.arange(10.0))
+    with pytest.raises(ValueError):
+        real_grid_size(-1, 1.0)
+    with pytest.raises(ValueError):
+        real_grid_size(10, 0.0)
+    with pytest.raises(ValueError):
+        default_grid(real, 10, 1.0, kind="quantile")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("eps", [0.5, 2.0, 4.0, 6.0, 8.0, 10.0])
+def test_expected_bins_matches_the_dp_on_a_uniform_prior(eps: float) -> None:
+    """m̂(ε) = max(2, e^{ε/3}) is within 10% of the optimal bin count for a uniform prior."""
+    grid = np.linspace(0.0, 1.0, 512)
+    _, outputs, _ = optimal_bins(grid, np.ones(grid.size), eps)
+    assert abs(math.log(outputs.size / expected_bins(eps))) < 0.1, (outputs.size, expected_bins(eps))
+
+
+def test_uniform_and_log_grids() -> None:
+    domain = LabelDomain("real", 0.0, 31.63)
+    np.testing.assert_array_equal(uniform_grid(domain, 5), np.linspace(0.0, 31.63, 5))
+    for k in (2, 16, 1024):
+        g = log_grid(domain, k)
+        assert g.size == k and g[0] == 0.0 and g[-1] == 31.63
+        steps = np.diff(g)
+        assert np.all(steps > 0) and np.all(np.diff(steps) > -1e-12)  # spacing grows
+        if k > 2:
+            assert steps[-1] / steps[0] == pytest.approx(101.0 ** ((k - 2) / (k - 1)))  # → 1 + ratio
+    np.testing.assert_array_equal(default_grid(domain, 10**5, 8.0, kind="log"), log_grid(domain, 58))
+    shifted = log_grid(LabelDomain("real", -2.0, 3.0), 9, ratio=10.0)
+    assert shifted[0] == -2.0 and shifted[-1] == 3.0 and np.all(np.diff(shifted) > 0)
+    for bad in [lambda: uniform_grid(domain, 1), lambda: log_grid(domain, 1), lambda: log_grid(domain, 8, ratio=0.0)]:
+        with pytest.raises(ValueError):
+            bad()
 
 
 def test_snap_to_grid_picks_the_nearest_point() -> None:
