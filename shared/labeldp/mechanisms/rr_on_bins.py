@@ -6,19 +6,29 @@ y is mapped to a bin Φ(y); the mechanism reports that bin's value with
 probability p = e^ε / (e^ε + m − 1) and every other bin's value with
 q = 1 / (e^ε + m − 1). Whatever the label, every output has probability p or q,
 so the ratio between two labels is at most p/q = e^ε.
+
+Losses: squared (ŷ − y)², absolute |ŷ − y| and Poisson ŷ − y·log ŷ (labels >= 0,
+outputs > 0). The outputs come from the exactly optimal partition
+(``rr_on_bins_kernels.optimal_bins``); Φ is then the loss-minimizing output for
+each label, a threshold rule whose cut points are midpoints for squared and
+absolute loss and logarithmic means for Poisson loss (``cut_points``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
-from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.checks import check_epsilon, check_labels
-from labeldp.mechanisms.rr_on_bins_kernels import optimal_bins
+from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.prior import LabelDomain
+from labeldp.mechanisms.rr_on_bins_kernels import cut_points, loss_code, optimal_bins
+from labeldp.mechanisms.rr_sampling import privatize_values
 from labeldp.specs.rr_on_bins import RROnBinsSpec
+
+Loss = Literal["squared", "absolute", "poisson"]
 
 
 def _rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
@@ -28,32 +38,53 @@ def _rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
     return 1.0 / denominator, t / denominator
 
 
-class RROnBins:
-    """ε-DP randomized response on the loss-optimal bins of a prior (squared loss).
+def _sum_of_losses(outputs: np.ndarray, labels: np.ndarray, loss: str) -> np.ndarray:
+    """Σ_j ℓ(o_j, y) for every label in O((k + m) log m), without a k × m matrix."""
+    m = outputs.size
+    if loss == "squared":
+        centre = float(outputs.mean())
+        return m * (labels - centre) ** 2 + float(np.sum((outputs - centre) ** 2))
+    if loss == "poisson":
+        return float(outputs.sum()) - labels * float(np.log(outputs).sum())
+    below = np.searchsorted(outputs, labels, side="right")  # outputs <= y
+    prefix = np.concatenate([[0.0], np.cumsum(outputs)])
+    return (below * labels - prefix[below]) + ((prefix[m] - prefix[below]) - (m - below) * labels)
 
-    Fitted attributes: ``grid_``, ``bin_of_grid_``, ``outputs_`` (m, ascending),
-    ``cut_points_`` (m − 1 midpoints of consecutive outputs), ``keep_probability_`` (p),
-    ``other_probability_`` (q), ``expected_loss_``, ``debias_a_``, ``debias_b_``
-    (E[ŷ | y] = a·Φ(y) + b).
+
+class RROnBins:
+    """ε-DP randomized response on the loss-optimal bins of a prior.
+
+    Parameters: ``epsilon``; ``domain`` (optional public label domain: checked
+    against the loss, Poisson needs low >= 0); ``loss`` in {"squared", "absolute",
+    "poisson"}. Fitted attributes: ``grid_``, ``bin_of_grid_``, ``outputs_`` (m,
+    ascending), ``cut_points_`` (m − 1 thresholds, see ``cut_points``),
+    ``keep_probability_`` (p), ``other_probability_`` (q), ``expected_loss_``,
+    ``debias_a_``, ``debias_b_`` (E[ŷ | y] = a·Φ(y) + b).
     """
 
-    def __init__(self, epsilon: float, loss: Literal["squared"] = "squared") -> None:
-        if loss != "squared":
-            raise ValueError(f"loss {loss!r} is not supported; only 'squared'")
+    name: ClassVar[str] = "rr_on_bins"
+
+    def __init__(self, epsilon: float, domain: LabelDomain | None = None, loss: Loss = "squared") -> None:
+        loss_code(loss)
+        if loss == "poisson" and domain is not None and domain.low < 0:
+            raise ValueError("Poisson loss needs a label domain with low >= 0")
         self.epsilon = epsilon
+        self.domain = domain
         self.loss = loss
 
-    def fit(self, grid: np.ndarray, probs: np.ndarray) -> RROnBins:
-        """Choose bins and outputs minimizing E[(ŷ − y)²] under the prior (grid, probs)."""
+    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> RROnBins:
+        """Choose bins and outputs minimizing E[ℓ(ŷ, y)] under the prior (grid, probs)."""
+        if grid is None or probs is None:
+            raise ValueError("RR-on-Bins is fitted to a prior: pass grid and probs")
         epsilon = check_epsilon(self.epsilon)
         grid = np.ascontiguousarray(grid, dtype=np.float64)
-        _, outputs, _ = optimal_bins(grid, probs, epsilon)
+        _, outputs, _ = optimal_bins(grid, probs, epsilon, self.loss)  # distinct, ascending
         self._set_outputs(epsilon, outputs)
         self.grid_ = grid
-        # For fixed outputs the loss of a label is q·Σ_o (o − y)² + (p − q)(Φ(y) − y)²,
-        # smallest at the nearest output; so Φ = nearest output, for grid and
-        # off-grid labels alike (the DP's own partition agrees on every point
-        # with positive mass, and zero-mass points do not change the loss).
+        # For fixed outputs the loss of a label is q·Σ_o ℓ(o, y) + (p − q)·ℓ(Φ(y), y),
+        # smallest at the loss-nearest output; so Φ is that rule, for grid and off-grid
+        # labels alike (the optimal partition agrees on every point with positive mass,
+        # and zero-mass points do not change the loss).
         self.bin_of_grid_ = self.bin_index(grid)
         self.expected_loss_ = self.expected_loss(grid, probs)
         return self
@@ -63,7 +94,7 @@ class RROnBins:
         m = outputs.size
         p, q = _rr_probabilities(epsilon, m)
         self.outputs_ = outputs
-        self.cut_points_ = 0.5 * (outputs[:-1] + outputs[1:])
+        self.cut_points_ = cut_points(outputs, self.loss)
         self.keep_probability_ = p
         self.other_probability_ = q
         self.debias_a_ = p - q
@@ -72,17 +103,34 @@ class RROnBins:
     @classmethod
     def from_spec(cls, spec: RROnBinsSpec) -> RROnBins:
         """Rebuild the public mechanism from its wire form (no grid: ``grid_`` stays unset)."""
-        mech = cls(spec.epsilon, spec.loss)  # type: ignore[arg-type]
+        mech = cls(spec.epsilon, loss=spec.loss)
         mech._set_outputs(check_epsilon(spec.epsilon), np.asarray(spec.outputs, dtype=np.float64))
         return mech
 
     def bin_index(self, labels: np.ndarray) -> np.ndarray:
-        """Φ as a bin index (int64): the nearest output, found by the cut points."""
+        """Φ as a bin index (int64): the loss-nearest output, found by the cut points.
+
+        A label exactly on a cut goes to the lower bin (both lose equally there).
+        """
         labels = check_labels(labels)
         return np.searchsorted(self.cut_points_, labels, side="left").astype(np.int64)
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One ε-RR draw per label; every returned value is an element of ``outputs_``."""
+        """One ε-RR draw per label; every returned value is an element of ``outputs_``.
+
+        Runs the fused numba kernel (binning + randomized response, one raw 64-bit
+        word of ``rng``'s stream per label, exact integer cells, no modulo bias).
+        The keep probability is nudged down by 1e-12 relative so that float
+        rounding of p can never push the realized ratio above e^ε.
+        """
+        shape = np.shape(labels)
+        flat = np.ascontiguousarray(labels, dtype=np.float64).reshape(-1)
+        keep = self.keep_probability_ * (1.0 - 1e-12)
+        out = privatize_values(flat, self.cut_points_, self.outputs_, keep, rng)
+        return out.reshape(shape)
+
+    def privatize_reference(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Plain-numpy version of :meth:`privatize` (same law), kept for tests and benchmarks."""
         idx = self.bin_index(labels)
         m = self.outputs_.size
         if m == 1:
@@ -99,13 +147,24 @@ class RROnBins:
         return probs
 
     def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[(ŷ − y)²] for y ~ (grid, probs) under the fitted Φ and outputs."""
+        """Exact E[ℓ(ŷ, y)] for y ~ (grid, probs) under the fitted Φ and outputs.
+
+        Per label: q·Σ_j ℓ(o_j, y) + (p − q)·ℓ(Φ(y), y), summed in closed form.
+        """
         grid = check_labels(grid)
         probs = np.asarray(probs, dtype=np.float64)
         probs = probs / probs.sum()
-        sq = (self.outputs_[None, :] - grid[:, None]) ** 2
-        own = sq[np.arange(grid.size), self.bin_index(grid)]
-        per_label = self.other_probability_ * sq.sum(axis=1) + self.debias_a_ * own
+        if self.loss == "poisson" and np.any(grid < 0):
+            raise ValueError("Poisson loss needs labels >= 0")
+        own = self.outputs_[self.bin_index(grid)]
+        if self.loss == "squared":
+            own_loss = (own - grid) ** 2
+        elif self.loss == "absolute":
+            own_loss = np.abs(own - grid)
+        else:
+            own_loss = own - grid * np.log(own)
+        per_label = self.other_probability_ * _sum_of_losses(self.outputs_, grid, self.loss)
+        per_label += self.debias_a_ * own_loss
         return float(np.dot(probs, per_label))
 
     @property
