@@ -1,9 +1,11 @@
 """Empirical privacy audit of every registered mechanism (cases.py), and of the audit itself.
 
-For each case: 10⁶ draws per side on the two extreme inputs, events fixed before sampling,
+For each case: 10⁶ draws per side on the two extreme inputs (categorical mechanisms: the pair of
+classes with the largest exact privacy loss), events fixed before sampling,
 Clopper–Pearson with Bonferroni at overall α = 0.05. The real mechanism's ε lower bound must
 not exceed its claim; the same audit of a broken variant (noise calibrated to 1.5·ε while
-ε is claimed) must exceed it — that check stays in the suite as proof of power. Lattice
+ε is claimed; 2.5·ε for the exponential mechanism, see cases.py) must exceed it — that check
+stays in the suite as proof of power. Lattice
 mechanisms also get the floating-point test: no output, for any awkward input, leaves the
 public lattice by even one bit.
 """
@@ -29,8 +31,9 @@ from labeldp.audit import (
     events_from_pilot,
     off_lattice,
 )
+from labeldp.mechanisms.categorical import max_privacy_loss
 
-from .cases import CASES, AuditCase, lattice_inputs
+from .cases import CASES, AuditCase, blocked_law_events, lattice_inputs, worst_class_pair
 
 N_DRAWS = 1_000_000  # per side
 ALPHA = 0.05  # overall, Bonferroni-split over the events inside the audit
@@ -49,7 +52,7 @@ def _audit(case_name: str, noise_factor: float) -> AuditResult:
     """Audit the case's mechanism with noise calibrated to noise_factor·ε against the claimed ε."""
     case = next(c for c in CASES if c.name == case_name)
     mech = case.mechanism(case.claimed_epsilon * noise_factor)
-    lo, hi = case.extremes
+    lo, hi = case.neighbours(mech)  # fixed from public parameters / the exact law, before sampling
     events = case.events(mech, lo, hi, N_DRAWS, ALPHA)  # fixed before any sample is drawn
     return audit_epsilon_lower_bound(
         lambda n, rng: case.sample(mech, lo, n, rng),
@@ -103,6 +106,24 @@ def test_outputs_are_exact_lattice_values_for_awkward_inputs(case: AuditCase) ->
     # so the low-order mantissa bits are a function of the lattice index alone.
     all_bits = np.unique(np.concatenate(seen))
     assert np.isin(all_bits, lattice.view(np.uint64)).all()
+
+
+CATEGORICAL_CASES = [c for c in CASES if c.extremes is worst_class_pair]
+
+
+@pytest.mark.parametrize("case", CATEGORICAL_CASES, ids=str)
+def test_categorical_pair_is_the_worst_and_outputs_are_class_indices(case: AuditCase) -> None:
+    """The audited pair attains the matrix's exact privacy loss (so a broken entry anywhere would
+    show up on it), and outputs are int class indices: no float bits, hence no lattice test."""
+    for factor in (1.0, case.broken_factor):
+        mech = case.mechanism(case.claimed_epsilon * factor)
+        t = mech.transition_matrix()
+        y, y2 = worst_class_pair(mech)
+        used = (t[y] > 0) | (t[y2] > 0)
+        assert y != y2
+        assert np.max(np.log(t[y, used]) - np.log(t[y2, used])) == pytest.approx(max_privacy_loss(t), abs=1e-12)
+    out = case.sample(mech, y, 1000, _rng(case, 4))
+    assert out.dtype.kind == "i" and out.min() >= 0 and out.max() < t.shape[0]
 
 
 # -- the audit itself -------------------------------------------------------------
@@ -203,6 +224,24 @@ def test_pilot_events_also_detect_a_broken_mechanism() -> None:
         )
         result = audit_epsilon_lower_bound(sample_lo, sample_hi, events, N_DRAWS, ALPHA, np.random.default_rng(100))
         assert (not result.passes(case.claimed_epsilon)) is refuted, audit_summary(result)
+
+
+def test_blocked_law_events_keep_anchored_atoms_and_drop_outsiders() -> None:
+    """Merged events are unions of whole blocks; anchors start blocks; off-support outputs hit none."""
+    values = np.arange(10_000, dtype=np.float64) * 0.5
+    p_a = np.full(values.size, 1.0 / values.size)
+    p_b = p_a.copy()
+    p_a[0], p_b[0] = p_a[0] * 50, p_b[0] / 50  # a lone informative atom at an anchor
+    p_a, p_b = p_a / p_a.sum(), p_b / p_b.sum()
+    events = blocked_law_events(values, p_a, p_b, anchors=[0, 1], n_draws=N_DRAWS, alpha=ALPHA, max_blocks=100)
+    assert any(e(values).sum() == 1 and e(values)[0] for e in events)  # {values[0]} kept as a singleton
+    probe = np.array([-0.5, values[-1] + 0.5, np.nan])
+    assert not any(e(probe).any() for e in events)
+    for e in events:  # blocks: [0], [1, 100), then runs of 100 atoms; an event takes whole blocks
+        hits = e(values)
+        assert np.all(hits[1:100] == hits[1])
+        rows = hits[100:].reshape(-1, 100)
+        assert np.all(rows == rows[:, :1])
 
 
 def test_off_lattice_catches_one_ulp_and_negative_zero() -> None:
