@@ -203,7 +203,12 @@ def _api_router(ctx: AppContext) -> APIRouter:
     def get_model(model_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             row = models.get_model(session, model_id)
-            return models.model_card(row, session.get(store.Training, row.training_id))
+            training = session.get(store.Training, row.training_id)
+        try:
+            loaded = ctx.model_cache.get(row)  # the card's selection fields live in the model file
+        except (OSError, ValueError, RuntimeError):
+            loaded = None
+        return models.model_card(row, training, loaded)
 
     @router.post("/models/{model_id}/predict")
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:

@@ -19,33 +19,40 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, store
 from features_party.training import (
     CLASSIFICATION,
+    PLAIN,
     EpochReport,
     LabelTask,
+    LearningConfig,
     TrainedModel,
     TrainingConfig,
     check_transition_matrix,
     fit_classifier,
-    fit_regressor,
+    fit_private_regressor,
     resolve_device,
     to_class_indices,
 )
+from features_party.debiasing import IDENTITY, label_law
 from labeldp.http_api import ApiError
 
 log = logging.getLogger("labeldp.features")
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 MODELS_DIR = "models"
+
+
+_DEFAULT_LEARNING = LearningConfig()
+LEARNING_FIELDS = ("debias", "shrinkage", "select_epoch")
 
 
 class TrainingRequest(BaseModel):
@@ -66,6 +73,27 @@ class TrainingRequest(BaseModel):
         description="categorical releases whose spec carries a transition_matrix: train with the forward-"
         "corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
     )
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    schedule: Literal["none", "step", "cosine"] = Field(
+        "none", description="step: lr × step_factor every step_epoch epochs; cosine: per-batch cosine decay to 0"
+    )
+    step_epoch: int = Field(25, ge=1, le=1000)
+    step_factor: float = Field(0.1, gt=0, le=1)
+    debias: Literal["none", "targets", "predictions"] = Field(
+        _DEFAULT_LEARNING.debias,
+        description="regression: use the release's transition law E[ŷ|y] to debias predictions or training targets",
+    )
+    shrinkage: Literal["auto"] | Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)] = Field(
+        _DEFAULT_LEARNING.shrinkage,
+        description="λ of λ·debiased + (1 − λ)·plain, or 'auto' (chosen on the privatized validation split)",
+    )
+    select_epoch: StrictBool = Field(
+        _DEFAULT_LEARNING.select_epoch,
+        description="keep the epoch with the best private validation estimate instead of the last",
+    )
+
+    def learning(self) -> LearningConfig:
+        return LearningConfig(debias=self.debias, shrinkage=self.shrinkage, select_epoch=self.select_epoch)
 
 
 class TrainingInterrupted(Exception):
@@ -79,15 +107,18 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
         table_name = request.feature_table or release.feature_table
         if session.get(store.FeatureTable, table_name) is None:
             raise ApiError(422, "unknown_feature_table", "no such feature table")
+        task = LabelTask.of(release.mechanism)
         if request.forward_correction:
-            _check_forward_correction(LabelTask.of(release.mechanism))
+            _check_forward_correction(task)
+        learning = resolve_learning(request, task, release.mechanism)
         training_id = uuid.uuid4().hex
+        config = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
         session.add(
             store.Training(
                 training_id=training_id,
                 release_id=release.release_id,
                 feature_table=table_name,
-                config=request.model_dump(exclude={"release_id", "feature_table"}),
+                config={**config, **(learning.to_dict() if learning is not None else {})},
                 status=QUEUED,
                 epoch=0,
                 epochs=request.epochs,
@@ -96,6 +127,45 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
         )
     log.info("training %s queued for release %s", training_id, request.release_id)
     return training_id
+
+
+def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> LearningConfig | None:
+    """The learning configuration a training will run with (None: classification), or 422.
+
+    Fields the request leaves out fall back to what can run: without a validation
+    split nothing is selected (and debiasing stays off unless asked for, at λ = 1),
+    and a release whose mechanism has no known label law trains plainly. Fields the
+    request sets explicitly are honoured or refused, never silently changed.
+    """
+    explicit = request.model_fields_set & set(LEARNING_FIELDS)
+    if task.task == CLASSIFICATION:
+        if explicit:
+            message = "debias, shrinkage and select_epoch apply to regression releases"
+            raise ApiError(422, "learning_unavailable", message)
+        return None
+    learning = request.learning()
+    try:
+        label_law(spec)
+    except ValueError:
+        asks_debias = "debias" in explicit and request.debias != "none"
+        if asks_debias or ("select_epoch" in explicit and request.select_epoch):
+            raise ApiError(
+                422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
+            ) from None
+        return PLAIN
+    if request.validation_fraction == 0 and learning.needs_validation:
+        debias = learning.debias if "debias" in explicit else "none"
+        fallback = {
+            "debias": debias,
+            "shrinkage": learning.shrinkage if "shrinkage" in explicit else (0.0 if debias == "none" else 1.0),
+            "select_epoch": learning.select_epoch if "select_epoch" in explicit else False,
+        }
+        learning = LearningConfig(**fallback)
+        if learning.needs_validation:
+            raise ApiError(
+                422, "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
+            )
+    return learning
 
 
 def _check_forward_correction(task: LabelTask) -> None:
@@ -121,12 +191,26 @@ def fit_for_release(
     on_epoch: Callable[[EpochReport], None] | None = None,
     *,
     forward_correction: bool = False,
+    spec: Any = None,
+    learning: LearningConfig = PLAIN,
 ) -> TrainedModel:
-    """Train the model the release's labels call for: a regressor, or a classifier over its classes."""
+    """Train the model the release's labels call for: a regressor, or a classifier over its classes.
+
+    Regressors learn as ``learning`` says from the release's mechanism ``spec``
+    (:func:`fit_private_regressor`); the default is plain training on the labels.
+    """
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        return fit_regressor(features, labels, config, on_epoch)
+        try:
+            law = label_law(spec)
+        except ValueError:
+            if learning.debias != "none" or learning.select_epoch:
+                raise ApiError(
+                    422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
+                ) from None
+            law = IDENTITY  # plain training needs no law; its validation estimate is then against the labels as given
+        return fit_private_regressor(features, labels, law, config, learning, on_epoch)
     if task.n_classes < 2:
         raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
     try:
@@ -212,6 +296,12 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         row.status, row.started_at, row.device = RUNNING, store.utcnow(), device
         options = dict(row.config)
         forward_correction = bool(options.pop("forward_correction", False))
+        # Rows queued before learning options existed train as they were requested: plainly.
+        learning = LearningConfig(
+            debias=options.pop("debias", PLAIN.debias),
+            shrinkage=options.pop("shrinkage", PLAIN.shrinkage),
+            select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
+        )
         config = TrainingConfig(**options, device=device, threads=ctx.threads)
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
@@ -249,13 +339,16 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             id_column = table_row.id_column
         features = feature_tables.select_rows(table, id_column, ids)
         del table
-        trained = fit_for_release(task, features, labels, config, on_epoch, forward_correction=forward_correction)
+        trained = fit_for_release(
+            task, features, labels, config, on_epoch,
+            forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
+        )
 
         model_id = uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"
         model_path = Path(ctx.data_dir) / relative
         trained.save(model_path)
-        last = trained.history_[-1]
+        last = _selected_entry(trained)
         with ctx.session_factory.begin() as session:
             session.add(
                 store.Model(
@@ -288,6 +381,16 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         return
     log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
     ctx.status_changed(SUCCEEDED)
+
+
+def _selected_entry(trained: TrainedModel) -> dict[str, Any]:
+    """The history entry of the epoch whose weights the model holds (the last one without selection)."""
+    selection = getattr(trained, "selection_", None) or {}
+    epoch = selection.get("selected_epoch")
+    for entry in trained.history_:
+        if entry["epoch"] == epoch:
+            return entry
+    return trained.history_[-1]
 
 
 def _safe_error(exc: Exception) -> str:

@@ -39,15 +39,47 @@ def get_model(session: Session, model_id: str) -> store.Model:
     return row
 
 
-def model_card(row: store.Model, training: store.Training | None = None) -> dict[str, Any]:
+TRAINING_FIELDS = ("optimizer", "schedule", "step_epoch", "step_factor", "learning_rate", "batch_size", "weight_decay")
+
+
+def learning_card(training: store.Training | None, model: TrainedModel | None) -> dict[str, Any] | None:
+    """A regressor's learning configuration and what private model selection chose.
+
+    The configuration comes from the training row, the choices (epoch, λ, the
+    selection estimate) from the model file, which ``predict`` applies.
+    """
+    config = (training.config or {}) if training is not None else {}
+    selection = getattr(model, "selection_", None) or {}
+    post = getattr(model, "postprocessing_", None)
+    if "debias" not in config and not selection:
+        return None
+    epochs = selection.get("epochs") or []
+    return {
+        "debias": config.get("debias"),
+        "shrinkage": config.get("shrinkage"),
+        "select_epoch": config.get("select_epoch"),
+        "selected_epoch": selection.get("selected_epoch"),
+        "selected_shrinkage": post.shrinkage if post is not None else None,
+        "selection_estimate": selection.get("estimate"),
+        "selection_criterion": selection.get("criterion"),
+        "selection_note": selection.get("note"),
+        "label_law": post.law.name if post is not None else None,
+        "estimates_by_epoch": [e.get("estimate") for e in epochs],
+    }
+
+
+def model_card(
+    row: store.Model, training: store.Training | None = None, model: TrainedModel | None = None
+) -> dict[str, Any]:
     """Everything needed to judge a model: its task, its data, its privacy cost, its fit.
 
     The task and classes follow from the release's mechanism spec (as training chose
     them); classification accuracies come from the training's last history entry.
+    ``model`` (the loaded file, optional) adds what model selection chose.
     """
     task = LabelTask.of(row.mechanism_spec)
     metrics: dict[str, Any] = {"train_loss": row.train_loss, "val_loss": row.val_loss}
-    note = "MSE against privatized labels"
+    note = "MSE against privatized labels (at the selected epoch, when one was selected)"
     if task.task == CLASSIFICATION:
         last = (training.history or [{}])[-1] if training is not None else {}
         metrics["train_accuracy"] = last.get("train_accuracy")
@@ -78,6 +110,8 @@ def model_card(row: store.Model, training: store.Training | None = None) -> dict
         "epochs": row.epochs,
         "created_at": store.iso(row.created_at),
         "architecture": row.architecture,
+        "training": {k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
+        "learning": learning_card(training, model) if task.task != CLASSIFICATION else None,
     }
 
 

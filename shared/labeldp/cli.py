@@ -123,6 +123,97 @@ def _privatize(args: argparse.Namespace) -> int:
     )
 
 
+def _epsilons(text: str | None) -> list[float] | None:
+    import math
+
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        try:
+            value = math.inf if part in ("inf", "∞", "infinity") else float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError("--epsilons must be comma-separated numbers or inf") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError("every ε must be > 0")
+        out.append(value)
+    return out
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _bench_utility(args: argparse.Namespace) -> int:
+    """The privacy–utility protocol (DESIGN.md) over the requested data sets; tables, plots, JSON."""
+    import shlex
+    import time
+
+    from labeldp.benchmarks import report, utility
+
+    housing = args.housing
+    if housing is None and args.data_dir is not None:
+        candidate = Path(args.data_dir) / "california_housing.csv"
+        housing = candidate if candidate.is_file() else None
+    quick = args.quick
+    criteo_rows = args.criteo_rows or 1_000_000
+    from features_party.training import resolve_device
+
+    device = resolve_device(args.device)
+    plans = utility.default_plans(
+        housing=housing,
+        quick=quick,
+        epochs=args.epochs,
+        sim_n=args.sim_n,
+        sim_d=args.sim_d,
+        criteo_rows=criteo_rows,
+        criteo_train_rows=args.train_rows,
+        cuda=device == "cuda",
+    )
+    aliases = {"housing": "california_housing", "linear": "simulated_linear", "nonlinear": "simulated_nonlinear",
+               "criteo": "criteo_like"}
+    wanted = [aliases.get(d, d) for d in (args.datasets or list(plans) + (["california_housing"] if housing is None else []))]
+    unknown = [d for d in wanted if d not in plans and d != "california_housing"]
+    if unknown:
+        print(f"labeldp: error: unknown data set(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    trials = args.trials if args.trials is not None else (2 if quick else 10)
+    learner_names = args.learners
+    command = "labeldp " + " ".join(shlex.quote(a) for a in (args.argv or []))
+    started = time.perf_counter()
+    for name in dict.fromkeys(wanted):
+        if name not in plans:
+            print(f"[{name}] skipped: no California Housing CSV (give --housing PATH or --data-dir DIR)", file=sys.stderr)
+            continue
+        plan = plans[name]
+        if args.epsilons is not None:
+            eps = args.epsilons
+        elif quick:
+            eps = list(utility.QUICK_CLASSIFICATION_EPSILONS if plan.task == "classification" else utility.QUICK_REGRESSION_EPSILONS)
+        else:
+            eps = None
+        result = utility.run_utility(
+            plan,
+            trials=trials,
+            epsilons=eps,
+            mechanisms=args.mechanisms,
+            learners=utility.learners_for(plan.task, learner_names),
+            cache_dir=args.cache,
+            device=device,
+            threads=args.threads,
+            seed=args.seed,
+            progress=lambda line: print(line, flush=True),
+        )
+        paths = report.write_all(result, args.out, command=command, quick=quick)
+        print(f"[{name}] {result.computed} cells computed, {result.cached} cached, {result.wall_seconds:.0f} s; "
+              f"wrote {', '.join(str(p) for p in paths)}", flush=True)
+    print(f"bench utility: done in {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labeldp",
@@ -194,12 +285,49 @@ def build_parser() -> argparse.ArgumentParser:
     privatize.add_argument("--classes", help="comma-separated class names (categorical labels)")
     privatize.add_argument("--params", type=_params, help="mechanism parameters as a JSON object")
     privatize.set_defaults(func=_privatize)
+
+    bench = sub.add_parser("bench", help="run a benchmark", description="Benchmarks that reproduce the papers' tables.")
+    bench_sub = bench.add_subparsers(dest="benchmark", required=True)
+    util = bench_sub.add_parser(
+        "utility",
+        help="privacy–utility tables for every mechanism (DESIGN.md protocol)",
+        description="Every mechanism of the catalogue through the same training, 80/20 splits, several trials, "
+        "ε grid with ∞ = non-private; writes utility_<dataset>.md/.png/.json. Cells are cached, so an "
+        "interrupted run resumes.",
+    )
+    source = util.add_mutually_exclusive_group()
+    source.add_argument("--data-dir", type=Path, help="folder holding california_housing.csv")
+    source.add_argument("--housing", type=Path, help="path of california_housing.csv")
+    util.add_argument("--datasets", type=_names,
+                      help="comma-separated: california_housing, simulated_linear, simulated_nonlinear, "
+                      "criteo_like, cifar10_1, cifar10_2 (default: all available)")
+    util.add_argument("--mechanisms", type=_names, help="comma-separated mechanism names (default: every one that applies)")
+    util.add_argument("--epsilons", type=_epsilons, help="comma-separated ε values, 'inf' for the non-private model")
+    util.add_argument("--trials", type=int, help="trials per cell (default 10; 2 with --quick)")
+    util.add_argument("--epochs", type=int, help="training epochs (default: each data set's paper recipe)")
+    util.add_argument("--learners", type=_names,
+                      help="comma-separated regression learners: plain, private, oracle (default all three where the "
+                      "features party has fit_private_regressor); classification always uses plain")
+    util.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder (default bench/results)")
+    util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
+    util.add_argument("--quick", action="store_true",
+                      help="2 trials, ε ∈ {0.1, 1, 8, ∞} (classification {0.6, 2, 8, ∞}), 10 epochs")
+    util.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="training device (default auto)")
+    util.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    util.add_argument("--seed", type=int, default=0, help="base seed of splits, noise and training (default 0)")
+    util.add_argument("--sim-n", type=int, default=20_000, help="rows of the simulated sets (default 20000)")
+    util.add_argument("--sim-d", type=int, default=10, help="features of the simulated sets (default 10)")
+    util.add_argument("--criteo-rows", type=int, help="rows of the Criteo-like set (default 1000000)")
+    util.add_argument("--train-rows", type=int,
+                      help="Criteo-like training subsample (default 100000 on CPU, every training row on CUDA)")
+    util.set_defaults(func=_bench_utility)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "port", "unset") is None:
         args.port = 8001 if args.party == "labels" else 8002
     return int(args.func(args) or 0)

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 
 from features_party import store
 from features_party.app import create_app
+from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
     SIGNATURE_HEADER,
     EpsilonPart,
@@ -42,6 +43,7 @@ def release_body(
     feature_table: str | None = "clicks",
     row_count: int | None = None,
     digest: str | None = None,
+    mechanism=None,
 ) -> bytes:
     """A LabelRelease as the labels party would serialize it."""
     labels = np.asarray(labels, dtype=np.float64)
@@ -50,9 +52,8 @@ def release_body(
         label_set_id="ls-1",
         feature_table=feature_table,
         created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
-        mechanism=LaplaceSpec(
-            epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0
-        ),
+        mechanism=mechanism
+        or LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0),
         accounting=PrivacyAccounting(
             parts=[EpsilonPart(name="randomizer", epsilon_micro=1_000_000)],
             total_epsilon_micro=1_000_000,
@@ -116,6 +117,7 @@ def settings(tmp_path: Path) -> Settings:
         features_api_key=API_KEY,
         exchange_secret=SECRET,
         device="cpu",
+        training_threads=1,  # a shared CPU: more threads only contend
     )
 
 
@@ -309,7 +311,11 @@ def test_inbox_rejects_non_messages(client: TestClient) -> None:
 
 @pytest.fixture
 def trained(client: TestClient) -> dict:
-    """A 2000-row table, a release of lightly noised labels, and a finished 3-epoch training."""
+    """A 2000-row table, a release of lightly noised labels, and a finished 3-epoch training.
+
+    The labels are not what the release's Laplace spec would produce, so the
+    training asks for no debiasing (it would invert a law the labels do not follow).
+    """
     csv, ids, y = synthetic_csv(2000)
     assert upload(client, "clicks", csv).status_code == 201
     labels = y + np.random.default_rng(1).normal(scale=0.1, size=len(y))
@@ -317,7 +323,7 @@ def trained(client: TestClient) -> dict:
 
     response = client.post(
         "/v1/trainings",
-        json={"release_id": "rel-1", "epochs": 3, "batch_size": 64, "learning_rate": 0.01, "seed": 0},
+        json={"release_id": "rel-1", "epochs": 3, "batch_size": 64, "learning_rate": 0.01, "seed": 0, "debias": "none"},
         headers=AUTH,
     )
     assert response.status_code == 202
@@ -346,7 +352,9 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
     assert card["release_id"] == "rel-1" and card["feature_table"] == "clicks"
     assert card["n_train"] + card["n_validation"] == 2000
     assert card["n_validation"] == 200
-    assert card["metrics"]["val_loss"] == training["history"][-1]["val_loss"]
+    selected = card["learning"]["selected_epoch"]
+    assert card["metrics"]["val_loss"] == training["history"][selected - 1]["val_loss"]
+    assert card["learning"]["debias"] == "none" and card["learning"]["select_epoch"] is True
     assert "Embedding" in card["architecture"]
 
     labels = trained["labels"]
@@ -391,6 +399,84 @@ def test_training_request_validation(client: TestClient, small_table: list[str])
     assert table.status_code == 422 and table.json()["code"] == "unknown_feature_table"
     assert client.get("/v1/trainings/nope", headers=AUTH).json()["code"] == "training_not_found"
     assert client.get("/v1/models/nope", headers=AUTH).json()["code"] == "model_not_found"
+
+
+def rr_on_bins_release(y: np.ndarray, epsilon: float, seed: int) -> tuple[object, np.ndarray]:
+    """An honest RR-on-Bins release of ``y``: the spec and the privatized labels."""
+    grid = np.linspace(-4.0, 8.0, 61)
+    probs = np.histogram(np.clip(y, -4, 8), bins=np.linspace(-4.1, 8.1, 62))[0] + 1.0
+    mech = RROnBins(epsilon).fit(grid, probs / probs.sum())
+    return mech.to_spec(), mech.privatize(y, np.random.default_rng(seed))
+
+
+def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> None:
+    csv, ids, y = synthetic_csv(1500, seed=2)
+    assert upload(client, "clicks", csv).status_code == 201
+    spec, labels = rr_on_bins_release(y, 2.0, 3)
+    assert post_release(client, release_body(ids, labels, mechanism=spec)).status_code == 201
+    options = {
+        "epochs": 4, "batch_size": 64, "learning_rate": 0.01, "seed": 1, "optimizer": "rmsprop",
+        "schedule": "step", "step_epoch": 2, "step_factor": 0.5,
+        "debias": "predictions", "shrinkage": "auto", "select_epoch": True,
+    }
+    response = client.post("/v1/trainings", json={"release_id": "rel-1", **options}, headers=AUTH)
+    assert response.status_code == 202
+    training = wait_for_training(client, response.json()["training_id"])
+    assert training["status"] == "succeeded", training["error"]
+    assert all("selection_loss" in h for h in training["history"])
+    card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
+    assert card["training"] == {
+        "optimizer": "rmsprop", "schedule": "step", "step_epoch": 2, "step_factor": 0.5,
+        "learning_rate": 0.01, "batch_size": 64, "weight_decay": 1e-4,
+    }
+    learning = card["learning"]
+    assert (learning["debias"], learning["shrinkage"], learning["select_epoch"]) == ("predictions", "auto", True)
+    assert learning["label_law"] == "rr_on_bins" and learning["selection_criterion"] == "private"
+    losses = [h["selection_loss"] for h in training["history"]]
+    assert learning["estimates_by_epoch"] == pytest.approx(losses)
+    assert learning["selected_epoch"] == int(np.argmin(losses)) + 1
+    assert learning["selection_estimate"] == pytest.approx(min(losses))
+    assert 0.0 <= learning["selected_shrinkage"] <= 1.0
+    assert "debiased" in learning["selection_note"]
+
+    predictions = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": ids}, headers=AUTH).json()
+    predictions = np.asarray(predictions["predictions"])
+    assert predictions.min() >= spec.outputs[0] - 1e-9 and predictions.max() <= spec.outputs[-1] + 1e-9
+    assert np.mean((predictions - y) ** 2) < np.var(y)
+
+    fixed = client.post(
+        "/v1/trainings",
+        json={"release_id": "rel-1", "epochs": 1, "seed": 1, "debias": "targets", "shrinkage": 0.5, "select_epoch": False},
+        headers=AUTH,
+    )
+    done = wait_for_training(client, fixed.json()["training_id"])
+    card = client.get(f"/v1/models/{done['model_id']}", headers=AUTH).json()
+    assert card["learning"]["debias"] == "targets" and card["learning"]["selected_shrinkage"] == 0.5
+    assert card["learning"]["selected_epoch"] == 1 and card["training"]["optimizer"] == "adam"
+
+
+def test_learning_options_are_validated(client: TestClient, small_table: list[str]) -> None:
+    assert post_release(client, release_body(small_table, [1.0, 2.0, 3.0])).status_code == 201
+    bad_values = (
+        {"debias": "both"}, {"shrinkage": 1.5}, {"shrinkage": -0.1}, {"shrinkage": "0.5"}, {"shrinkage": True},
+        {"select_epoch": "yes"}, {"optimizer": "sgd"}, {"schedule": "linear"}, {"step_epoch": 0},
+        {"step_factor": 0}, {"step_factor": 2},
+    )
+    for bad in bad_values:
+        response = client.post("/v1/trainings", json={"release_id": "rel-1", **bad}, headers=AUTH)
+        assert response.status_code == 422, bad
+        assert response.json()["code"] == "invalid_request", bad
+    needs_validation = client.post(
+        "/v1/trainings", json={"release_id": "rel-1", "validation_fraction": 0, "select_epoch": True}, headers=AUTH
+    )
+    assert needs_validation.status_code == 422 and needs_validation.json()["code"] == "validation_required"
+    # without explicit learning fields, no validation split means plain training, as before
+    plain = client.post("/v1/trainings", json={"release_id": "rel-1", "validation_fraction": 0, "epochs": 1}, headers=AUTH)
+    assert plain.status_code == 202
+    with client.app.state.ctx.sessions() as session:
+        config = session.get(store.Training, plain.json()["training_id"]).config
+    assert (config["debias"], config["select_epoch"]) == ("none", False)
+    assert wait_for_training(client, plain.json()["training_id"])["status"] == "succeeded"
 
 
 def test_training_fails_cleanly_without_label_values(client: TestClient, small_table: list[str]) -> None:

@@ -92,7 +92,7 @@ def flip(y: np.ndarray, matrix: np.ndarray, seed: int) -> np.ndarray:
     return np.minimum((rng.uniform(size=(len(y), 1)) > cdf).sum(axis=1), matrix.shape[0] - 1)
 
 
-FAST = dict(epochs=12, batch_size=64, learning_rate=1e-2, seed=0, device="cpu")
+FAST = dict(epochs=12, batch_size=64, learning_rate=1e-2, seed=0, device="cpu", threads=1)
 
 
 # --------------------------------------------------------------------------- training functions
@@ -244,6 +244,7 @@ def client(tmp_path: Path):
         features_api_key=API_KEY,
         exchange_secret="secret",
         device="cpu",
+        training_threads=1,  # a shared CPU: more threads only contend
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -366,6 +367,17 @@ def test_forward_correction_request_needs_a_transition_matrix(client: TestClient
     store_categorical_release(sessions, "rel-bad", animals["ids"], animals["noisy"].astype(float), bad)
     response = client.post("/v1/trainings", json={"release_id": "rel-bad", "forward_correction": True}, headers=AUTH)
     assert response.status_code == 422 and response.json()["code"] == "invalid_transition_matrix"
+
+
+def test_learning_options_are_refused_for_categorical_releases(client: TestClient, animals: dict) -> None:
+    """debias / shrinkage / select_epoch are regression options; asking for them on classes is a 422."""
+    for option in ({"debias": "predictions"}, {"shrinkage": 0.5}, {"select_epoch": False}):
+        response = client.post("/v1/trainings", json={"release_id": "rel-cat", **option}, headers=AUTH)
+        assert response.status_code == 422 and response.json()["code"] == "learning_unavailable", option
+    response = client.post("/v1/trainings", json={"release_id": "rel-cat", "epochs": 1, "seed": 0}, headers=AUTH)
+    training = wait_for(client, response.json()["training_id"])
+    card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
+    assert card["learning"] is None and card["training"]["optimizer"] == "adam"
 
 
 def test_out_of_range_class_labels_fail_the_training_without_values(client: TestClient, animals: dict) -> None:

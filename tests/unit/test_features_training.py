@@ -168,4 +168,15 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
         assert row.status == "succeeded" and row.epoch == 5 and len(row.history) == 5
         model = s.get(store.Model, row.model_id)
         assert (tmp_path / model.path).exists() and model.n_train == 270
+    # a row queued without learning options (as before they existed) trains plainly: last epoch, no debiasing
+    trained = TrainedRegressor.load(tmp_path / model.path)
+    assert trained.postprocessing_.debias == "none" and trained.selection_["selected_epoch"] == 5
     engine.dispose()
+
+
+def test_default_training_config_keeps_plain_history_and_constant_learning_rate() -> None:
+    config = TrainingConfig()
+    assert (config.optimizer, config.schedule, config.step_epoch, config.step_factor) == ("adam", "none", 25, 0.1)
+    table, y = linear_data(200)
+    model = fit_regressor(table, y, TrainingConfig(epochs=2, seed=1, device="cpu", threads=1))
+    assert set(model.history_[0]) == {"epoch", "train_loss", "val_loss"}

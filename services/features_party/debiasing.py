@@ -1,0 +1,418 @@
+"""What the features party knows about its labels' noise, and the estimators it builds on it.
+
+The release's mechanism spec states the transition law of every privatized label.
+The features party only ever post-processes that law and the privatized labels,
+so nothing here costs ε. Three things follow from the law's conditional mean
+m(y) = E[ŷ | y]:
+
+- **Debiased labels** ỹ = (ŷ − b)/a for a law that is affine in some public map
+  t of the label, m(y) = a·t(y) + b. Then E[ỹ | y] = t(y): ỹ is unbiased for
+  t(y) (Φ(y), the bin value, for RR-on-Bins; y itself for the unbiased
+  randomizer; the label projected onto [A₁, A₂] for RPWithPrior).
+- **Debiased predictions**: a model trained on raw ŷ estimates E[ŷ | x] =
+  E[m(y) | x]; mapping its prediction through m⁻¹ ((f − b)/a for an affine law,
+  the monotone inverse otherwise) estimates the label, and clipping the result to
+  the range of t can only move it closer to any value inside that range.
+- **Shrinkage** λ·debiased + (1 − λ)·plain, λ ∈ [0, 1]: the debiased estimate is
+  unbiased but amplifies the model's estimation error by 1/a; the plain one is
+  biased toward the mechanism's centre but stable. λ trades the two; chosen on
+  privatized validation rows it is discounted by its own noise
+  (:func:`cautious_shrinkage`).
+
+Laws that are not affine in any public t (clipped additive noise, the
+exponential mechanism) are :class:`MonotoneLaw`: m is computed exactly on the
+mechanism's lattice; predictions invert it exactly, while debiased labels use
+its least-squares line over the domain lattice, m(y) ≈ a·y + b (so ỹ is then
+unbiased for the linearized mean (m(y) − b)/a, which is close to y wherever m is
+close to linear, and the selection estimate of :mod:`features_party.selection`
+is unbiased for the loss against that).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+Debias = Literal["none", "targets", "predictions"]
+DEBIAS_MODES: tuple[str, ...] = ("none", "targets", "predictions")
+MAX_TABLE_POINTS = 4097  # inverse table of a monotone law (exact at its points; interpolated between)
+_MIN_SLOPE = 1e-12
+_LINEAR_RTOL = 1e-9
+
+ArrayMap = Callable[[np.ndarray], np.ndarray]
+
+
+# --------------------------------------------------------------------------- laws
+
+
+@dataclass(frozen=True)
+class LabelLaw:
+    """E[ŷ | y] of a release's mechanism, reduced to what the estimators need.
+
+    ``a``, ``b``: the affine law m(y) = a·t(y) + b (exact when ``linear``, a
+    least-squares line in y otherwise). ``low``, ``high``: the range of t, where
+    every debiased prediction is clipped. ``mean_fn``/``target_fn`` are the exact
+    m and t when the law was built from a spec (not kept in model files).
+    """
+
+    name: str
+    a: float
+    b: float
+    low: float
+    high: float
+    mean_fn: ArrayMap | None = None
+    target_fn: ArrayMap | None = None
+
+    linear = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.a) and self.a > _MIN_SLOPE and math.isfinite(self.b)):
+            raise ValueError("a label law needs a finite slope a > 0 and a finite offset b")
+        if not self.low <= self.high:
+            raise ValueError("a label law needs low <= high")
+
+    def mean(self, labels: np.ndarray) -> np.ndarray:
+        """E[ŷ | y] exactly (needs the law built from its spec)."""
+        labels = np.asarray(labels, dtype=np.float64)
+        if self.mean_fn is not None:
+            return np.asarray(self.mean_fn(labels), dtype=np.float64)
+        return self.a * self.target(labels) + self.b
+
+    def target(self, labels: np.ndarray) -> np.ndarray:
+        """t(y): what debiased labels and debiased predictions estimate."""
+        if self.target_fn is None:
+            raise ValueError(f"the {self.name} law was restored without its label map")
+        return np.asarray(self.target_fn(np.asarray(labels, dtype=np.float64)), dtype=np.float64)
+
+    def debias_labels(self, privatized: np.ndarray) -> np.ndarray:
+        """ỹ = (ŷ − b)/a: E[ỹ | y] = t(y) for a linear law (never clipped: that would bias it)."""
+        return (np.asarray(privatized, dtype=np.float64) - self.b) / self.a
+
+    def debias_predictions(self, predictions: np.ndarray) -> np.ndarray:
+        """m⁻¹ of a prediction of E[ŷ | x], clipped to the range of t."""
+        return np.clip(self.debias_labels(predictions), self.low, self.high)
+
+    def rebias(self, debiased: np.ndarray) -> np.ndarray:
+        """a·d + b: the plain-scale estimate equivalent to a debiased one (used with debiased targets)."""
+        return self.a * np.asarray(debiased, dtype=np.float64) + self.b
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (a model file is loaded with ``weights_only=True``)."""
+        return {"kind": "linear", "name": self.name, "a": self.a, "b": self.b, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class MonotoneLaw(LabelLaw):
+    """A non-decreasing m(y), exact on ``values`` (lattice points) with ``means`` = m(values)."""
+
+    values: tuple[float, ...] = ()
+    means: tuple[float, ...] = ()
+
+    linear = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if len(self.values) < 2 or len(self.values) != len(self.means):
+            raise ValueError("a monotone law needs at least two (value, mean) points")
+
+    def _inverse_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(m, y) restricted to where m strictly increases, so np.interp inverts it."""
+        means = np.maximum.accumulate(np.asarray(self.means, dtype=np.float64))
+        keep = np.concatenate(([True], np.diff(means) > 0))
+        return means[keep], np.asarray(self.values, dtype=np.float64)[keep]
+
+    def mean(self, labels: np.ndarray) -> np.ndarray:
+        labels = np.asarray(labels, dtype=np.float64)
+        if self.mean_fn is not None:
+            return np.asarray(self.mean_fn(labels), dtype=np.float64)
+        return np.interp(labels, np.asarray(self.values), np.asarray(self.means))
+
+    def target(self, labels: np.ndarray) -> np.ndarray:
+        """The linearized mean (m(y) − b)/a: what debiased labels are unbiased for."""
+        return self.debias_labels(self.mean(labels))
+
+    def debias_predictions(self, predictions: np.ndarray) -> np.ndarray:
+        """The exact inverse of m (piecewise linear between lattice points), clamped to the domain."""
+        means, values = self._inverse_table()
+        return np.interp(np.asarray(predictions, dtype=np.float64), means, values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "kind": "monotone", "values": list(self.values), "means": list(self.means)}
+
+
+IDENTITY = LabelLaw("identity", 1.0, 0.0, -math.inf, math.inf, mean_fn=lambda y: y, target_fn=lambda y: y)
+
+
+def law_from_dict(data: Mapping[str, Any] | None) -> LabelLaw:
+    """The law a model file stored (without its exact label maps); ``None`` is the identity."""
+    if data is None:
+        return IDENTITY
+    common = dict(name=str(data["name"]), a=float(data["a"]), b=float(data["b"]))
+    common.update(low=float(data["low"]), high=float(data["high"]))
+    if data["kind"] == "linear":
+        if common["name"] == "identity":
+            return IDENTITY
+        return LabelLaw(**common)
+    if data["kind"] == "monotone":
+        values = tuple(float(v) for v in data["values"])
+        return MonotoneLaw(**common, values=values, means=tuple(float(m) for m in data["means"]))
+    raise ValueError("unknown label law kind")
+
+
+# --------------------------------------------------------------------------- laws of the catalogue
+
+
+def _spec_object(spec: Any) -> Any:
+    """A spec object from an object or its JSON dict (as a release stores it)."""
+    if isinstance(spec, Mapping):
+        from pydantic import TypeAdapter
+
+        from labeldp.schema import MechanismSpec
+
+        return TypeAdapter(MechanismSpec).validate_python(dict(spec))
+    return spec
+
+
+def label_law(spec: Any) -> LabelLaw:
+    """The law of E[ŷ | y] for a release's mechanism spec (object or JSON dict; ``None``: identity).
+
+    ValueError for categorical specs (classifiers use the transition matrix) and
+    for mechanisms whose law this module does not know.
+    """
+    if spec is None:
+        return IDENTITY
+    spec = _spec_object(spec)
+    name = getattr(spec, "name", None)
+    if getattr(spec, "classes", None) is not None:
+        raise ValueError("categorical releases have a transition matrix, not a regression label law")
+    builder = _BUILDERS.get(str(name))
+    if builder is None:
+        raise ValueError(f"no label law for mechanism {name!r}")
+    return builder(spec)
+
+
+def _rr_on_bins(spec: Any) -> LabelLaw:
+    """E[ŷ | y] = a·Φ(y) + b with a = p − q, b = q·Σ outputs (from the spec, checked against ε)."""
+    from labeldp.mechanisms.rr_on_bins import RROnBins
+
+    mech = RROnBins.from_spec(spec)
+    a, b = float(spec.debias_a), float(spec.debias_b)
+    close = [math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12) for u, v in ((a, mech.debias_a_), (b, mech.debias_b_))]
+    if not all(close):
+        raise ValueError("the spec's debias_a/debias_b disagree with its epsilon and outputs")
+    outputs = mech.outputs_
+
+    def phi(labels: np.ndarray) -> np.ndarray:
+        return outputs[mech.bin_index(labels)]
+
+    def mean(labels: np.ndarray) -> np.ndarray:
+        return a * phi(labels) + b
+
+    return LabelLaw("rr_on_bins", a, b, float(outputs[0]), float(outputs[-1]), mean_fn=mean, target_fn=phi)
+
+
+def _unbiased(spec: Any) -> LabelLaw:
+    """E[ŷ | y] = y for labels in the domain (labels outside are clipped first)."""
+    from labeldp.mechanisms.unbiased import UnbiasedRandomizer
+
+    mech = UnbiasedRandomizer.from_spec(spec)
+    low, high = float(spec.domain.low), float(spec.domain.high)
+    return LabelLaw(
+        "unbiased", 1.0, 0.0, low, high, mean_fn=mech.conditional_mean, target_fn=lambda y: np.clip(y, low, high)
+    )
+
+
+def _rp_with_prior(spec: Any) -> LabelLaw:
+    """E[ŷ | y] = (1 − κ)·t(y) + κ·centre, t(y) = the snapped label projected onto [A₁, A₂].
+
+    The far points are uniform over the interval's lattice and the near block is
+    symmetric, so the law is affine in the projected value; a and b are read off
+    the exact conditional mean at A₁ and A₂ and checked on every lattice point.
+    """
+    from labeldp.mechanisms.rp_with_prior import RPWithPrior
+
+    mech = RPWithPrior.from_spec(spec)
+    first = int(mech.output_indices_[0])
+    outputs = mech.outputs_
+
+    def projected(labels: np.ndarray) -> np.ndarray:
+        return outputs[mech.projected_index(labels) - first]
+
+    inside = outputs[mech.a1_index_ - first : mech.a2_index_ - first + 1]
+    means = mech.conditional_mean(inside)
+    if inside.size >= 2:
+        a = float((means[-1] - means[0]) / (inside[-1] - inside[0]))
+        b = float(means[0] - a * inside[0])
+    else:
+        a, b = 1.0, float(means[0] - inside[0])
+    scale = max(1.0, float(np.max(np.abs(means))))
+    if not np.allclose(a * inside + b, means, rtol=0, atol=_LINEAR_RTOL * scale):  # pragma: no cover - defensive
+        low, high = float(spec.domain.low), float(spec.domain.high)
+        return _monotone("rp_with_prior", mech.conditional_mean, outputs, low, high)
+    return LabelLaw(
+        "rp_with_prior", a, b, float(inside[0]), float(inside[-1]), mean_fn=mech.conditional_mean, target_fn=projected
+    )
+
+
+def _lattice_law(spec: Any) -> LabelLaw:
+    """Additive noise on the domain lattice: affine (snap) unclipped, monotone when clipped or range-restricted."""
+    from labeldp.mechanisms.additive import MECHANISMS
+
+    mech = MECHANISMS[spec.name].from_spec(spec)
+    low, high = float(spec.domain.low), float(spec.domain.high)
+    if not getattr(spec, "clipped", False) and spec.name != "exponential":
+
+        def snap(labels: np.ndarray) -> np.ndarray:
+            return mech.lattice_value(mech.lattice_index(labels))
+
+        return LabelLaw(spec.name, 1.0, 0.0, low, high, mean_fn=mech.conditional_mean, target_fn=snap)
+    return _monotone(spec.name, mech.conditional_mean, mech.lattice_, low, high)
+
+
+def _monotone(name: str, mean_fn: ArrayMap, lattice: np.ndarray, low: float, high: float) -> MonotoneLaw:
+    """m exactly on the lattice; a, b the least-squares line of m over the lattice (uniform weights)."""
+    lattice = np.asarray(lattice, dtype=np.float64)
+    means = np.asarray(mean_fn(lattice), dtype=np.float64)
+    if np.any(np.diff(means) < -1e-9 * max(1.0, float(np.max(np.abs(means))))):
+        raise ValueError(f"the conditional mean of {name} is not monotone")
+    centred = lattice - lattice.mean()
+    a = float(np.dot(centred, means - means.mean()) / np.dot(centred, centred))
+    b = float(means.mean() - a * lattice.mean())
+    pick = np.unique(np.rint(np.linspace(0, lattice.size - 1, min(lattice.size, MAX_TABLE_POINTS))).astype(np.int64))
+    return MonotoneLaw(
+        name,
+        a,
+        b,
+        low,
+        high,
+        mean_fn=mean_fn,
+        target_fn=None,
+        values=tuple(lattice[pick].tolist()),
+        means=tuple(means[pick].tolist()),
+    )
+
+
+_BUILDERS: dict[str, Callable[[Any], LabelLaw]] = {
+    "rr_on_bins": _rr_on_bins,
+    "unbiased": _unbiased,
+    "rp_with_prior": _rp_with_prior,
+    "laplace": _lattice_law,
+    "staircase": _lattice_law,
+    "gaussian": _lattice_law,
+    "exponential": _lattice_law,
+}
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def prediction_parts(outputs: np.ndarray, law: LabelLaw, debias: Debias) -> tuple[np.ndarray, np.ndarray]:
+    """(plain, debiased) estimates from a model's outputs in label units.
+
+    ``predictions``: the model learnt E[ŷ | x]; plain is its output, debiased is
+    m⁻¹ of it. ``targets``: the model learnt E[ỹ | x]; debiased is its output,
+    plain the equivalent a·g + b. Both are clipped to [low, high], the range of
+    t(y): every estimate is of something in that interval, so clipping only moves
+    it closer, and every λ mixes two points of it. ``none``: both are the output,
+    untouched.
+    """
+    outputs = np.asarray(outputs, dtype=np.float64)
+    if debias == "none":
+        return outputs, outputs
+    if debias == "predictions":
+        return np.clip(outputs, law.low, law.high), law.debias_predictions(outputs)
+    if debias == "targets":
+        return np.clip(law.rebias(outputs), law.low, law.high), np.clip(outputs, law.low, law.high)
+    raise ValueError(f"debias must be one of {', '.join(DEBIAS_MODES)}")
+
+
+def shrink(plain: np.ndarray, debiased: np.ndarray, shrinkage: float) -> np.ndarray:
+    """λ·debiased + (1 − λ)·plain; λ = 0 is the plain estimate, λ = 1 the debiased one."""
+    lam = check_shrinkage(shrinkage)
+    if lam == 0.0:
+        return np.asarray(plain, dtype=np.float64)
+    if lam == 1.0:
+        return np.asarray(debiased, dtype=np.float64)
+    return lam * np.asarray(debiased, dtype=np.float64) + (1.0 - lam) * np.asarray(plain, dtype=np.float64)
+
+
+def check_shrinkage(shrinkage: float) -> float:
+    lam = float(shrinkage)
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError("shrinkage must be in [0, 1]")
+    return lam
+
+
+def best_shrinkage(plain: np.ndarray, debiased: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """(λ, loss): λ ∈ [0, 1] minimizing mean((λ·d + (1 − λ)·p − r)²), exactly.
+
+    The loss is a convex quadratic in λ, so the minimizer over [0, 1] is the
+    unconstrained one ⟨d − p, r − p⟩/‖d − p‖² clipped to [0, 1]: the limit of any
+    finer grid, at no cost. Ties (d = p) give λ = 1.
+    """
+    p = np.asarray(plain, dtype=np.float64)
+    d = np.asarray(debiased, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    diff = d - p
+    denominator = float(np.dot(diff, diff))
+    lam = 1.0 if denominator <= 0.0 else min(1.0, max(0.0, float(np.dot(diff, r - p)) / denominator))
+    return lam, mean_squared_error(shrink(p, d, lam), r)
+
+
+def cautious_shrinkage(plain: np.ndarray, debiased: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
+    """(λ, λ*, se): the exact minimizer λ* of :func:`best_shrinkage`, discounted by its own noise.
+
+    λ* = ⟨Δ, r − p⟩/‖Δ‖² (Δ = d − p) is a regression coefficient on noisy
+    references r (the debiased validation labels, whose variance grows as 1/a²);
+    its sandwich standard error is se = √(Σ Δᵢ² eᵢ²)/‖Δ‖², e the residuals at λ*.
+    The multiplier c minimizing E[(c·λ* − λ°)²] for the unknown best λ° is
+    λ°²/(λ°² + se²); plugging in λ*² − se² for λ°² gives the positive-part
+    James–Stein rule λ = λ*·max(0, 1 − se²/λ*²). At large ε, se → 0 and λ = λ*;
+    at small ε, where λ* is mostly noise, λ falls back toward the plain estimate.
+    """
+    p = np.asarray(plain, dtype=np.float64)
+    d = np.asarray(debiased, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    lam_star, _ = best_shrinkage(p, d, r)
+    diff = d - p
+    denominator = float(np.dot(diff, diff))
+    if lam_star <= 0.0 or denominator <= 0.0:
+        return lam_star if denominator <= 0.0 else 0.0, lam_star, 0.0
+    residual = r - shrink(p, d, lam_star)
+    se = math.sqrt(float(np.dot(diff * diff, residual * residual))) / denominator
+    return lam_star * max(0.0, 1.0 - (se / lam_star) ** 2), lam_star, se
+
+
+def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
+    diff = np.asarray(predictions, dtype=np.float64) - np.asarray(reference, dtype=np.float64)
+    return float(np.dot(diff, diff) / diff.size) if diff.size else float("nan")
+
+
+@dataclass(frozen=True)
+class PostProcessing:
+    """How a trained regressor turns its network's outputs (label units) into predictions."""
+
+    debias: Debias = "none"
+    shrinkage: float = 0.0
+    law: LabelLaw = IDENTITY
+
+    def parts(self, outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return prediction_parts(outputs, self.law, self.debias)
+
+    def apply(self, outputs: np.ndarray) -> np.ndarray:
+        plain, debiased = self.parts(outputs)
+        return shrink(plain, debiased, self.shrinkage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"debias": self.debias, "shrinkage": float(self.shrinkage), "law": self.law.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "PostProcessing":
+        if not data:
+            return cls()
+        debias: Any = str(data["debias"])
+        return cls(debias, float(data["shrinkage"]), law_from_dict(data.get("law")))

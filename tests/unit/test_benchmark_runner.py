@@ -1,0 +1,304 @@
+"""The privacy–utility benchmark runner: a tiny end-to-end run, its tables, plot and cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labeldp.benchmarks import datasets as ds
+from labeldp.benchmarks import references, report, utility
+from labeldp.benchmarks.utility import DatasetPlan, PlainRegressor, TrainingRecipe
+
+pytest.importorskip("matplotlib")
+
+@pytest.fixture(autouse=True)
+def _frozen_code_fingerprint(monkeypatch):
+    """Other work may edit the mechanism sources while these tests run; the cache tests
+    must not see that as a code change (code_fingerprint has its own test)."""
+    real = utility.code_fingerprint
+    monkeypatch.setattr(utility, "code_fingerprint", lambda modules=None: "frozen" if modules is None else real(modules))
+
+
+TINY_RECIPE = TrainingRecipe(1, 64, optimizer="adam", schedule="step", step_epoch=1, source="test")
+MEAN_STD = re.compile(r"^(\*\*)?-?\d+\.\d+ ± \d+\.\d+(\*\*)?( †)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CountingRegressor(PlainRegressor):
+    """The plain learner (same name and fingerprint) that counts its trainings."""
+
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    def fit_predict(self, job):
+        self.calls.append(job.labels.size)
+        return super().fit_predict(job)
+
+
+def _plan(n: int = 240, recipe: TrainingRecipe = TINY_RECIPE) -> DatasetPlan:
+    return DatasetPlan(
+        "tiny_linear",
+        lambda: ds.simulated("linear", n, 3),
+        {"loader": "simulated", "kind": "linear", "n": n, "d": 3},
+        recipe,
+        reference="liu_huang_simulated_linear",
+    )
+
+
+def _run(plan, cache, learner=None, **kw):
+    return utility.run_utility(
+        plan,
+        trials=2,
+        epsilons=[0.5, 4.0, math.inf],
+        mechanisms=["laplace", "rr_on_bins"],
+        learners=[learner or PlainRegressor()],
+        cache_dir=cache,
+        device="cpu",
+        threads=1,
+        progress=None,
+        **kw,
+    )
+
+
+def _block(markdown: str, heading: str) -> list[list[str]]:
+    """The table under the first heading that starts with ``heading``, as rows of cells."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("## " + heading))
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_tiny_run_writes_tables_plot_and_resumes_from_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = CountingRegressor()
+    result = _run(_plan(), cache, first)
+    # 2 trials × (non-private + 2 mechanisms × 2 finite ε)
+    assert (result.computed, result.cached) == (10, 0)
+    assert len(first.calls) == 10
+    assert set(first.calls) == {192}  # every training row (80 % of 240)
+
+    md, png, js = report.write_all(result, tmp_path / "out", command="labeldp bench utility --test", quick=True)
+    text = md.read_text()
+    assert "QUICK RUN" in text and "labeldp bench utility --test" in text
+    assert "device **cpu**" in text
+
+    for heading in ("Mechanism MSE", "Test MSE — learner `plain`"):
+        rows = _block(text, heading)
+        assert rows[0] == ["ε", "`laplace`", "`rr_on_bins`"]
+        assert [r[0] for r in rows[1:]] == ["0.5", "4", "∞"]
+        for row in rows[1:]:
+            assert len(row) == 3
+            assert all(MEAN_STD.match(c) for c in row[1:]), row
+    excess = _block(text, "Relative excess")
+    assert [r[0] for r in excess[1:]] == ["0.5", "4"]
+    assert all(re.match(r"^[+-]\d+\.\d% ± \d+\.\d%$", c) for r in excess[1:] for c in r[1:])
+    # the ∞ row is the same non-private model for every mechanism
+    inf_row = _block(text, "Test MSE — learner `plain`")[-1]
+    assert inf_row[1] == inf_row[2]
+    assert "Reference: RPWithPrior ICLR draft" in text
+
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+    summary = json.loads(js.read_text())
+    assert summary["trials"] == 2 and len(summary["cells"]) == 3 * 2
+
+    # A second run reads every cell from the cache and trains nothing.
+    second = CountingRegressor()
+    again = _run(_plan(), cache, second)
+    assert (again.computed, again.cached) == (0, 10) and second.calls == []
+    for eps in (0.5, 4.0, math.inf):
+        for m in ("laplace", "rr_on_bins"):
+            np.testing.assert_array_equal(
+                again.values(m, eps, "test_mse", "plain"), result.values(m, eps, "test_mse", "plain")
+            )
+
+    # An interrupted run resumes: only the missing cell is computed, to the same numbers.
+    cell = next(cache.glob("*/laplace__eps4__trial1.json"))
+    cell.unlink()
+    third = CountingRegressor()
+    resumed = _run(_plan(), cache, third)
+    assert (resumed.computed, resumed.cached) == (1, 9) and len(third.calls) == 1
+    np.testing.assert_allclose(
+        resumed.values("laplace", 4.0, "mechanism_mse"), result.values("laplace", 4.0, "mechanism_mse"), rtol=0
+    )
+    np.testing.assert_allclose(
+        resumed.values("laplace", 4.0, "test_mse", "plain"), result.values("laplace", 4.0, "test_mse", "plain"),
+        rtol=1e-6,
+    )
+
+
+def test_a_changed_training_recipe_or_data_set_never_reads_stale_cells(tmp_path):
+    cache = tmp_path / "cache"
+    _run(_plan(), cache)
+    other_recipe = _run(_plan(recipe=dataclasses.replace(TINY_RECIPE, batch_size=32)), cache)
+    assert other_recipe.cached == 0
+    other_data = _run(_plan(n=200), cache)
+    assert other_data.cached == 0
+    assert len(list(cache.iterdir())) == 3
+
+
+def test_the_cache_key_follows_the_mechanism_and_training_code(tmp_path, monkeypatch):
+    pkg = tmp_path / "fake_mechs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernel.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = utility.code_fingerprint(("fake_mechs",))
+    assert utility.code_fingerprint(("fake_mechs",)) == before
+    (pkg / "kernel.py").write_text("SCALE = 1.5\n")  # a planted change in a package's module
+    assert utility.code_fingerprint(("fake_mechs",)) != before
+    assert "labels_party.randomizer" in utility.CODE_MODULES and "features_party.training" in utility.CODE_MODULES
+
+
+def test_trials_use_new_splits_and_seeds_but_mechanisms_share_them(tmp_path):
+    result = _run(_plan(), tmp_path / "cache")
+    for m in ("laplace", "rr_on_bins"):
+        v = result.values(m, 0.5, "mechanism_mse")
+        assert v.size == 2 and v[0] != v[1]
+    base = result.values(utility.NON_PRIVATE, math.inf, "test_mse", "plain")
+    assert base.size == 2 and base[0] != base[1]
+
+
+def test_every_trial_splits_80_20_without_overlap_and_subsamples_only_training_rows():
+    seen = []
+    for t in range(3):
+        train, test, fit = utility.trial_split(1000, 200, 300, 0, "d", t)
+        assert train.size == 800 and test.size == 200
+        assert np.intersect1d(train, test).size == 0
+        np.testing.assert_array_equal(np.union1d(train, test), np.arange(1000))
+        assert fit.size == 300 and np.unique(fit).size == 300 and fit.max() < 800
+        again = utility.trial_split(1000, 200, 300, 0, "d", t)
+        np.testing.assert_array_equal(again[1], test)
+        seen.append(test)
+    assert not np.array_equal(seen[0], seen[1])
+    _, _, full = utility.trial_split(1000, 200, 800, 0, "d", 0)
+    np.testing.assert_array_equal(full, np.arange(800))
+
+
+def test_classification_reports_accuracy_and_mean_class_accuracy(tmp_path):
+    plan = DatasetPlan(
+        "tiny_classes",
+        lambda: ds.imbalanced_classes([60, 40, 20], "tiny_classes", d=4),
+        {"loader": "imbalanced_classes", "counts": [60, 40, 20]},
+        TINY_RECIPE,
+        task="classification",
+    )
+    result = utility.run_utility(
+        plan, trials=2, epsilons=[2.0, math.inf], mechanisms=["randomized_response", "laplace"],
+        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+    )
+    assert result.mechanisms == ["randomized_response"]  # laplace does not take classes
+    md, png, _ = report.write_all(result, tmp_path / "out")
+    text = md.read_text()
+    for heading in ("Test accuracy — learner `plain`", "Mean per-class test accuracy — learner `plain`"):
+        rows = _block(text, heading)
+        assert [r[0] for r in rows[1:]] == ["2", "∞"]
+        assert all(MEAN_STD.match(r[1]) for r in rows[1:])
+    acc = result.values("randomized_response", 2.0, "test_accuracy", "plain")
+    assert acc.size == 2 and np.all((0 <= acc) & (acc <= 1))
+    assert png.exists()
+
+
+def test_mean_std_formatting():
+    assert report.fmt_mean_std(np.array([1.0, 2.0])) == "1.5000 ± 0.7071"
+    assert report.fmt_mean_std(np.array([4322.91, 4319.86])) == "4321.4 ± 2.2"
+    assert report.fmt_mean_std(np.array([0.5])) == "0.5000 ± 0.0000"
+    assert report.fmt_mean_std(np.array([])) == "—"
+    assert report.fmt_percent(np.array([0.1, 0.3])) == "+20.0% ± 14.1%"
+
+
+def test_best_is_bold_and_one_standard_error_is_marked():
+    def cell(m, v):
+        return utility.Cell(m, 1.0, 0, {}, {"plain": {"test_mse": v}}, 0.0)
+
+    cells = [cell("a", v) for v in (1.0, 1.2)] + [cell("b", v) for v in (1.05, 1.25)] + [cell("c", v) for v in (3.0, 3.1)]
+    for i, c in enumerate(cells):
+        c.trial = i % 2
+    result = utility.RunResult(
+        plan=_plan(), data_description="", n_rows=0, n_features=0, n_train=0, n_test=0, n_train_fit=0,
+        trials=2, epsilons=[1.0], mechanisms=["a", "b", "c"], learners=["plain"], cells=cells, config={},
+        unsupported=[], environment={}, wall_seconds=0, computed=0, cached=0, cache_dir="",
+    )
+    row = report.metric_block(result, "test_mse", "plain")[-1]
+    a, b, c = [x.strip() for x in row.strip("|").split("|")][1:]
+    assert a.startswith("**") and b.endswith("†") and "†" not in c and "**" not in c
+
+
+def test_reference_tables_are_complete():
+    t = references.LIU_HUANG_HOUSING
+    assert len(t.rows) == 13 and all(len(r) == 6 for r in t.rows.values())
+    assert t.get(1.0, "rp_with_prior") == (1.0726, 0.0673)
+    assert t.get(math.inf, "laplace") == (0.5922, 0.0244)
+    assert references.GHAZI_CRITEO_GENERALIZATION.get(0.05, "rr_on_bins") == (11339.71, 36.45)
+    assert references.GHAZI_CRITEO_MECHANISM.get(8.0, "laplace") == (3239.22, 6.54)
+    assert references.LIU_HUANG_SIMULATED_NONLINEAR.get(0.1, "rp_with_prior") == (53.9678, 22.0496)
+    assert [r.key for r in references.references_for("ghazi_criteo")] == ["ghazi_criteo", "ghazi_criteo_mechanism"]
+
+
+def test_quick_plans_follow_the_papers_recipes(tmp_path):
+    csv = tmp_path / "california_housing.csv"
+    csv.write_text("x\n")
+    plans = utility.default_plans(housing=csv, quick=False)
+    assert set(plans) == {"california_housing", "simulated_linear", "simulated_nonlinear", "criteo_like", "cifar10_1", "cifar10_2"}
+    h = plans["california_housing"].training
+    assert (h.optimizer, h.learning_rate, h.epochs, h.batch_size, h.schedule, h.step_epoch, h.step_factor, h.weight_decay) == (
+        "adam", 1e-3, 50, 256, "step", 25, 0.1, 1e-4
+    )
+    c = plans["criteo_like"]
+    assert (c.training.optimizer, c.training.schedule, c.training.batch_size) == ("rmsprop", "cosine", 8192)
+    assert c.params["n"] >= 1_000_000 and c.train_rows == 100_000
+    quick = utility.default_plans(housing=None, quick=True)
+    assert "california_housing" not in quick
+    assert quick["simulated_linear"].training.epochs == 10 and quick["simulated_linear"].training.step_epoch == 5
+    config, unsupported = utility.training_config(h, seed=1, device="cpu", threads=1)
+    assert config.validation_fraction == 0.0 and config.epochs == 50
+    if not unsupported:
+        assert (config.optimizer, config.schedule, config.step_epoch) == ("adam", "step", 25)
+
+
+def test_cli_bench_utility_end_to_end(tmp_path, capsys):
+    from labeldp.cli import main
+
+    out, cache = tmp_path / "results", tmp_path / "cache"
+    args = ["bench", "utility", "--datasets", "linear", "--sim-n", "200", "--sim-d", "2", "--trials", "2",
+            "--epochs", "1", "--epsilons", "1,inf", "--mechanisms", "laplace", "--out", str(out),
+            "--cache", str(cache), "--threads", "1", "--device", "cpu"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "ETA" in printed and "1/4" in printed  # one progress line per cell
+    text = (out / "utility_simulated_linear.md").read_text()
+    assert "n = 200, d = 2" in text and "--sim-n 200" in text
+    assert (out / "utility_simulated_linear.png").exists()
+    assert main(args) == 0
+    assert "0 cells computed, 4 cached" in capsys.readouterr().out
+
+
+def test_cli_rejects_bad_epsilons_and_unknown_data_sets(tmp_path, capsys):
+    from labeldp.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "utility", "--epsilons", "1,-2"])
+    assert main(["bench", "utility", "--datasets", "nope", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.skipif(not utility.private_learning_available(), reason="fit_private_regressor not in this build")
+def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
+    learners = utility.learners_for("regression", ["plain", "private", "oracle"])
+    result = utility.run_utility(
+        _plan(), trials=2, epsilons=[1.0, math.inf], mechanisms=["rr_on_bins"], learners=learners,
+        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+    )
+    for name in ("plain", "private", "oracle"):
+        v = result.values("rr_on_bins", 1.0, "test_mse", name)
+        assert v.size == 2 and np.all(np.isfinite(v))
+    text = report.write_markdown(result, tmp_path / "u.md").read_text()
+    assert "Test MSE — learner `private`" in text and "Test MSE — learner `oracle`" in text
