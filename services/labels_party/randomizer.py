@@ -95,7 +95,7 @@ class RRWithPriorParams(_Params):
 
 class BlockRRParams(RRWithPriorParams):
     sigma: float = Field(1.0, gt=0)
-    l: int | None = Field(None, ge=0)
+    l: int | Literal["auto"] | None = Field("auto", description="|Δ|; auto = most accurate under the prior")
 
 
 PriorKind = Literal["none", "histogram", "noised_labels", "split"]

@@ -568,3 +568,15 @@ def test_rr_estimate_prior_is_consistent() -> None:
     out = rr.privatize(rng.choice(10, size=200_000, p=prior), rng)
     np.testing.assert_allclose(rr.estimate_prior(out), prior, atol=0.01)
     np.testing.assert_array_equal(rr.estimate_prior(np.array([], dtype=np.int64)), np.full(10, 0.1))
+
+
+def test_block_rr_auto_l_maximizes_exact_accuracy_over_every_l():
+    prior = np.array([5000, 4000, 3000, 2500, 2000, 1500, 1500, 1500, 1500, 1500], float)
+    prior /= prior.sum()
+    for epsilon in (0.3, 0.6, 2.0, 8.0):
+        auto = BlockRR(epsilon, 10).fit(prior)
+        every = [BlockRR(epsilon, 10, l=l).fit(prior) for l in range(auto.majority_.size + 1)]
+        best = max(m.expected_accuracy(prior) for m in every)
+        assert auto.expected_accuracy(prior) == pytest.approx(best, rel=1e-12)
+    # At large ε the minority labels must not lose half their mass to Δ.
+    assert np.min(np.diag(BlockRR(8.0, 10).fit(prior).transition_matrix())) > 0.99

@@ -490,7 +490,10 @@ class BlockRR(_CategoricalMechanism):
 
     ``fit(probs)``: S₁ = {i : w_ii ≥ w_ij ∀j} for w of eq. (3.3) with ``sigma``,
     S₂ = the rest; Δ = the ``l`` most likely classes of S̃₁ (``l=None``: all of S̃₁;
-    an ``l`` above |S̃₁| is capped); β, γ from eq. (3.2). ``outputs='majority'``
+    an ``l`` above |S̃₁| is capped; ``l="auto"``, the default: the l in 0..|S̃₁| with the
+    highest exact expected accuracy P(S₁)·e^ε·β(l) + P(S₂)·e^ε·γ(l) under the prior —
+    post-processing of the prior, so free; the paper tunes l per ε, and l = |S̃₁| sends
+    half of a minority label's mass to Δ even at large ε); β, γ from eq. (3.2). ``outputs='majority'``
     restricts the outputs to S̃ = S₁ with Δ = S̃₁ (Table 1's RRWithPrior row).
 
     Limits the paper states: l = 0 or S₂ = ∅ give plain RR (β = γ = 1/(e^ε+K−1)).
@@ -513,7 +516,7 @@ class BlockRR(_CategoricalMechanism):
         epsilon: float,
         classes: int | Sequence[str],
         sigma: float = 1.0,
-        l: int | None = None,  # noqa: E741 — the paper's name
+        l: int | Literal["auto"] | None = "auto",  # noqa: E741 — the paper's name
         outputs: Literal["all", "majority"] = "all",
     ) -> None:
         super().__init__(epsilon, classes)
@@ -526,11 +529,11 @@ class BlockRR(_CategoricalMechanism):
         sigma = float(self.sigma)
         if not (math.isfinite(sigma) and sigma > 0):
             raise ValueError("sigma must be a finite number > 0")
-        if self.l is not None and (int(self.l) != self.l or self.l < 0):
-            raise ValueError("l must be a whole number >= 0 (or None for all of S̃₁)")
+        if self.l is not None and self.l != "auto" and (int(self.l) != self.l or self.l < 0):
+            raise ValueError("l must be a whole number >= 0, 'auto', or None for all of S̃₁")
         if self.outputs not in ("all", "majority"):
             raise ValueError("outputs must be 'all' or 'majority'")
-        if self.outputs == "majority" and self.l is not None:
+        if self.outputs == "majority" and self.l not in (None, "auto"):
             raise ValueError("outputs='majority' fixes Δ = S̃₁; leave l unset")
         return epsilon, sigma
 
@@ -543,11 +546,28 @@ class BlockRR(_CategoricalMechanism):
         prior = check_class_probs(probs, k_classes, grid)
         majority = np.flatnonzero(majority_mask(prior, sigma))
         n_major = majority.size
-        l = n_major if self.l is None else min(int(self.l), n_major)  # noqa: E741
+        if self.l == "auto":
+            l = self._most_accurate_l(epsilon, prior, majority, k_classes)  # noqa: E741
+        else:
+            l = n_major if self.l is None else min(int(self.l), n_major)  # noqa: E741
         ranked = majority[np.lexsort((majority, -prior[majority]))]
         self.prior_ = prior
         self._set_partition(epsilon, k_classes, majority, ranked[:l])
         return self
+
+    def _most_accurate_l(self, epsilon: float, prior: np.ndarray, majority: np.ndarray, n_classes: int) -> int:
+        """argmax over l of the exact Pr[ŷ = y] (ties: the smaller l); O(|S̃₁|)."""
+        if self.outputs == "majority":
+            return majority.size
+        n_minor = n_classes - majority.size
+        p_major = float(prior[majority].sum())
+        best, best_accuracy = 0, -1.0
+        for l in range(majority.size + 1):  # noqa: E741
+            _, _, keep_beta, keep_gamma = block_rr_coefficients(epsilon, majority.size, n_minor, l)
+            accuracy = p_major * keep_beta + (1.0 - p_major) * keep_gamma
+            if accuracy > best_accuracy * (1 + 1e-12):
+                best, best_accuracy = l, accuracy
+        return best
 
     def _set_partition(self, epsilon: float, n_classes: int, majority: np.ndarray, delta: np.ndarray) -> None:
         majority = np.sort(np.asarray(majority, dtype=np.int64))
