@@ -25,7 +25,7 @@ log = logging.getLogger("labeldp.labels")
 
 def _mechanism_label(name: str) -> str:
     # Bounded metric cardinality: unknown names from clients collapse to "other".
-    return name if name in MECHANISMS else "other"
+    return name if name in MECHANISMS or name == "auto" else "other"
 
 
 class _ReleaseStatusCollector:
@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except ApiError as exc:
             release_outcomes.labels(_mechanism_label(body.mechanism), exc.code).inc()
             raise
-        release_outcomes.labels(body.mechanism, "accepted").inc()
+        release_outcomes.labels(out["mechanism"], "accepted").inc()
         response.headers["Location"] = f"/v1/releases/{out['id']}"
         log.info("release %s charged %s on %s", out["id"], out["epsilon"], label_set_id)
         return out

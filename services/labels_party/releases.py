@@ -26,6 +26,7 @@ from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.schema import LabelRelease, encode_payload, payload_digest
 
+from .defaults import AUTO, default_mechanism
 from .label_sets import class_names, load_label_set
 from .randomizer import RandomizerError, randomize, validate_public_prior
 from .store import LabelRow, LabelSetRow, ReleaseRow
@@ -37,7 +38,7 @@ class PriorIn(BaseModel):
 
 
 class ReleaseCreate(BaseModel):
-    mechanism: str = Field(description="a mechanism of the catalogue, e.g. rr_on_bins")
+    mechanism: str = Field("auto", description="a mechanism of the catalogue, or auto (the default rule)")
     params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
     epsilon: float | str
     epsilon_prior: float | str | None = None
@@ -64,6 +65,7 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
 
     with sessions() as s:
         ls = load_label_set(s, label_set_id)
+        label_type = ls.label_type
         classes = class_names(ls)
         domain = (
             LabelDomain("integer", 0, len(classes) - 1)
@@ -87,6 +89,9 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
     rows = sorted(rows, key=lambda r: r[0])  # canonical order: ids sorted, independent of labels
     ids = [r[0] for r in rows]
     labels = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    mechanism = body.mechanism
+    if mechanism == AUTO:
+        mechanism = default_mechanism(label_type, from_micro(charge))
     try:
         public_prior = (
             None if body.prior is None else validate_public_prior(body.prior.values, body.prior.probs, domain)
@@ -94,7 +99,7 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
         out = randomize(
             labels,
             None if classes is not None else domain,
-            body.mechanism,
+            mechanism,
             charge,
             secure_generator(),
             epsilon_prior_micro=prior_micro,
@@ -137,7 +142,7 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
             ReleaseRow(
                 id=release_id,
                 label_set_id=label_set_id,
-                mechanism=body.mechanism,
+                mechanism=mechanism,
                 epsilon_micro=charge,
                 accounting_json=out.accounting.model_dump_json(),
                 feature_table=body.feature_table,

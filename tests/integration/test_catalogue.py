@@ -96,3 +96,18 @@ def test_categorical_label_set_release_and_classifier(stack, tmp_path):
         pred = features.post(f"/v1/models/{status['model_id']}/predict", json={"ids": ids}).json()
         accuracy = np.mean(np.asarray(pred["predictions"]) == np.asarray(classes)[y])
         assert accuracy > 0.6  # chance is about 0.4 for the majority class
+
+
+def test_auto_is_the_default_mechanism_and_resolves_from_public_facts(stack, real_label_set, feature_table):
+    from labels_party.defaults import default_mechanism
+
+    with stack.labels_client() as labels:
+        for eps in (0.1, 2.0):
+            r = labels.post(
+                f"/v1/label-sets/{real_label_set['id']}/releases",
+                json={"epsilon": eps, "feature_table": feature_table},  # no mechanism named
+            )
+            assert r.status_code == 202, r.text
+            assert r.json()["mechanism"] == default_mechanism("real", eps)
+    assert default_mechanism("real", 0.1) != default_mechanism("real", 2.0)
+    assert default_mechanism("categorical", 1.0) == "block_rr"

@@ -302,3 +302,24 @@ def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
         assert v.size == 2 and np.all(np.isfinite(v))
     text = report.write_markdown(result, tmp_path / "u.md").read_text()
     assert "Test MSE — learner `private`" in text and "Test MSE — learner `oracle`" in text
+
+
+def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
+    from labeldp.benchmarks.utility import DEFAULT, Cell, default_cells
+    from labels_party.defaults import default_mechanism
+
+    cells = [
+        Cell(m, eps, t, {"mechanism_mse": 1.0 + i}, {"private": {"test_mse": 2.0 + i}}, 0.1)
+        for i, (m, eps, t) in enumerate(
+            (m, eps, t) for m in ("rr_on_bins", "unbiased") for eps in (0.05, 4.0) for t in (0, 1)
+        )
+    ]
+    out = default_cells(cells, "real", ["rr_on_bins", "unbiased"])
+    assert len(out) == 4 and all(c.mechanism == DEFAULT for c in out)
+    for c in out:
+        source = next(
+            x for x in cells
+            if (x.mechanism, x.epsilon, x.trial) == (default_mechanism("real", c.epsilon), c.epsilon, c.trial)
+        )
+        assert c.learners == source.learners and c.mechanism_metrics == source.mechanism_metrics
+    assert default_cells(cells, "real", ["laplace"]) == []  # the pick was not run: no column

@@ -595,6 +595,28 @@ def _fmt_seconds(s: float) -> str:
     return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
 
 
+DEFAULT = "default"
+
+
+def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str]) -> list[Cell]:
+    """The project's default configuration as its own column.
+
+    ``labels_party.defaults.default_mechanism`` picks the mechanism from the label type
+    and ε alone (public); at each (ε, trial) the default *is* that mechanism's cell, so
+    its numbers are copied, not recomputed. ε values whose pick was not run are left out.
+    """
+    from labels_party.defaults import default_mechanism
+
+    out = []
+    for c in cells:
+        if c.mechanism == NON_PRIVATE or math.isinf(c.epsilon):
+            continue
+        pick = default_mechanism(label_type, c.epsilon)
+        if c.mechanism == pick and pick in mechanisms:
+            out.append(dataclasses.replace(c, mechanism=DEFAULT))
+    return out
+
+
 def run_utility(
     plan: DatasetPlan,
     *,
@@ -751,6 +773,9 @@ def run_utility(
                 f"elapsed {_fmt_seconds(time.perf_counter() - started)}, ETA ≤{_fmt_seconds(eta)})"
             )
 
+    cells += default_cells(cells, label_type, mechanisms)
+    if any(c.mechanism == DEFAULT for c in cells):
+        mechanisms = [DEFAULT, *mechanisms]
     return RunResult(
         plan=plan,
         data_description=data.description,
