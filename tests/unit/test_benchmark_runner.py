@@ -15,7 +15,6 @@ from labeldp.benchmarks import datasets as ds
 from labeldp.benchmarks import references, report, utility
 from labeldp.benchmarks.utility import DatasetPlan, PlainRegressor, TrainingRecipe
 
-pytest.importorskip("matplotlib")
 
 @pytest.fixture(autouse=True)
 def _frozen_code_fingerprint(monkeypatch):
@@ -290,7 +289,6 @@ def test_cli_rejects_bad_epsilons_and_unknown_data_sets(tmp_path, capsys):
     assert main(["bench", "utility", "--datasets", "nope", "--out", str(tmp_path)]) == 2
 
 
-@pytest.mark.skipif(not utility.private_learning_available(), reason="fit_private_regressor not in this build")
 def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
     learners = utility.learners_for("regression", ["plain", "private", "oracle"])
     result = utility.run_utility(
