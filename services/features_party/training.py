@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+from abc import ABC, abstractmethod
 import os
 import secrets
 import time
@@ -342,7 +343,7 @@ def _classifier_head(n_classes: int, corrected: bool) -> str:
 # --------------------------------------------------------------------------- trained models
 
 
-class _TrainedMLP:
+class _TrainedMLP(ABC):
     """What both trained models share: the network, its preprocessor, how it was trained, persistence."""
 
     task: Task
@@ -410,8 +411,9 @@ class _TrainedMLP:
         return cls._from_state(state, device)
 
     @classmethod
+    @abstractmethod
     def _from_state(cls, state: dict[str, Any], device: str) -> Self:
-        raise NotImplementedError
+        """Rebuild the fitted model from a saved state."""
 
     @staticmethod
     def _common(state: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ so conditional means and expected losses for every j cost O(J) once.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -156,7 +157,7 @@ def _sum_of_squares_below(n: float) -> float:
 # --------------------------------------------------------------------------- #
 
 
-class LatticeMechanism:
+class LatticeMechanism(ABC):
     """Shared lattice plumbing: variant, step, J, snapping and mapping back.
 
     Subclasses calibrate their noise in ``_fit_noise(epsilon)`` (lattice units,
@@ -203,8 +204,9 @@ class LatticeMechanism:
         self._fit_noise(epsilon)
         return self
 
-    def _fit_noise(self, epsilon: float) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _fit_noise(self, epsilon: float) -> None:
+        """Calibrate the noise law to ε at sensitivity J (lattice units)."""
 
     def lattice_index(self, labels: np.ndarray) -> np.ndarray:
         """Index j of the nearest lattice point (labels outside the domain clip to the ends)."""
@@ -278,17 +280,21 @@ class AdditiveLatticeMechanism(LatticeMechanism):
 
     # -- the noise law (subclasses) -------------------------------------------
 
-    def noise_pmf(self, k: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def noise_pmf(self, k: np.ndarray) -> np.ndarray:
+        """P(N = k) for integer noise k."""
 
-    def noise_survival(self, t: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def noise_survival(self, t: np.ndarray) -> np.ndarray:
+        """P(N > t)."""
 
-    def noise_second_moment(self) -> float:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def noise_second_moment(self) -> float:
+        """E[N²] in lattice units."""
 
-    def _sample_noise(self, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _sample_noise(self, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        """Integer noise draws of the given shape."""
 
     def _at_least(self, t: np.ndarray) -> np.ndarray:
         """P(N ≥ t) for t ≥ 0 (P(N ≥ 0) = 1 − P(N < 0) = 1 − S(0) by symmetry)."""
