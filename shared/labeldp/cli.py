@@ -214,6 +214,25 @@ def _bench_utility(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_report(args: argparse.Namespace) -> int:
+    """Re-render utility tables and plots from their JSON summaries, recomputing nothing."""
+    import json
+
+    from labeldp.benchmarks import report
+
+    for path in args.summaries:
+        try:
+            doc = json.loads(Path(path).read_text())
+            result = report.result_from_summary(doc, source=str(path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"labeldp: error: {path}: not a utility summary ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        out = args.out if args.out is not None else Path(path).parent
+        paths = report.write_all(result, out, quick=bool(doc.get("quick", False)))
+        print(f"[{result.plan.name}] re-rendered {result.cached} cells (none recomputed); wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labeldp",
@@ -319,8 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     util.add_argument("--sim-d", type=int, default=10, help="features of the simulated sets (default 10)")
     util.add_argument("--criteo-rows", type=int, help="rows of the Criteo-like set (default 1000000)")
     util.add_argument("--train-rows", type=int,
-                      help="Criteo-like training subsample (default 100000 on CPU, every training row on CUDA)")
+                      help="Criteo-like training subsample (default 25000 on CPU, every training row on CUDA)")
     util.set_defaults(func=_bench_utility)
+
+    rerender = bench_sub.add_parser(
+        "report",
+        help="re-render utility tables and plots from their JSON summaries",
+        description="Rebuild utility_<dataset>.md/.png/.json from the JSON a `bench utility` run wrote, without "
+        "recomputing a cell: for a new report layout, or to show the current default rule's column.",
+    )
+    rerender.add_argument("summaries", nargs="+", type=Path, help="utility_<dataset>.json files")
+    rerender.add_argument("--out", type=Path, help="results folder (default: each summary's own folder)")
+    rerender.set_defaults(func=_bench_report)
     return parser
 
 

@@ -254,7 +254,7 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
     )
     c = plans["criteo_like"]
     assert (c.training.optimizer, c.training.schedule, c.training.batch_size) == ("rmsprop", "cosine", 8192)
-    assert c.params["n"] >= 1_000_000 and c.train_rows == 100_000
+    assert c.params["n"] >= 1_000_000 and c.train_rows == utility.CPU_CRITEO_TRAIN_ROWS == 25_000
     quick = utility.default_plans(housing=None, quick=True)
     assert "california_housing" not in quick
     assert quick["simulated_linear"].training.epochs == 10 and quick["simulated_linear"].training.step_epoch == 5
@@ -321,3 +321,85 @@ def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
         )
         assert c.learners == source.learners and c.mechanism_metrics == source.mechanism_metrics
     assert default_cells(cells, "real", ["laplace"]) == []  # the pick was not run: no column
+
+
+def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
+    learners = utility.learners_for("regression", ["plain", "private", "oracle"])
+    result = utility.run_utility(
+        _plan(), trials=2, epsilons=[0.1, 4.0, math.inf], mechanisms=["rr_on_bins", "unbiased", "laplace"],
+        learners=learners, cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+    )
+    md, _, js = report.write_all(result, tmp_path / "a", command="labeldp bench utility --tiny")
+    doc = json.loads(js.read_text())
+    rebuilt = report.result_from_summary(doc, source="a/utility_tiny_linear.json")
+    assert rebuilt.mechanisms == result.mechanisms and rebuilt.learners == result.learners
+    for m in result.mechanisms:
+        for eps in result.epsilons:
+            for lr in (None, "plain", "private", "oracle"):
+                metric = "mechanism_mse" if lr is None else "test_mse"
+                np.testing.assert_array_equal(rebuilt.values(m, eps, metric, lr), result.values(m, eps, metric, lr))
+    md2 = report.write_markdown(rebuilt, tmp_path / "b.md")
+    text, text2 = md.read_text(), md2.read_text()
+    for heading in ("Mechanism MSE", "Test MSE — learner `private`", "Private vs oracle", "The default configuration"):
+        assert _block(text, heading) == _block(text2, heading)
+    assert "labeldp bench utility --tiny" in text2 and "Re-rendered by `labeldp bench report" in text2
+
+    # A format-1 summary (per-trial lists only, as session-1 runs wrote) rebuilds to the same numbers.
+    old = {k: v for k, v in doc.items() if k not in ("format", "plan", "raw_cells", "epsilons", "mechanisms",
+                                                        "learners", "learner_info", "n_features", "command")}
+    legacy = report.result_from_summary(old)
+    for m in ("rr_on_bins", "unbiased", "laplace", utility.DEFAULT):
+        for eps in result.epsilons:
+            np.testing.assert_array_equal(legacy.values(m, eps, "test_mse", "private"),
+                                          result.values(m, eps, "test_mse", "private"))
+
+
+def test_the_goal_block_compares_the_default_with_every_deployable_learner():
+    from labeldp.benchmarks.utility import Cell
+
+    def cells(mech, eps, plain, private, oracle):
+        return [Cell(mech, eps, t, {"mechanism_mse": 1.0}, {"plain": {"test_mse": plain[t]},
+                     "private": {"test_mse": private[t]}, "oracle": {"test_mse": oracle[t]}}, 0.1) for t in range(2)]
+
+    raw = (cells("unbiased", 1.0, [2.0, 2.2], [1.0, 1.2], [0.1, 0.1])   # default: private 1.1 ± 0.1
+           + cells("laplace", 1.0, [0.5, 0.7], [3.0, 3.0], [0.1, 0.1])  # plain beats it: not met
+           + cells("unbiased", 2.0, [2.0, 2.0], [1.0, 1.2], [0.1, 0.1])
+           + cells("laplace", 2.0, [1.05, 1.05], [3.0, 3.0], [0.1, 0.1]))  # within one SE of the default's
+    result = dataclasses.replace(
+        _fake_result(), cells=raw + utility.default_cells(raw, "real", ["unbiased", "laplace"]),
+        epsilons=[1.0, 2.0], mechanisms=[utility.DEFAULT, "unbiased", "laplace"],
+    )
+    rows = report.default_goal_block(result, [references.LIU_HUANG_HOUSING], "test_mse")
+    one, two = rows[2].split("|"), rows[3].split("|")
+    assert "`laplace` / `plain` 0.6" in one[3] and "NOT MET" in one[4] and "+83.3%" in one[4]
+    assert "0.886" in one[5] and "no" in one[6]
+    assert "`laplace` / `plain` 1.05" in two[3] and "within 1 SE" in two[4]
+    # oracle numbers (true labels) never count as the field
+    assert all("oracle" not in r for r in rows)
+
+
+def _fake_result():
+    return utility.RunResult(
+        plan=_plan(), data_description="", n_rows=0, n_features=0, n_train=0, n_test=0, n_train_fit=0, trials=2,
+        epsilons=[], mechanisms=[], learners=["plain", "private", "oracle"], cells=[], config={}, unsupported=[],
+        environment={}, wall_seconds=0.0, computed=0, cached=0, cache_dir="",
+    )
+
+
+def test_cli_bench_report_re_renders_without_recomputing(tmp_path, capsys):
+    from labeldp.cli import main
+
+    out, cache = tmp_path / "results", tmp_path / "cache"
+    args = ["bench", "utility", "--datasets", "linear", "--sim-n", "200", "--sim-d", "2", "--trials", "2",
+            "--epochs", "1", "--epsilons", "1,inf", "--mechanisms", "unbiased", "--out", str(out),
+            "--cache", str(cache), "--threads", "1", "--device", "cpu"]
+    assert main(args) == 0
+    before = (out / "utility_simulated_linear.md").read_text()
+    capsys.readouterr()
+    assert main(["bench", "report", str(out / "utility_simulated_linear.json"), "--out", str(tmp_path / "re")]) == 0
+    assert "re-rendered 4 cells" in capsys.readouterr().out
+    after = (tmp_path / "re" / "utility_simulated_linear.md").read_text()
+    assert _block(after, "Test MSE — learner `private`") == _block(before, "Test MSE — learner `private`")
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["bench", "report", str(tmp_path / "bad.json")]) == 2
+    assert "not a utility summary" in capsys.readouterr().err

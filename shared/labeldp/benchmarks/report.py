@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -11,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from labeldp.benchmarks.references import ReferenceTable, references_for
-from labeldp.benchmarks.utility import NON_PRIVATE, RunResult
+from labeldp.benchmarks.utility import DEFAULT, NON_PRIVATE, Cell, RunResult
 
 REGRESSION_BLOCKS = ("test_mse",)
 CLASSIFICATION_BLOCKS = ("test_accuracy", "mean_class_accuracy")
@@ -152,6 +153,63 @@ def best_block(result: RunResult, refs: list[ReferenceTable]) -> list[str]:
     return _table(header, rows)
 
 
+DEPLOYABLE_LEARNERS = ("plain", "private")
+"""Learners a features party can actually run (``oracle`` reads the true labels)."""
+
+
+def default_learner(result: RunResult) -> str:
+    """The learning a training gets without options: private selection where the run has it."""
+    return "private" if "private" in result.learners else "plain"
+
+
+def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: str, *, higher_is_better: bool = False) -> list[str]:
+    """Per ε: the default configuration (``auto`` mechanism, default learning) against the best
+    mean of every mechanism × deployable learner run beside it, and the reference table's best.
+
+    Verdicts use the rule of the † marks: within one standard error (the default's std/√trials).
+    """
+    learner = default_learner(result)
+    field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS]
+    ref = next((r for r in refs if r.metric == "test MSE"), None) if metric == "test_mse" else None
+    pick = max if higher_is_better else min
+    rows = []
+    for eps in result.epsilons:
+        if math.isinf(eps):
+            continue
+        mine = _stats(result.values(DEFAULT, eps, metric, learner))
+        if mine is None:
+            continue
+        others = {(m, lr): _stats(result.values(m, eps, metric, lr))
+                  for m in result.mechanisms if m != DEFAULT for lr in field}
+        others = {k: v for k, v in others.items() if v is not None}
+        if not others:
+            continue
+        (bm, bl) = pick(others, key=lambda k: others[k][0])
+        best = others[(bm, bl)]
+        d = _decimals(min(mine[0], best[0]))
+        gap = (mine[0] - best[0]) if not higher_is_better else (best[0] - mine[0])
+        if gap <= 0:
+            verdict = "**best**"
+        elif gap <= mine[1]:
+            verdict = "within 1 SE"
+        else:
+            rel = gap / abs(best[0]) if best[0] else math.inf
+            verdict = f"NOT MET: {'+' if not higher_is_better else '−'}{rel:.1%} ({gap / mine[1]:.1f} SE)" if mine[1] else "NOT MET"
+        row = [eps_label(eps), f"{mine[0]:.{d}f} ± {mine[1]:.{d}f}", f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}", verdict]
+        if ref:
+            vals = [v[0] for m in ref.mechanisms if (v := ref.get(eps, m)) is not None]
+            if vals:
+                theirs = min(vals)
+                row += [f"{theirs:g}", "yes" if mine[0] <= theirs else f"no (+{mine[0] / theirs - 1:.1%})"]
+            else:
+                row += ["—", "—"]
+        rows.append(row)
+    header = ["ε", f"default (`{learner}`), mean ± SE", "best of the rest (mechanism / learner), mean ± SE", "default vs best"]
+    if ref:
+        header += [f"best in {ref.citation.split(',')[0]}", "default ≤ it?"]
+    return _table(header, rows)
+
+
 def reference_block(result: RunResult, ref: ReferenceTable) -> list[str]:
     mechs = ref.mechanisms
     rows = []
@@ -198,8 +256,12 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             "> the full protocol is the same command without `--quick`.",
             "",
         ]
+    command = command or result.command
     if command:
         lines += [f"Command: `{command}`", ""]
+    if result.rendered_from:
+        lines += [f"Re-rendered by `labeldp bench report {result.rendered_from}` from the cells that command computed"
+                  " (none recomputed; the `default` column follows today's `labels_party.defaults`).", ""]
     recipe = plan.training
     lines += [
         f"- **Data**: {result.data_description}; {result.n_rows:,} rows, {result.n_features} feature columns.",
@@ -239,6 +301,12 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
                 lines += [f"## {TITLES[metric]} — learner `{learner}`, mean ± std over {result.trials} trials", ""]
                 lines += ["**bold**: highest mean in the row; †: within one standard error (std/√trials) of it.", ""]
                 lines += metric_block(result, metric, learner, higher_is_better=True) + [""]
+        if any(m == DEFAULT for m in result.mechanisms):
+            for metric in CLASSIFICATION_BLOCKS:
+                lines += [f"## The default configuration against the field: {TITLES[metric].lower()}", ""]
+                lines += ["`mechanism: \"auto\"` against the highest mean of every other mechanism; "
+                          "± is the standard error std/√trials.", ""]
+                lines += default_goal_block(result, [], metric, higher_is_better=True) + [""]
     else:
         lines += [f"## {TITLES['mechanism_mse']}, mean ± std over {result.trials} trials", ""]
         lines += metric_block(result, "mechanism_mse", None) + [""]
@@ -254,6 +322,12 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             lines += ["(E_private − E_oracle)/E_oracle per trial: both models come from the same training run; the "
                       "oracle picks epoch and shrinkage with the true validation labels. Mean ± std.", ""]
             lines += selection_gap_block(result) + [""]
+        if any(m == DEFAULT for m in result.mechanisms):
+            lines += ["## The default configuration against the field", ""]
+            lines += ["What a user gets without tuning (`mechanism: \"auto\"`, the features party's default learning) "
+                      "against the lowest mean test MSE of every other mechanism with every learner a features party "
+                      "can run (`plain`, `private`; not `oracle`). ± is the standard error std/√trials.", ""]
+            lines += default_goal_block(result, references_for(plan.reference), "test_mse") + [""]
         lines += ["## Best mechanism per ε (lowest mean test MSE; ± is the standard error std/√trials)", ""]
         lines += best_block(result, references_for(plan.reference)) + [""]
         for ref in references_for(plan.reference):
@@ -328,43 +402,178 @@ def write_plot(result: RunResult, path: str | Path) -> Path:
     return path
 
 
-def summary(result: RunResult) -> dict[str, Any]:
-    """Per-trial values of every block (JSON-ready), for later analysis without rerunning."""
+SUMMARY_FORMAT = 2
+
+
+def _eps_json(epsilon: float) -> float | str:
+    return "inf" if math.isinf(epsilon) else epsilon
+
+
+def _eps_from_json(value: float | str) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def summary(result: RunResult, *, command: str | None = None, quick: bool = False) -> dict[str, Any]:
+    """Per-trial values of every block (JSON-ready), for later analysis without rerunning.
+
+    ``raw_cells`` holds every computed cell as it was cached, so :func:`result_from_summary`
+    can rebuild the run and re-render its tables (a changed default rule, a new block)
+    without recomputing a single cell.
+    """
     metrics = ["label_accuracy"] if result.plan.task == "classification" else ["mechanism_mse"]
     learner_metrics = CLASSIFICATION_BLOCKS if result.plan.task == "classification" else REGRESSION_BLOCKS
     rows = []
     for eps in result.epsilons:
         for m in result.mechanisms:
-            entry: dict[str, Any] = {"mechanism": m, "epsilon": "inf" if math.isinf(eps) else eps}
+            entry: dict[str, Any] = {"mechanism": m, "epsilon": _eps_json(eps)}
             for metric in metrics:
                 entry[metric] = result.values(m, eps, metric).tolist()
             for learner in result.learners:
                 for metric in learner_metrics:
                     entry[f"{learner}.{metric}"] = result.values(m, eps, metric, learner).tolist()
             rows.append(entry)
+    plan = result.plan
     return {
-        "dataset": result.plan.name,
+        "format": SUMMARY_FORMAT,
+        "dataset": plan.name,
+        "command": command or result.command,
+        "quick": quick,
+        "plan": {
+            "task": plan.task,
+            "reference": plan.reference,
+            "note": plan.note,
+            "train_rows": plan.train_rows,
+            "recipe": dataclasses.asdict(plan.training),
+        },
         "description": result.data_description,
         "trials": result.trials,
         "n_rows": result.n_rows,
+        "n_features": result.n_features,
         "n_train": result.n_train,
         "n_test": result.n_test,
         "n_train_fit": result.n_train_fit,
+        "epsilons": [_eps_json(e) for e in result.epsilons],
+        "mechanisms": [m for m in result.mechanisms if m != DEFAULT],
+        "learners": result.learners,
+        "learner_info": result.learner_info,
         "training": result.config,
         "recipe_unsupported": result.unsupported,
         "environment": result.environment,
         "wall_seconds": result.wall_seconds,
         "compute_seconds": result.compute_seconds,
         "cells": rows,
+        "raw_cells": [
+            {"mechanism": c.mechanism, "epsilon": _eps_json(c.epsilon), "trial": c.trial,
+             "mechanism_metrics": c.mechanism_metrics, "learners": c.learners, "seconds": c.seconds,
+             "error": c.error}
+            for c in result.cells if c.mechanism != DEFAULT
+        ],
     }
+
+
+def _cells_from_rows(doc: dict[str, Any]) -> list[Cell]:
+    """Cells of a format-1 summary (per-trial lists only). Trial = position in the list, which
+    holds when no cell failed (a failed cell is listed in the markdown, never in these lists).
+    Every column's ε = ∞ row repeats the non-private cells: they are read once, from the first."""
+    cells: dict[tuple[str, float, int], Cell] = {}
+    seen_inf = False
+    for row in doc["cells"]:
+        mech, eps = row["mechanism"], _eps_from_json(row["epsilon"])
+        if mech == DEFAULT:
+            continue  # re-derived from today's rule
+        if math.isinf(eps):
+            if seen_inf:
+                continue
+            seen_inf, mech = True, NON_PRIVATE
+        for key, values in row.items():
+            if key in ("mechanism", "epsilon"):
+                continue
+            learner, _, metric = key.rpartition(".")
+            for t, v in enumerate(values):
+                cell = cells.setdefault((mech, eps, t), Cell(mech, eps, t, {}, {}, 0.0, cached=True))
+                if learner:
+                    cell.learners.setdefault(learner, {})[metric] = v
+                else:
+                    cell.mechanism_metrics[metric] = v
+    out = list(cells.values())
+    for c in out:  # only the total was kept: spread it so the report's total stays right
+        c.seconds = doc.get("compute_seconds", 0.0) / max(1, len(out))
+    return out
+
+
+def result_from_summary(doc: dict[str, Any], *, source: str | None = None) -> RunResult:
+    """Rebuild a :class:`RunResult` from :func:`summary`'s JSON (format 1 or 2).
+
+    The cells are the ones computed then; the ``default`` column is derived again from
+    today's ``labels_party.defaults`` rule, so a re-render shows the current default.
+    """
+    from labeldp.benchmarks import utility
+
+    name = doc["dataset"]
+    meta = doc.get("plan")
+    if meta is None:  # format 1: the plan's metadata comes from the runner's own table of data sets
+        known = utility.default_plans(housing=None)
+        base = known.get(name)
+        task = "classification" if any("test_accuracy" in k for k in doc["cells"][0]) else "regression"
+        recipe = base.training if base else utility.LIU_HUANG_TRAINING
+        reference = base.reference if base else ("liu_huang_housing" if name == "california_housing" else None)
+        meta = {"task": task, "reference": reference, "note": base.note if base else "",
+                "train_rows": base.train_rows if base else None, "recipe": dataclasses.asdict(recipe)}
+        raw = _cells_from_rows(doc)
+    else:
+        raw = [Cell(c["mechanism"], _eps_from_json(c["epsilon"]), c["trial"], c["mechanism_metrics"],
+                    c["learners"], c["seconds"], cached=True, error=c.get("error")) for c in doc["raw_cells"]]
+
+    def not_loadable() -> Any:
+        raise RuntimeError(f"{name}: a re-rendered run has no data loader; rerun `labeldp bench utility`")
+
+    plan = utility.DatasetPlan(
+        name, not_loadable, {}, utility.TrainingRecipe(**meta["recipe"]), task=meta["task"],
+        train_rows=meta["train_rows"], reference=meta["reference"], note=meta["note"],
+    )
+    rows = doc["cells"]
+    epsilons = doc.get("epsilons") or list(dict.fromkeys(r["epsilon"] for r in rows))
+    epsilons = [_eps_from_json(e) for e in epsilons]
+    mechanisms = doc.get("mechanisms") or [m for m in dict.fromkeys(r["mechanism"] for r in rows) if m != DEFAULT]
+    learners = doc.get("learners") or list(dict.fromkeys(
+        k.rpartition(".")[0] for r in rows for k in r if "." in k))
+    label_type = "categorical" if plan.task == "classification" else "real"
+    cells = raw + utility.default_cells(raw, label_type, mechanisms)
+    if any(c.mechanism == DEFAULT for c in cells):
+        mechanisms = [DEFAULT, *mechanisms]
+    return RunResult(
+        plan=plan,
+        data_description=doc["description"],
+        n_rows=doc["n_rows"],
+        n_features=doc.get("n_features", 0),
+        n_train=doc["n_train"],
+        n_test=doc["n_test"],
+        n_train_fit=doc["n_train_fit"],
+        trials=doc["trials"],
+        epsilons=epsilons,
+        mechanisms=mechanisms,
+        learners=learners,
+        cells=cells,
+        config=doc.get("training", {}),
+        unsupported=doc.get("recipe_unsupported", []),
+        environment=doc["environment"],
+        wall_seconds=0.0,
+        computed=0,
+        cached=len(raw),
+        cache_dir="",
+        learner_info=doc.get("learner_info", {}),
+        command=doc.get("command"),
+        rendered_from=source,
+    )
 
 
 def write_all(result: RunResult, out_dir: str | Path, *, command: str | None = None, quick: bool = False) -> list[Path]:
     """utility_<data set>.md, .png and .json in ``out_dir``."""
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     stem = out / f"utility_{result.plan.name}"
     md = write_markdown(result, stem.with_suffix(".md"), command=command, quick=quick)
     png = write_plot(result, stem.with_suffix(".png"))
     js = stem.with_suffix(".json")
-    js.write_text(json.dumps(summary(result), indent=1))
+    js.write_text(json.dumps(summary(result, command=command, quick=quick), indent=1))
     return [md, png, js]

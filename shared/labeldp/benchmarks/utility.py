@@ -51,6 +51,8 @@ QUICK_CLASSIFICATION_EPSILONS = (0.6, 2.0, 8.0, INF)
 REGRESSION_MECHANISMS = ("rr_on_bins", "rp_with_prior", "laplace", "staircase", "gaussian", "exponential", "unbiased")
 CLASSIFICATION_MECHANISMS = ("randomized_response", "rr_with_prior", "block_rr")
 NON_PRIVATE = "non_private"
+CPU_CRITEO_TRAIN_ROWS = 25_000
+"""Criteo-like training subsample on CPU: 850 cells × 50 epochs fit in about an hour of one core."""
 
 
 # --------------------------------------------------------------------------- training recipes
@@ -327,7 +329,7 @@ def default_plans(
             note=f"n = {sim_n}, d = {sim_d} (the draft does not state its n and d); trained as Housing",
         )
     if criteo_train_rows is None and not cuda:
-        criteo_train_rows = 100_000
+        criteo_train_rows = CPU_CRITEO_TRAIN_ROWS
     plans["criteo_like"] = DatasetPlan(
         "criteo_like",
         lambda: ds.criteo_like(criteo_rows),
@@ -393,6 +395,8 @@ class RunResult:
     cached: int
     cache_dir: str
     learner_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # output name -> learner fingerprint
+    command: str | None = None  # the command that computed the cells (carried through re-renders)
+    rendered_from: str | None = None  # the summary JSON a re-render read its cells from
 
     @property
     def compute_seconds(self) -> float:
