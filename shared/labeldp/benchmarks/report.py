@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from labeldp.benchmarks.references import ReferenceTable, references_for
-from labeldp.benchmarks.utility import DEFAULT, NON_PRIVATE, Cell, RunResult
+from labeldp.benchmarks.utility import DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
 
 REGRESSION_BLOCKS = ("test_mse",)
 CLASSIFICATION_BLOCKS = ("test_accuracy", "mean_class_accuracy")
@@ -157,18 +157,15 @@ DEPLOYABLE_LEARNERS = ("plain", "private")
 """Learners a features party can actually run (``oracle`` reads the true labels)."""
 
 
-def default_learner(result: RunResult) -> str:
-    """The learning a training gets without options: private selection where the run has it."""
-    return "private" if "private" in result.learners else "plain"
-
-
 def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: str, *, higher_is_better: bool = False) -> list[str]:
     """Per ε: the default configuration (``auto`` mechanism, default learning) against the best
     mean of every mechanism × deployable learner run beside it, and the reference table's best.
 
     Verdicts use the rule of the † marks: within one standard error (the default's std/√trials).
     """
-    learner = default_learner(result)
+    from labels_party.defaults import default_mechanism
+
+    label_type = "categorical" if result.plan.task == "classification" else "real"
     field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS]
     ref = next((r for r in refs if r.metric == "test MSE"), None) if metric == "test_mse" else None
     pick = max if higher_is_better else min
@@ -176,6 +173,7 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
+        learner = default_learner(label_type, eps, result.learners)
         mine = _stats(result.values(DEFAULT, eps, metric, learner))
         if mine is None:
             continue
@@ -195,7 +193,7 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
         else:
             rel = gap / abs(best[0]) if best[0] else math.inf
             verdict = f"NOT MET: {'+' if not higher_is_better else '−'}{rel:.1%} ({gap / mine[1]:.1f} SE)" if mine[1] else "NOT MET"
-        row = [eps_label(eps), f"{mine[0]:.{d}f} ± {mine[1]:.{d}f}", f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}", verdict]
+        row = [eps_label(eps), f"`{default_mechanism(label_type, eps)}` / `{learner}` {mine[0]:.{d}f} ± {mine[1]:.{d}f}", f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}", verdict]
         if ref:
             vals = [v[0] for m in ref.mechanisms if (v := ref.get(eps, m)) is not None]
             if vals:
@@ -204,7 +202,7 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
             else:
                 row += ["—", "—"]
         rows.append(row)
-    header = ["ε", f"default (`{learner}`), mean ± SE", "best of the rest (mechanism / learner), mean ± SE", "default vs best"]
+    header = ["ε", "default (mechanism / learner), mean ± SE", "best of the rest (mechanism / learner), mean ± SE", "default vs best"]
     if ref:
         header += [f"best in {ref.citation.split(',')[0]}", "default ≤ it?"]
     return _table(header, rows)

@@ -621,6 +621,21 @@ def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str]) -> 
     return out
 
 
+def default_learner(label_type: str, epsilon: float, learners: list[str]) -> str:
+    """The benchmark learner that does what a training gets by default for the ``auto`` mechanism at ε.
+
+    ``features_party.learning_defaults`` picks selection on a held-out split (the
+    ``private`` learner) or every row and the last epoch (``plain``); classification
+    always trains plainly.
+    """
+    if label_type == "categorical" or "private" not in learners:
+        return "plain"
+    from features_party.learning_defaults import default_learning
+    from labels_party.defaults import default_mechanism
+
+    return "plain" if default_learning(default_mechanism(label_type, epsilon), epsilon).name == "all_rows" else "private"
+
+
 def run_utility(
     plan: DatasetPlan,
     *,
