@@ -167,7 +167,7 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
 
     label_type = "categorical" if result.plan.task == "classification" else "real"
     field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS]
-    ref = next((r for r in refs if r.metric == "test MSE"), None) if metric == "test_mse" else None
+    ref = next((r for r in refs if r.metric == "test MSE" and r.goal), None) if metric == "test_mse" else None
     pick = max if higher_is_better else min
     rows = []
     for eps in result.epsilons:
@@ -202,7 +202,7 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
             else:
                 row += ["—", "—"]
         rows.append(row)
-    header = ["ε", "default (mechanism / learner), mean ± SE", "best of the rest (mechanism / learner), mean ± SE", "default vs best"]
+    header = ["ε", "default (mechanism / learner), mean ± SE", "best of every mechanism × learner, mean ± SE", "default vs best"]
     if ref:
         header += [f"best in {ref.citation.split(',')[0]}", "default ≤ it?"]
     return _table(header, rows)
