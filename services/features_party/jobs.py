@@ -43,8 +43,6 @@ from features_party.training import (
     to_class_indices,
 )
 from features_party.debiasing import IDENTITY, label_law
-from features_party.learning_defaults import default_learning
-from labeldp.epsilon import from_micro
 from labeldp.http_api import ApiError
 
 log = logging.getLogger("labeldp.features")
@@ -112,12 +110,9 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
         task = LabelTask.of(release.mechanism)
         if request.forward_correction:
             _check_forward_correction(task)
-        learning, validation_fraction = resolve_learning(
-            request, task, release.mechanism, release.mechanism_name, from_micro(release.total_epsilon_micro)
-        )
+        learning = resolve_learning(request, task, release.mechanism)
         training_id = uuid.uuid4().hex
         config = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
-        config["validation_fraction"] = validation_fraction
         session.add(
             store.Training(
                 training_id=training_id,
@@ -134,27 +129,20 @@ def create_training(session_factory: sessionmaker[Session], request: TrainingReq
     return training_id
 
 
-def resolve_learning(
-    request: TrainingRequest, task: LabelTask, spec: Any, mechanism: str = "", epsilon: float = 0.0
-) -> tuple[LearningConfig | None, float]:
-    """The learning configuration a training will run with (None: classification) and its
-    validation fraction, or 422.
+def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> LearningConfig | None:
+    """The learning configuration a training will run with (None: classification), or 422.
 
-    A request that sets none of debias, shrinkage, select_epoch and validation_fraction
-    gets the default for the release's mechanism and total ε
-    (:func:`features_party.learning_defaults.default_learning`). Fields a request leaves
-    out otherwise fall back to what can run: without a validation split nothing is
-    selected (and debiasing stays off unless asked for, at λ = 1), and a release whose
-    mechanism has no known label law trains plainly. Fields the request sets explicitly
-    are honoured or refused, never silently changed.
+    Fields the request leaves out fall back to what can run: without a validation
+    split nothing is selected (and debiasing stays off unless asked for, at λ = 1),
+    and a release whose mechanism has no known label law trains plainly. Fields the
+    request sets explicitly are honoured or refused, never silently changed.
     """
     explicit = request.model_fields_set & set(LEARNING_FIELDS)
-    fraction = request.validation_fraction
     if task.task == CLASSIFICATION:
         if explicit:
             message = "debias, shrinkage and select_epoch apply to regression releases"
             raise ApiError(422, "learning_unavailable", message)
-        return None, fraction
+        return None
     learning = request.learning()
     try:
         label_law(spec)
@@ -164,11 +152,8 @@ def resolve_learning(
             raise ApiError(
                 422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
             ) from None
-        return PLAIN, fraction
-    if not explicit and "validation_fraction" not in request.model_fields_set:
-        default = default_learning(mechanism, epsilon)
-        return default.learning, default.validation_fraction
-    if fraction == 0 and learning.needs_validation:
+        return PLAIN
+    if request.validation_fraction == 0 and learning.needs_validation:
         debias = learning.debias if "debias" in explicit else "none"
         fallback = {
             "debias": debias,
@@ -180,7 +165,7 @@ def resolve_learning(
             raise ApiError(
                 422, "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
             )
-    return learning, fraction
+    return learning
 
 
 def _check_forward_correction(task: LabelTask) -> None:

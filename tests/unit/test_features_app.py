@@ -44,7 +44,6 @@ def release_body(
     row_count: int | None = None,
     digest: str | None = None,
     mechanism=None,
-    epsilon_micro: int = 1_000_000,
 ) -> bytes:
     """A LabelRelease as the labels party would serialize it."""
     labels = np.asarray(labels, dtype=np.float64)
@@ -56,8 +55,8 @@ def release_body(
         mechanism=mechanism
         or LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0),
         accounting=PrivacyAccounting(
-            parts=[EpsilonPart(name="randomizer", epsilon_micro=epsilon_micro)],
-            total_epsilon_micro=epsilon_micro,
+            parts=[EpsilonPart(name="randomizer", epsilon_micro=1_000_000)],
+            total_epsilon_micro=1_000_000,
         ),
         row_count=len(ids) if row_count is None else row_count,
         payload_digest=digest or payload_digest(ids, labels),
@@ -478,34 +477,6 @@ def test_learning_options_are_validated(client: TestClient, small_table: list[st
         config = session.get(store.Training, plain.json()["training_id"]).config
     assert (config["debias"], config["select_epoch"]) == ("none", False)
     assert wait_for_training(client, plain.json()["training_id"])["status"] == "succeeded"
-
-
-def test_default_learning_follows_the_release_mechanism_and_epsilon(client: TestClient, small_table: list[str]) -> None:
-    """No learning options: the features party's default for (mechanism, ε) — selection on a
-    held-out split for noisy releases, every row for an unbiased release at ε ≥ 1.5."""
-    from features_party.learning_defaults import ALL_ROWS_FROM_EPSILON
-    from labeldp.mechanisms.prior import LabelDomain
-    from labeldp.mechanisms.unbiased import UnbiasedRandomizer
-
-    switch = ALL_ROWS_FROM_EPSILON["unbiased"]
-    grid = np.linspace(0.0, 4.0, 9)
-    cases = [("low", switch / 2, (0.1, "predictions", True)), ("high", switch, (0.0, "none", False))]
-    for release_id, eps, expected in cases:
-        spec = UnbiasedRandomizer(eps, LabelDomain("real", 0.0, 4.0)).fit(grid, np.full(9, 1 / 9)).to_spec()
-        body = release_body(small_table, [1.0, 2.0, 3.0], release_id=release_id, mechanism=spec,
-                            epsilon_micro=int(round(eps * 1e6)))
-        assert post_release(client, body).status_code == 201
-        queued = client.post("/v1/trainings", json={"release_id": release_id, "epochs": 1}, headers=AUTH)
-        assert queued.status_code == 202
-        with client.app.state.ctx.sessions() as session:
-            config = session.get(store.Training, queued.json()["training_id"]).config
-        assert (config["validation_fraction"], config["debias"], config["select_epoch"]) == expected, release_id
-        # any learning field in the request turns the default off: the request is taken as written
-        asked = client.post("/v1/trainings", json={"release_id": release_id, "epochs": 1, "validation_fraction": 0.2},
-                            headers=AUTH)
-        with client.app.state.ctx.sessions() as session:
-            config = session.get(store.Training, asked.json()["training_id"]).config
-        assert (config["validation_fraction"], config["debias"], config["select_epoch"]) == (0.2, "predictions", True)
 
 
 def test_training_fails_cleanly_without_label_values(client: TestClient, small_table: list[str]) -> None:
