@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for i, (s, r) in enumerate(scored[:10], 1):
         lines.append(row(str(i), s, r.describe()))
+    keep = next((sr for sr in scored if math.isinf(sr[1].t_all_rows)), None)
+    if keep:
+        lines.append(row(f"{scored.index(keep) + 1}", keep[0], "best with the default learning: " + keep[1].describe()))
     lines.append(row("—", score(adopted, results), adopted.describe()))
     session1 = Rule(0.3, 0.3, "laplace", math.inf)
     lines.append(row("—", score(session1, results), "session-1 default: " + session1.describe() + ", always `private`"))
