@@ -332,6 +332,10 @@ def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
     md, _, js = report.write_all(result, tmp_path / "a", command="labeldp bench utility --tiny")
     doc = json.loads(js.read_text())
     rebuilt = report.result_from_summary(doc, source="a/utility_tiny_linear.json")
+    computed = [c for c in result.cells if c.mechanism != utility.DEFAULT]
+    assert len(computed) == 2 * (1 + 3 * 2)  # the default column copies cells: its time is not counted twice
+    assert result.compute_seconds == pytest.approx(sum(c.seconds for c in computed))
+    assert rebuilt.compute_seconds == pytest.approx(result.compute_seconds)
     assert rebuilt.mechanisms == result.mechanisms and rebuilt.learners == result.learners
     for m in result.mechanisms:
         for eps in result.epsilons:

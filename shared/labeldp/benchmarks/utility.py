@@ -401,7 +401,7 @@ class RunResult:
     @property
     def compute_seconds(self) -> float:
         """Time to compute every cell, including cells computed by earlier (interrupted) runs."""
-        return float(sum(c.seconds for c in self.cells))
+        return float(sum(c.seconds for c in self.cells if c.mechanism != DEFAULT))  # defaults are copies
 
     def values(self, mechanism: str, epsilon: float, metric: str, learner: str | None = None) -> np.ndarray:
         """Per-trial values of ``metric`` (ε = ∞ reads the non-private cells), trial order."""
