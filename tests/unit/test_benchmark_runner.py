@@ -195,13 +195,16 @@ def test_classification_reports_accuracy_and_mean_class_accuracy(tmp_path):
         plan, trials=2, epsilons=[2.0, math.inf], mechanisms=["randomized_response", "laplace"],
         cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
     )
-    assert result.mechanisms == ["randomized_response"]  # laplace does not take classes
+    # laplace does not take classes; randomized response is what "auto" picks for classes
+    assert result.mechanisms == [utility.DEFAULT, "randomized_response"]
     md, png, _ = report.write_all(result, tmp_path / "out")
     text = md.read_text()
     for heading in ("Test accuracy — learner `plain`", "Mean per-class test accuracy — learner `plain`"):
         rows = _block(text, heading)
         assert [r[0] for r in rows[1:]] == ["2", "∞"]
-        assert all(MEAN_STD.match(r[1]) for r in rows[1:])
+        assert all(MEAN_STD.match(r[1]) and MEAN_STD.match(r[2]) for r in rows[1:])
+    goal = _block(text, "The default configuration against the field: test accuracy")
+    assert goal[1][0] == "2" and "`randomized_response` / `plain`" in goal[1][1] and "**best**" in goal[1][3]
     acc = result.values("randomized_response", 2.0, "test_accuracy", "plain")
     assert acc.size == 2 and np.all((0 <= acc) & (acc <= 1))
     assert png.exists()
