@@ -96,6 +96,31 @@ def metric_block(result: RunResult, metric: str, learner: str | None, *, higher_
     return _table(["ε"] + [f"`{m}`" for m in result.mechanisms], rows)
 
 
+def learner_block(result: RunResult, mechanism: str) -> list[str]:
+    """Rows ε, columns learners, for one mechanism: mean ± standard error, best **bold**, † within one SE."""
+    rows = []
+    for eps in result.epsilons:
+        if math.isinf(eps):
+            continue
+        stats = {lr: _stats(result.values(mechanism, eps, "test_mse", lr)) for lr in result.learners}
+        cells = {}
+        have = {lr: v for lr, v in stats.items() if v is not None}
+        best = min(have, key=lambda k: have[k][0]) if have else None
+        for lr in result.learners:
+            v = stats[lr]
+            if v is None:
+                cells[lr] = "—"
+                continue
+            d = _decimals(v[0])
+            cells[lr] = f"{v[0]:.{d}f} ± {v[1]:.{d}f}"
+            if lr == best:
+                cells[lr] = f"**{cells[lr]}**"
+            elif v[0] - have[best][0] <= v[1]:
+                cells[lr] += " †"
+        rows.append([eps_label(eps)] + [cells[lr] for lr in result.learners])
+    return _table(["ε"] + [f"`{lr}`" for lr in result.learners], rows)
+
+
 def excess_block(result: RunResult, learner: str) -> list[str]:
     """(E − E∞)/E∞ per trial, paired with the same trial's non-private model."""
     rows = []
@@ -315,6 +340,11 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             lines += [f"## Relative excess test MSE over the non-private model — learner `{learner}`", ""]
             lines += ["(E − E∞)/E∞ per trial, paired with the same trial's non-private model; mean ± std.", ""]
             lines += excess_block(result, learner) + [""]
+        single = [m for m in result.mechanisms if m != DEFAULT]
+        if len(single) == 1 and len(result.learners) > 1:  # a learner experiment: compare the learners directly
+            lines += [f"## Learners side by side — `{single[0]}`, test MSE, mean ± SE", ""]
+            lines += ["**bold**: lowest mean in the row; †: within one standard error (std/√trials) of it.", ""]
+            lines += learner_block(result, single[0]) + [""]
         if "private" in result.learners and "oracle" in result.learners:
             lines += ["## Private vs oracle model selection", ""]
             lines += ["(E_private − E_oracle)/E_oracle per trial: both models come from the same training run; the "

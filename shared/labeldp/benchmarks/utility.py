@@ -231,6 +231,32 @@ class PrivateRegressor:
 
 
 @dataclass(frozen=True)
+class RefitRegressor:
+    """``features_party.refit.fit_refit_regressor``: epoch and λ chosen privately on a held-out
+    split, then a second training on every row (an experiment, not the default learning)."""
+
+    name: str = "refit"
+    task: str = "regression"
+    validation_fraction: float = 0.1
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def fingerprint(self) -> dict[str, Any]:
+        import features_party.refit as refit
+
+        source = hashlib.sha256(Path(refit.__file__).read_bytes()).hexdigest()[:16]
+        return {"learner": "fit_refit_regressor", "validation_fraction": self.validation_fraction, "source": source}
+
+    def fit_predict(self, job: FitJob) -> dict[str, np.ndarray]:
+        from features_party.refit import fit_refit_regressor
+
+        config = dataclasses.replace(job.config, validation_fraction=self.validation_fraction)
+        return {self.name: fit_refit_regressor(job.train_table, job.labels, job.spec, config).predict(job.test_table)}
+
+
+@dataclass(frozen=True)
 class PlainClassifier:
     """``fit_classifier`` on the privatized classes as they are (Liu & Ding's protocol)."""
 
@@ -271,6 +297,8 @@ def learners_for(task: str, names: list[str] | None) -> list[Learner]:
         out.append(PlainRegressor())
     if ("private" in names or "oracle" in names) and private_learning_available():
         out.append(PrivateRegressor(oracle="oracle" in names))
+    if "refit" in names and private_learning_available():
+        out.append(RefitRegressor())
     return out or [PlainRegressor()]
 
 
