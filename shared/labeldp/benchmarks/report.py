@@ -71,6 +71,19 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _mark_best(cells: dict[str, str], stats: dict[str, tuple[float, float] | None], higher_is_better: bool = False) -> None:
+    """Bold the best mean; † on every other cell within one standard error (its own std/√trials) of it."""
+    finite = {k: v for k, v in stats.items() if v is not None}
+    if not finite:
+        return
+    best = (max if higher_is_better else min)(finite, key=lambda k: finite[k][0])
+    for k, (mean, se) in finite.items():
+        if k == best:
+            cells[k] = f"**{cells[k]}**"
+        elif abs(mean - finite[best][0]) <= se:
+            cells[k] += " †"
+
+
 def metric_block(result: RunResult, metric: str, learner: str | None, *, higher_is_better: bool = False, mark_best: bool = True) -> list[str]:
     """Rows ε, columns mechanisms, cells mean ± std; best mean **bold**, † within one SE of it.
 
@@ -81,17 +94,8 @@ def metric_block(result: RunResult, metric: str, learner: str | None, *, higher_
         vals = {m: result.values(m, eps, metric, learner) for m in result.mechanisms}
         cells = {m: fmt_mean_std(v) for m, v in vals.items()}
         stats = {m: _stats(v) for m, v in vals.items()}
-        finite = [m for m in result.mechanisms if stats[m] is not None]
-        if mark_best and not math.isinf(eps) and len(finite) > 1:
-            pick = max if higher_is_better else min
-            best = pick(finite, key=lambda m: stats[m][0])  # type: ignore[index]
-            best_mean = stats[best][0]  # type: ignore[index]
-            for m in finite:
-                mean, se = stats[m]  # type: ignore[misc]
-                if m == best:
-                    cells[m] = f"**{cells[m]}**"
-                elif abs(mean - best_mean) <= se:
-                    cells[m] += " †"
+        if mark_best and not math.isinf(eps) and sum(v is not None for v in stats.values()) > 1:
+            _mark_best(cells, stats, higher_is_better)
         rows.append([eps_label(eps)] + [cells[m] for m in result.mechanisms])
     return _table(["ε"] + [f"`{m}`" for m in result.mechanisms], rows)
 
@@ -103,20 +107,9 @@ def learner_block(result: RunResult, mechanism: str) -> list[str]:
         if math.isinf(eps):
             continue
         stats = {lr: _stats(result.values(mechanism, eps, "test_mse", lr)) for lr in result.learners}
-        cells = {}
-        have = {lr: v for lr, v in stats.items() if v is not None}
-        best = min(have, key=lambda k: have[k][0]) if have else None
-        for lr in result.learners:
-            v = stats[lr]
-            if v is None:
-                cells[lr] = "—"
-                continue
-            d = _decimals(v[0])
-            cells[lr] = f"{v[0]:.{d}f} ± {v[1]:.{d}f}"
-            if lr == best:
-                cells[lr] = f"**{cells[lr]}**"
-            elif v[0] - have[best][0] <= v[1]:
-                cells[lr] += " †"
+        cells = {lr: "—" if v is None else f"{v[0]:.{_decimals(v[0])}f} ± {v[1]:.{_decimals(v[0])}f}"
+                 for lr, v in stats.items()}
+        _mark_best(cells, stats)
         rows.append([eps_label(eps)] + [cells[lr] for lr in result.learners])
     return _table(["ε"] + [f"`{lr}`" for lr in result.learners], rows)
 
