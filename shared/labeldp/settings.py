@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
     log_level: str = Field("INFO", description="log level of both services")
+    idempotency_lease_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="how long a request holding an Idempotency-Key may run before a retry may take the key over "
+        "(longer than the slowest release; a process killed mid-request frees its key after this)",
+    )
 
 
 @lru_cache(maxsize=1)
