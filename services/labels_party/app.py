@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from labeldp import __version__
 from labeldp.database import make_engine, make_session_factory
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
+from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.settings import Settings
 
-from . import label_sets, releases, uploads
+from . import label_sets, privacy_domains, releases, uploads
+from .context import LabelsContext
 from .randomizer import MECHANISMS
+from .spool import spool_body
 from .store import Base
 
 log = logging.getLogger("labeldp.labels")
@@ -29,14 +33,14 @@ def _mechanism_label(name: str) -> str:
 
 
 class _ReleaseStatusCollector:
-    """Releases by delivery status, read from the ledger at scrape time."""
+    """Releases by delivery status, read from the catalogue at scrape time."""
 
-    def __init__(self, sessions) -> None:  # type: ignore[no-untyped-def]
-        self.sessions = sessions
+    def __init__(self, ctx: LabelsContext) -> None:
+        self.ctx = ctx
 
     def collect(self):  # type: ignore[no-untyped-def]
         family = GaugeMetricFamily("labeldp_releases", "releases by delivery status", labels=["status"])
-        for status, count in releases.status_counts(self.sessions).items():
+        for status, count in releases.status_counts(self.ctx).items():
             family.add_metric([status], count)
         yield family
 
@@ -46,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     engine = make_engine(settings.labels_database_url)
     Base.metadata.create_all(engine)
-    sessions = make_session_factory(engine)
+    ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
 
     registry = CollectorRegistry()
     uploaded_rows = Counter("labeldp_uploaded_labels", "labels accepted by uploads", registry=registry)
@@ -54,76 +58,114 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "labeldp_release_requests", "release requests by mechanism and outcome", ["mechanism", "outcome"],
         registry=registry,
     )
-    registry.register(_ReleaseStatusCollector(sessions))
+    registry.register(_ReleaseStatusCollector(ctx))
 
     app = FastAPI(title="labeldp labels party", version=__version__)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_metrics(app, registry)
     app.state.settings = settings
-    app.state.sessions = sessions
+    app.state.ctx = ctx
 
     api = APIRouter(prefix="/v1", dependencies=[Depends(bearer_auth(settings.labels_api_key))])
+
+    def keyed(scope: str, key: str | None, fingerprint: str, work: Callable[[Claim | None], StoredResponse]) -> JSONResponse:
+        return ctx.idempotency.execute(scope, key, fingerprint, work).to_response()
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "party": "labels", "version": __version__}
 
+    @api.post("/privacy-domains", status_code=201)
+    def create_privacy_domain(
+        body: privacy_domains.PrivacyDomainCreate, key: str | None = Depends(idempotency_key)
+    ) -> JSONResponse:
+        scope = "POST /v1/privacy-domains"
+        return keyed(scope, key, request_fingerprint(scope, body.model_dump_json()),
+                     lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim))
+
+    @api.get("/privacy-domains/{name}")
+    def get_privacy_domain(name: str) -> dict[str, Any]:
+        return privacy_domains.get_privacy_domain(ctx, name)
+
     @api.post("/label-sets", status_code=201)
-    def create_label_set(body: label_sets.LabelSetCreate, response: Response) -> dict[str, Any]:
-        out = label_sets.create_label_set(sessions, body)
-        response.headers["Location"] = f"/v1/label-sets/{out['id']}"
-        log.info("label set %s created with %d ids", out["id"], out["counts"]["ids"])
-        return out
+    def create_label_set(body: label_sets.LabelSetCreate, key: str | None = Depends(idempotency_key)) -> JSONResponse:
+        scope = "POST /v1/label-sets"
+        response = keyed(scope, key, request_fingerprint(scope, body.model_dump_json()),
+                         lambda claim: label_sets.create_label_set(ctx, body, claim))
+        log.info("label set created")
+        return response
 
     @api.get("/label-sets/{label_set_id}")
     def get_label_set(label_set_id: str) -> dict[str, Any]:
-        return label_sets.get_label_set(sessions, label_set_id)
+        return label_sets.get_label_set(ctx, label_set_id)
+
+    @api.post("/label-sets/{label_set_id}/ids")
+    async def upload_ids(label_set_id: str, request: Request, key: str | None = Depends(idempotency_key)) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        uploads.media_type(content_type)
+        body = await spool_body(request, ctx.spool_dir)
+        try:
+            scope = f"POST /v1/label-sets/{label_set_id}/ids"
+            fingerprint = request_fingerprint(scope, content_type, body.sha256)
+            return await run_in_threadpool(
+                keyed, scope, key, fingerprint,
+                lambda claim: uploads.upload_ids(ctx, label_set_id, body.path, content_type, claim),
+            )
+        finally:
+            body.discard()
 
     @api.post("/label-sets/{label_set_id}/labels")
-    async def upload(
+    async def upload_labels(
         label_set_id: str,
         request: Request,
-        response: Response,
         validate_only: bool = Query(False),
-        idempotency_key: str | None = Header(None),
-    ) -> dict[str, Any]:
-        body = await request.body()
-        out, replayed = await run_in_threadpool(
-            uploads.upload_labels,
-            sessions,
-            label_set_id,
-            body,
-            request.headers.get("content-type", ""),
-            validate_only=validate_only,
-            idempotency_key=idempotency_key,
-        )
-        if replayed:
-            response.headers["Idempotent-Replay"] = "true"
-        elif not validate_only:
-            uploaded_rows.inc(out["accepted_rows"])
-            log.info("label set %s: %d labels stored", label_set_id, out["accepted_rows"])
-        return out
+        key: str | None = Depends(idempotency_key),
+    ) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        uploads.media_type(content_type)
+        body = await spool_body(request, ctx.spool_dir)
+        try:
+            scope = f"POST /v1/label-sets/{label_set_id}/labels"
+            fingerprint = request_fingerprint(scope, content_type, str(validate_only), body.sha256)
+            response = await run_in_threadpool(
+                ctx.idempotency.execute, scope, key, fingerprint,
+                lambda claim: uploads.upload_labels(
+                    ctx, label_set_id, body.path, content_type, validate_only=validate_only, claim=claim
+                ),
+            )
+        finally:
+            body.discard()
+        if not response.replayed and not validate_only:
+            uploaded_rows.inc(response.body["accepted_rows"])
+            log.info("label set %s: %d labels stored", label_set_id, response.body["accepted_rows"])
+        return response.to_response()
 
     @api.post("/label-sets/{label_set_id}/releases", status_code=202)
-    def create_release(label_set_id: str, body: releases.ReleaseCreate, response: Response) -> dict[str, Any]:
+    def create_release(
+        label_set_id: str, body: releases.ReleaseCreate, key: str | None = Depends(idempotency_key)
+    ) -> JSONResponse:
+        scope = f"POST /v1/label-sets/{label_set_id}/releases"
         try:
-            out = releases.create_release(sessions, label_set_id, body)
+            response = ctx.idempotency.execute(
+                scope, key, request_fingerprint(scope, body.model_dump_json()),
+                lambda claim: releases.create_release(ctx, label_set_id, body, claim),
+            )
         except ApiError as exc:
             release_outcomes.labels(_mechanism_label(body.mechanism), exc.code).inc()
             raise
-        release_outcomes.labels(out["mechanism"], "accepted").inc()
-        response.headers["Location"] = f"/v1/releases/{out['id']}"
-        log.info("release %s charged %s on %s", out["id"], out["epsilon"], label_set_id)
-        return out
+        if not response.replayed:
+            release_outcomes.labels(response.body["mechanism"], "accepted").inc()
+            log.info("release %s charged %s on %s", response.body["id"], response.body["epsilon"], label_set_id)
+        return response.to_response()
 
     @api.get("/releases/{release_id}")
     def get_release(release_id: str) -> dict[str, Any]:
-        return releases.get_release(sessions, release_id)
+        return releases.get_release(ctx, release_id)
 
     @api.post("/releases/{release_id}/redeliver", status_code=202)
     def redeliver(release_id: str) -> dict[str, Any]:
-        return releases.redeliver(sessions, release_id)
+        return releases.redeliver(ctx, release_id)
 
     app.include_router(api)
     return app

@@ -1,41 +1,68 @@
-"""Creating label sets and reading their state (counts, budget, releases)."""
+"""Label sets: public ids registered in a privacy domain's ledger, labels in versioned files.
+
+A label set's ids come inline (JSON, up to ``MAX_INLINE_IDS``) or as one upload of an
+``id`` column (CSV, Parquet, Arrow, JSON; :mod:`.uploads`). They are validated, sorted
+(the canonical order of every release) and registered in the domain's ledger, which gives
+each id its ledger position — so an id that earlier label sets already spent on starts
+from what it has spent.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-from sqlalchemy import func, insert, select
-from sqlalchemy.orm import Session, sessionmaker
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from labeldp.epsilon import InvalidEpsilon, from_micro, positive_micro
+from labeldp.epsilon import InvalidEpsilon, exact_micro, from_delta_units, from_micro
 from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
 
-from .store import LabelRow, LabelSetRow, ReleaseRow
+from . import ledger
+from .columnar import read_array, read_table, write_table
+from .context import LabelsContext
+from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
+from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 MAX_ID_LENGTH = 128
-_ID_PATTERN = re.compile(r"^[^\x00-\x1f]{1,128}$")
-
-
 MAX_CLASSES = 1000
+MAX_INLINE_IDS = 1_000_000
+MAX_REPORTED = 100
 
 
 class DomainIn(BaseModel):
-    low: float
-    high: float
+    model_config = ConfigDict(extra="forbid")
+
+    low: StrictFloat | StrictInt
+    high: StrictFloat | StrictInt
 
 
 class LabelSetCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(min_length=1, max_length=200)
     label_type: Literal["real", "integer", "categorical"] = "real"
     domain: DomainIn | None = Field(None, description="label range; real and integer label sets")
-    classes: list[str] | None = Field(None, description="class names; categorical label sets")
-    total_epsilon: float | str
-    ids: list[str | int] = Field(min_length=1)
+    classes: list[StrictStr] | None = Field(None, description="class names; categorical label sets")
+    privacy_domain: str = Field(
+        DEFAULT_DOMAIN, min_length=1, max_length=200, description="the privacy domain whose per-id ledger it charges"
+    )
+    total_epsilon: StrictFloat | StrictInt | str | None = Field(
+        None, description="optional cap on this label set's own releases (default: the domain's per-id budget)"
+    )
+    ids: list[StrictStr | StrictInt] | None = Field(
+        None,
+        max_length=MAX_INLINE_IDS,
+        description=f"the public example ids (at most {MAX_INLINE_IDS}); or omit and upload them to "
+        "/v1/label-sets/{id}/ids",
+    )
 
 
 def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | None]:
@@ -46,116 +73,192 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
             raise ApiError(422, "invalid_classes", f"a categorical label set needs 2 to {MAX_CLASSES} classes")
         if len(set(classes)) != len(classes) or any(not c or len(c) > 200 for c in classes):
             raise ApiError(422, "invalid_classes", "class names must be unique, non-empty, at most 200 characters")
+        if body.domain is not None:
+            raise ApiError(422, "invalid_domain", "a categorical label set has classes, not a domain")
         return 0.0, float(len(classes) - 1), list(classes)
     if body.domain is None:
         raise ApiError(422, "invalid_domain", "real and integer label sets need a domain {low, high}")
     if body.classes is not None:
         raise ApiError(422, "invalid_classes", "classes are only for categorical label sets")
-    low, high = body.domain.low, body.domain.high
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ApiError(422, "invalid_domain", "domain needs finite low < high")
-    if body.label_type == "integer" and not (float(low).is_integer() and float(high).is_integer()):
+    low, high = float(body.domain.low), float(body.domain.high)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high and max(abs(low), abs(high)) <= 1e15):
+        raise ApiError(422, "invalid_domain", "domain needs finite low < high, each within ±1e15")
+    if body.label_type == "integer" and not (low.is_integer() and high.is_integer()):
         raise ApiError(422, "invalid_domain", "an integer domain needs integer ends")
-    return float(low), float(high), None
+    return low, high, None
 
 
-def create_label_set(sessions: sessionmaker[Session], body: LabelSetCreate) -> dict[str, Any]:
-    """Validate and store a label set with its public ids; no labels yet."""
-    low, high, classes = _validate_domain(body)
-    try:
-        budget = positive_micro(body.total_epsilon)
-    except InvalidEpsilon as exc:
-        raise ApiError(422, "invalid_epsilon", str(exc)) from exc
-    ids = [str(i) for i in body.ids]
-    bad = [n for n, i in enumerate(ids) if not _ID_PATTERN.match(i)]
-    if bad:
+def canonical_ids(ids: pa.Array) -> pa.Array:
+    """The ids sorted (the canonical release order), or 422 naming what is wrong with them."""
+    ids = ids.cast(pa.string())
+    lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
+    control = pc.fill_null(pc.match_substring_regex(ids, r"[\x00-\x1f]"), True).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
+    if bad.size:
         raise ApiError(
             422,
             "invalid_ids",
-            f"{len(bad)} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
-            [{"index": n} for n in bad[:100]],
+            f"{bad.size} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
+            [{"index": int(n)} for n in bad[:MAX_REPORTED]],
         )
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        dups = []
-        for i in ids:
-            if i in seen:
-                dups.append(i)
-            seen.add(i)
-        raise ApiError(
-            422, "duplicate_ids", f"{len(dups)} duplicate ids", [{"id": d} for d in dups[:100]]
-        )
+    ordered = ids.take(pc.sort_indices(ids))
+    if len(ordered) > 1:
+        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
+        dups = np.flatnonzero(same)
+        if dups.size:
+            names = ordered.take(pa.array(dups[:MAX_REPORTED] + 1)).to_pylist()
+            raise ApiError(422, "duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
+    return ordered
+
+
+def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | None) -> StoredResponse:
+    """Validate and store a label set (with its ids when given inline); no labels yet."""
+    low, high, classes = _validate_domain(body)
+    cap = None
+    if body.total_epsilon is not None:
+        try:
+            cap = exact_micro(body.total_epsilon)
+        except InvalidEpsilon as exc:
+            raise ApiError(422, "invalid_epsilon", f"total_epsilon: {exc}") from exc
+    ids = None
+    if body.ids is not None:
+        if not body.ids:
+            raise ApiError(422, "invalid_ids", "ids must not be empty (or omit them and upload them)")
+        ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
+    if body.privacy_domain == DEFAULT_DOMAIN:
+        ensure_default_domain(ctx)
     label_set_id = "ls_" + uuid.uuid4().hex
-    with sessions.begin() as s:
-        s.add(
-            LabelSetRow(
-                id=label_set_id,
-                name=body.name,
-                label_type=body.label_type,
-                classes_json=None if classes is None else json.dumps(classes),
-                domain_low=low,
-                domain_high=high,
-                budget_micro=budget,
-                spent_micro=0,
-                n_ids=len(ids),
-            )
+    with ctx.sessions.begin() as s:
+        domain = find_domain(s, body.privacy_domain)
+        row = LabelSetRow(
+            id=label_set_id,
+            name=body.name,
+            privacy_domain_id=domain.id,
+            label_type=body.label_type,
+            classes_json=None if classes is None else json.dumps(classes),
+            domain_low=low,
+            domain_high=high,
+            cap_micro=domain.epsilon_budget_micro if cap is None else cap,
+            spent_micro=0,
+            n_ids=0,
+            ids_ready=0,
+            labeled=0,
+            labels_version=0,
         )
+        s.add(row)
+        if ids is not None:
+            _attach_ids(ctx, s, row, ids)
         s.flush()
-        s.execute(
-            insert(LabelRow),
-            [{"label_set_id": label_set_id, "example_id": i, "value": None} for i in ids],
-        )
-    return get_label_set(sessions, label_set_id)
+        out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/label-sets/{label_set_id}"})
+        if claim is not None:
+            claim.complete(s, out)
+    return out
+
+
+def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
+    domain = ledger.lock_domain(s, row.privacy_domain_id)
+    positions = ledger.register_ids(ctx.data_dir, domain, ordered)
+    write_table(ctx.label_set_dir(row.id) / "ids.arrow", pa.table({"id": ordered, "pos": pa.array(positions)}))
+    row.n_ids = len(ordered)
+    row.ids_ready = 1
+
+
+def set_ids(ctx: LabelsContext, label_set_id: str, ids: pa.Array, claim: Claim | None) -> StoredResponse:
+    """Give a label set created without ids its ids (once)."""
+    if len(ids) == 0:
+        raise ApiError(422, "invalid_ids", "the upload holds no ids")
+    ordered = canonical_ids(ids)
+    with ctx.sessions() as s:
+        domain_id = load_label_set(s, label_set_id).privacy_domain_id
+    with ctx.sessions.begin() as s:
+        ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
+        row = load_label_set(s, label_set_id, for_update=True)
+        if row.ids_ready:
+            raise ApiError(409, "ids_already_set", "this label set already has its ids")
+        _attach_ids(ctx, s, row, ordered)
+        out = StoredResponse(200, describe(ctx, s, row))
+        if claim is not None:
+            claim.complete(s, out)
+    return out
 
 
 def class_names(row: LabelSetRow) -> list[str] | None:
     return None if row.classes_json is None else list(json.loads(row.classes_json))
 
 
-def load_label_set(s: Session, label_set_id: str) -> LabelSetRow:
-    row = s.get(LabelSetRow, label_set_id)
+def load_label_set(s: Session, label_set_id: str, for_update: bool = False) -> LabelSetRow:
+    stmt = select(LabelSetRow).where(LabelSetRow.id == label_set_id)
+    row = s.scalar(stmt.with_for_update() if for_update else stmt)
     if row is None:
         raise ApiError(404, "label_set_not_found", "no such label set")
+    if for_update:
+        s.refresh(row)
     return row
 
 
-def get_label_set(sessions: sessionmaker[Session], label_set_id: str) -> dict[str, Any]:
-    """Counts, budget total/spent/remaining and the releases of a label set."""
-    with sessions() as s:
-        row = load_label_set(s, label_set_id)
-        labeled = s.scalar(
-            select(func.count())
-            .select_from(LabelRow)
-            .where(LabelRow.label_set_id == label_set_id, LabelRow.value.is_not(None))
-        )
-        releases = s.scalars(
-            select(ReleaseRow)
-            .where(ReleaseRow.label_set_id == label_set_id)
-            .order_by(ReleaseRow.created_at)
-        ).all()
-        return {
-            "id": row.id,
-            "name": row.name,
-            "label_type": row.label_type,
-            "domain": None if row.label_type == "categorical" else {"low": row.domain_low, "high": row.domain_high},
-            "classes": class_names(row),
-            "counts": {"ids": row.n_ids, "labeled": labeled, "missing": row.n_ids - labeled},
-            "budget": {
-                "total_epsilon": from_micro(row.budget_micro),
-                "spent_epsilon": from_micro(row.spent_micro),
-                "remaining_epsilon": from_micro(row.budget_micro - row.spent_micro),
-                "total_micro": row.budget_micro,
-                "spent_micro": row.spent_micro,
-                "remaining_micro": row.budget_micro - row.spent_micro,
-            },
-            "releases": [
-                {
-                    "id": r.id,
-                    "status": r.status,
-                    "mechanism": r.mechanism,
-                    "epsilon": from_micro(r.epsilon_micro),
-                }
-                for r in releases
-            ],
-            "created_at": row.created_at.isoformat(),
-        }
+def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
+    """Columns ``id`` (sorted) and ``pos`` (ledger position)."""
+    if not row.ids_ready:
+        return pa.table({"id": pa.array([], pa.string()), "pos": pa.array([], pa.int64())})
+    return read_table(ctx.label_set_dir(row.id) / "ids.arrow")
+
+
+def labels_path(ctx: LabelsContext, label_set_id: str, version: int):  # type: ignore[no-untyped-def]
+    return ctx.label_set_dir(label_set_id) / f"labels-{version:09d}.npy"
+
+
+def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
+    """float64 labels aligned with the sorted ids; NaN where no label was uploaded yet."""
+    if row.labels_version == 0:
+        return np.full(row.n_ids, np.nan)
+    return read_array(labels_path(ctx, row.id, row.labels_version))
+
+
+def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
+    """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap."""
+    domain = s.get(PrivacyDomainRow, row.privacy_domain_id)
+    assert domain is not None
+    positions = read_ids(ctx, row).column("pos").to_numpy()
+    id_eps, id_delta = ledger.remaining_at(ctx.data_dir, domain, positions)
+    remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
+    return {
+        "total_epsilon": from_micro(row.cap_micro),
+        "spent_epsilon": from_micro(row.spent_micro),
+        "remaining_epsilon": from_micro(remaining),
+        "total_micro": row.cap_micro,
+        "spent_micro": row.spent_micro,
+        "remaining_micro": remaining,
+        "remaining_delta": from_delta_units(max(0, id_delta)),
+        "privacy_domain": domain.name,
+        "per_id_epsilon": from_micro(domain.epsilon_budget_micro),
+    }
+
+
+def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
+    releases = s.execute(
+        select(ReleaseRow.id, ReleaseRow.status, ReleaseRow.mechanism, ReleaseRow.epsilon_micro)
+        .where(ReleaseRow.label_set_id == row.id)
+        .order_by(ReleaseRow.created_at)
+    ).all()
+    spend = budget(ctx, s, row)
+    return {
+        "id": row.id,
+        "name": row.name,
+        "label_type": row.label_type,
+        "domain": None if row.label_type == "categorical" else {"low": row.domain_low, "high": row.domain_high},
+        "classes": class_names(row),
+        "privacy_domain": spend["privacy_domain"],
+        "counts": {"ids": row.n_ids, "labeled": row.labeled, "missing": row.n_ids - row.labeled},
+        "ids_ready": bool(row.ids_ready),
+        "budget": spend,
+        "releases": [
+            {"id": r.id, "status": r.status, "mechanism": r.mechanism, "epsilon": from_micro(r.epsilon_micro)}
+            for r in releases
+        ],
+        "created_at": row.created_at.isoformat() if row.created_at else None,
+    }
+
+
+def get_label_set(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
+    with ctx.sessions() as s:
+        return describe(ctx, s, load_label_set(s, label_set_id))

@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from labeldp.epsilon import positive_micro, to_micro_ceil
+from labeldp.http_api import ApiError
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 
 from .randomizer import fit_to_public_prior, randomize, validate_public_prior
-from .uploads import ParsedRow, validate_rows
+from .uploads import LabelRules, parse_label_upload, row_errors
 
 
 class OfflineError(ValueError):
@@ -85,21 +88,6 @@ def optimize(
     }
 
 
-def read_labels_csv(path: Path) -> list[ParsedRow]:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = [h.strip().lower() for h in next(reader)]
-            i_id, i_label = header.index("id"), header.index("label")
-            return [
-                ParsedRow(n, cells[i_id].strip() or None, cells[i_label].strip())
-                for n, cells in enumerate(reader, start=1)
-                if cells
-            ]
-    except (OSError, StopIteration, ValueError, IndexError) as exc:
-        raise OfflineError(f"{path}: expected a UTF-8 CSV with columns id,label") from exc
-
-
 def privatize_csv(
     mechanism: str,
     epsilon: float | str,
@@ -113,7 +101,6 @@ def privatize_csv(
     params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the randomizer over a CSV; returns the accounting (ε per part)."""
-    rows = read_labels_csv(input_path)
     if label_type == "categorical":
         if not classes:
             raise OfflineError("--classes is required for categorical labels")
@@ -124,16 +111,20 @@ def privatize_csv(
         low, high = domain
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise OfflineError("--domain needs finite LOW < HIGH")
-    declared = {r.id: False for r in rows if r.id is not None}
-    accepted, errors = validate_rows(
-        rows, declared=declared, label_type=label_type, low=low, high=high, classes=classes
-    )
-    if errors:
+    try:
+        upload = parse_label_upload(Path(input_path), "text/csv", LabelRules(label_type, low, high, classes))
+    except ApiError as exc:
+        raise OfflineError(f"{input_path}: {exc.message}") from None
+    except OSError as exc:
+        raise OfflineError(f"{input_path}: cannot be read") from exc
+    declared = pc.unique(pc.drop_null(upload.ids))
+    _, errors, n_bad = row_errors(upload, declared, np.zeros(len(declared), dtype=bool))
+    if n_bad:
         first = "; ".join(f"row {e['row']}: {e['code']}" for e in errors[:5])
-        raise OfflineError(f"{len(errors)} invalid rows ({first}); nothing was written")
-    accepted.sort(key=lambda r: r[0])
-    ids = [i for i, _ in accepted]
-    labels = np.asarray([v for _, v in accepted], dtype=np.float64)
+        raise OfflineError(f"{n_bad} invalid rows ({first}); nothing was written")
+    order = pc.sort_indices(upload.ids).to_numpy()
+    ids = upload.ids.take(pa.array(order)).to_pylist()
+    labels = upload.values[order]
     d = None if label_type == "categorical" else LabelDomain(label_type, low, high)  # type: ignore[arg-type]
     out = randomize(
         labels,

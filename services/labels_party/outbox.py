@@ -62,8 +62,9 @@ def deliver_one(
         row = s.get(ReleaseRow, release_id)
         if row is None or row.status != "pending":
             return row.status if row else "missing"
-        body = row.message
+        path = settings.labels_data_dir / "messages" / row.message_file
         attempts = row.attempts + 1
+    body = path.read_bytes()  # the exact bytes charged; the file never changes once a row names it
     headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(body, settings.exchange_secret)}
     status, error = "pending", None
     try:

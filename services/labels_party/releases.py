@@ -1,100 +1,118 @@
-"""Releases: validate, privatize, then charge the ledger and store the message in ONE transaction.
+"""Releases: validate, privatize, write the message, then charge every id and record it in ONE transaction.
 
-Order matters (DESIGN.md invariants 3 and 4): every check that can fail runs
-before anything is charged; the message is computed before the transaction
-(a message that is never stored is never sent, so computing it costs nothing);
-the conditional UPDATE of ``spent`` and the INSERT of the exact message bytes
-commit together or not at all. Delivery later resends those bytes, never new ones.
+Order matters (docs/architecture.md, invariants 3 and 4): every check that can fail
+runs before anything is charged; the message bytes are written to their file before
+the transaction (a file no committed row names is never sent); the per-id ledger charge,
+the label set's spend, the release row and the idempotency answer commit together or
+not at all. Delivery later resends those bytes, never new ones.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from labeldp.epsilon import InvalidEpsilon, from_micro, positive_micro, to_micro_ceil
+from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
-from labeldp.schema import LabelRelease, encode_payload, payload_digest
+from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
 
+from . import ledger
+from .columnar import atomic_write, file_sha256
+from .context import LabelsContext
 from .defaults import AUTO, default_mechanism
-from .label_sets import class_names, load_label_set
+from .label_sets import class_names, load_label_set, read_ids, read_labels
 from .randomizer import RandomizerError, randomize, validate_public_prior
-from .store import LabelRow, LabelSetRow, ReleaseRow
+from .store import PrivacyDomainRow, ReleaseRow
+
+MAX_PRIOR_POINTS = 100_000
 
 
 class PriorIn(BaseModel):
-    values: list[float]
-    probs: list[float]
+    """A public prior: it costs no ε, so it must not come from these labels."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: list[StrictFloat | StrictInt] = Field(max_length=MAX_PRIOR_POINTS)
+    probs: list[StrictFloat | StrictInt] = Field(max_length=MAX_PRIOR_POINTS)
+    source: str = Field(
+        min_length=1,
+        max_length=200,
+        description="where the prior comes from (e.g. 'last year's published histogram'); it must not be derived "
+        "from the labels of this label set",
+    )
 
 
 class ReleaseCreate(BaseModel):
-    mechanism: str = Field("auto", description="a mechanism of the catalogue, or auto (the default rule)")
+    model_config = ConfigDict(extra="forbid")
+
+    mechanism: str = Field("auto", max_length=40, description="a mechanism of the catalogue, or auto (the default rule)")
     params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
-    epsilon: float | str
-    epsilon_prior: float | str | None = None
+    epsilon: StrictFloat | StrictInt | str = Field(description="ε charged to every id, a multiple of 0.000001")
+    epsilon_prior: StrictFloat | StrictInt | str | None = None
     prior: PriorIn | None = Field(None, description="a public prior (costs no ε)")
-    feature_table: str | None = Field(None, max_length=64)
+    feature_table: str | None = Field(
+        None, max_length=64, description="a hint for the features party; the table is chosen when it trains"
+    )
 
 
-def _micro(value: float | str, field: str, allow_zero: bool = False) -> int:
+def _micro(value: object, field: str, allow_zero: bool = False) -> int:
     try:
-        if allow_zero:
-            micro = to_micro_ceil(value)
-            if micro < 0:
-                raise InvalidEpsilon(f"{field} must be >= 0")
-            return micro
-        return positive_micro(value)
+        return exact_micro(value, allow_zero=allow_zero)
     except InvalidEpsilon as exc:
         raise ApiError(422, "invalid_epsilon", f"{field}: {exc}") from exc
 
 
-def create_release(sessions: sessionmaker[Session], label_set_id: str, body: ReleaseCreate) -> dict[str, Any]:
+def _exhausted(needed: str, left: str) -> ApiError:
+    return ApiError(409, "budget_exhausted", f"release needs {needed} but {left} remains")
+
+
+def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, claim: Claim | None) -> StoredResponse:
     """Privatize a label set and store the charged message; raises ApiError on any problem."""
     charge = _micro(body.epsilon, "epsilon")
     prior_micro = None if body.epsilon_prior is None else _micro(body.epsilon_prior, "epsilon_prior", True)
 
-    with sessions() as s:
+    with ctx.sessions() as s:
         ls = load_label_set(s, label_set_id)
-        label_type = ls.label_type
-        classes = class_names(ls)
-        domain = (
-            LabelDomain("integer", 0, len(classes) - 1)
-            if classes is not None
-            else LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
-        )
-        remaining = ls.budget_micro - ls.spent_micro
-        rows = s.execute(
-            select(LabelRow.example_id, LabelRow.value).where(LabelRow.label_set_id == label_set_id)
-        ).all()
-    if charge > remaining:
-        raise ApiError(
-            409,
-            "budget_exhausted",
-            f"release needs epsilon {from_micro(charge)} but {from_micro(remaining)} remains",
-        )
-    missing = sum(1 for _, v in rows if v is None)
+        domain_row = s.get(PrivacyDomainRow, ls.privacy_domain_id)
+        assert domain_row is not None
+    classes = class_names(ls)
+    domain = (
+        LabelDomain("integer", 0, len(classes) - 1)
+        if classes is not None
+        else LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
+    )
+    if not ls.ids_ready:
+        raise ApiError(409, "ids_missing", "the label set has no ids yet")
+    ids_table = read_ids(ctx, ls)
+    positions = ids_table.column("pos").to_numpy()
+    if charge > ls.cap_micro - ls.spent_micro:
+        raise _exhausted(f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap")
+    id_eps, id_delta = ledger.remaining_at(ctx.data_dir, domain_row, positions)
+    if charge > id_eps:
+        raise _exhausted(f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)")
+    labels = read_labels(ctx, ls)
+    missing = int(np.count_nonzero(np.isnan(labels)))
     if missing:
         raise ApiError(409, "labels_incomplete", f"{missing} ids of the label set have no label yet")
 
-    rows = sorted(rows, key=lambda r: r[0])  # canonical order: ids sorted, independent of labels
-    ids = [r[0] for r in rows]
-    labels = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
     mechanism = body.mechanism
     if mechanism == AUTO:
-        mechanism = default_mechanism(label_type, from_micro(charge))
+        mechanism = default_mechanism(ls.label_type, from_micro(charge))
     try:
         public_prior = (
-            None if body.prior is None else validate_public_prior(body.prior.values, body.prior.probs, domain)
+            None if body.prior is None else validate_public_prior(list(map(float, body.prior.values)),
+                                                                  list(map(float, body.prior.probs)), domain)
         )
         out = randomize(
             labels,
@@ -110,8 +128,14 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
     except RandomizerError as exc:
         raise ApiError(422, exc.code, str(exc)) from exc
     del labels  # raw labels go no further than this function
+    if out.accounting.total_epsilon_micro != charge:
+        raise RuntimeError("the randomizer's accounting does not add up to the charge")
+    delta_units = delta_units_ceil(out.accounting.delta)
+    if delta_units > id_delta:
+        raise _exhausted(f"delta {out.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}")
 
     release_id = "rel_" + uuid.uuid4().hex
+    ids = ids_table.column("id")
     message = LabelRelease(
         release_id=release_id,
         label_set_id=label_set_id,
@@ -122,76 +146,104 @@ def create_release(sessions: sessionmaker[Session], label_set_id: str, body: Rel
         accounting=out.accounting,
         row_count=len(ids),
         payload_digest=payload_digest(ids, out.labels),
-        payload=encode_payload(ids, out.labels),
+        payload=JsonPayload(ids=[], labels=[]),  # replaced by the columns as the file is written
     )
-    message_bytes = message.model_dump_json().encode("utf-8")
-    assert out.accounting.total_epsilon_micro == charge
-
-    with sessions.begin() as s:  # BEGIN IMMEDIATE on SQLite
-        charged = s.execute(
-            update(LabelSetRow)
-            .where(
-                LabelSetRow.id == label_set_id,
-                LabelSetRow.spent_micro + charge <= LabelSetRow.budget_micro,
-            )
-            .values(spent_micro=LabelSetRow.spent_micro + charge)
-        )
-        if charged.rowcount != 1:
-            raise ApiError(409, "budget_exhausted", "the label set's remaining budget is too small")
-        s.add(
-            ReleaseRow(
+    path = message_path(ctx, release_id)
+    atomic_write(path, lambda f: write_message(f, message, ids, out.labels))
+    del ids_table, ids, out
+    size = path.stat().st_size
+    sha = file_sha256(path)
+    try:
+        with ctx.sessions.begin() as s:
+            domain_row = ledger.lock_domain(s, ls.privacy_domain_id)
+            ls = load_label_set(s, label_set_id, for_update=True)
+            if ls.spent_micro + charge > ls.cap_micro:
+                raise _exhausted(f"epsilon {from_micro(charge)}", "less of the label set's cap")
+            try:
+                ledger.charge(ctx.data_dir, domain_row, positions, charge, delta_units)
+            except ledger.BudgetExhausted as exc:
+                raise ApiError(
+                    409, "budget_exhausted", f"{exc.ids_over} ids of the label set lack the {exc.resource} budget"
+                ) from None
+            ls.spent_micro = ls.spent_micro + charge
+            row = ReleaseRow(
                 id=release_id,
                 label_set_id=label_set_id,
                 mechanism=mechanism,
                 epsilon_micro=charge,
-                accounting_json=out.accounting.model_dump_json(),
+                delta_units=delta_units,
+                accounting_json=message.accounting.model_dump_json(),
+                prior_source=None if body.prior is None else body.prior.source,
                 feature_table=body.feature_table,
-                row_count=len(ids),
-                message=message_bytes,
-                message_sha256=hashlib.sha256(message_bytes).hexdigest(),
+                row_count=message.row_count,
+                message_file=path.name,
+                message_bytes=size,
+                message_sha256=sha,
                 status="pending",
+                created_at=datetime.now(timezone.utc),
             )
-        )
-    return get_release(sessions, release_id)
+            s.add(row)
+            s.flush()
+            response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
+            if claim is not None:
+                claim.complete(s, response)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return response
 
 
-def get_release(sessions: sessionmaker[Session], release_id: str) -> dict[str, Any]:
-    with sessions() as s:
-        r = s.get(ReleaseRow, release_id)
-        if r is None:
-            raise ApiError(404, "release_not_found", "no such release")
-        return {
-            "id": r.id,
-            "label_set_id": r.label_set_id,
-            "status": r.status,
-            "mechanism": r.mechanism,
-            "epsilon": from_micro(r.epsilon_micro),
-            "epsilon_micro": r.epsilon_micro,
-            "accounting": json.loads(r.accounting_json),
-            "feature_table": r.feature_table,
-            "row_count": r.row_count,
-            "message_sha256": r.message_sha256,
-            "message_bytes": len(r.message),
-            "attempts": r.attempts,
-            "last_error": r.last_error,
-            "created_at": r.created_at.isoformat(),
-            "delivered_at": r.delivered_at.isoformat() if r.delivered_at else None,
-        }
+def message_path(ctx: LabelsContext, release_id: str) -> Path:
+    return ctx.messages_dir / f"{release_id}.json"
 
 
-def redeliver(sessions: sessionmaker[Session], release_id: str) -> dict[str, Any]:
+def describe(r: ReleaseRow) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "label_set_id": r.label_set_id,
+        "status": r.status,
+        "mechanism": r.mechanism,
+        "epsilon": from_micro(r.epsilon_micro),
+        "epsilon_micro": r.epsilon_micro,
+        "delta": from_delta_units(r.delta_units),
+        "accounting": json.loads(r.accounting_json),
+        "prior_source": r.prior_source,
+        "feature_table": r.feature_table,
+        "row_count": r.row_count,
+        "message_sha256": r.message_sha256,
+        "message_bytes": r.message_bytes,
+        "attempts": r.attempts or 0,
+        "last_error": r.last_error,
+        "created_at": r.created_at.isoformat() if r.created_at else None,
+        "delivered_at": r.delivered_at.isoformat() if r.delivered_at else None,
+    }
+
+
+def _load(s: Session, release_id: str) -> ReleaseRow:
+    r = s.get(ReleaseRow, release_id)
+    if r is None:
+        raise ApiError(404, "release_not_found", "no such release")
+    return r
+
+
+def get_release(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
+    """A release's status and accounting; never reads the message bytes."""
+    with ctx.sessions() as s:
+        return describe(_load(s, release_id))
+
+
+def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
     """Queue a rejected release again: same bytes, so no new charge."""
-    with sessions.begin() as s:
-        r = s.get(ReleaseRow, release_id)
-        if r is None:
-            raise ApiError(404, "release_not_found", "no such release")
+    with ctx.sessions.begin() as s:
+        r = _load(s, release_id)
         if r.status == "delivered":
             raise ApiError(409, "already_delivered", "release was already delivered")
         r.status = "pending"
         r.next_attempt_at = 0.0
-    return get_release(sessions, release_id)
+        s.flush()
+        return describe(r)
 
 
-def status_counts(sessions: sessionmaker[Session]) -> dict[str, int]:
-    with sessions() as s:
-        return dict(s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all())
+def status_counts(ctx: LabelsContext) -> dict[str, int]:
+    with ctx.sessions() as s:
+        return {k: int(v) for k, v in s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all()}

@@ -1,21 +1,17 @@
-"""The labels party's tables. Raw labels live here and nowhere else."""
+"""The labels party's SQL catalogue. Raw labels live in this service's files and nowhere else.
+
+Rows here are small: ids, labels, ledger columns and message bytes are columnar files
+under ``labels_data_dir`` that the rows reference (services/labels_party/columnar.py).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import (
-    BigInteger,
-    DateTime,
-    Float,
-    ForeignKey,
-    Integer,
-    LargeBinary,
-    String,
-    Text,
-    UniqueConstraint,
-)
+from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from labeldp.idempotency import idempotency_table
 
 
 def utcnow() -> datetime:
@@ -26,55 +22,56 @@ class Base(DeclarativeBase):
     pass
 
 
+IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
+
+
+class PrivacyDomainRow(Base):
+    """A unit-of-privacy scope: every id in it has the same per-id budget (ε in µε, δ in 1e-15 units).
+
+    ``n_ids`` ids are stored in ``id_segments`` append-only files; the spent columns are
+    versioned files, ``spent_version`` names the current one (0: nothing spent yet).
+    The row is the lock every charge takes.
+    """
+
+    __tablename__ = "privacy_domains"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    epsilon_budget_micro: Mapped[int] = mapped_column(BigInteger)
+    delta_budget_units: Mapped[int] = mapped_column(BigInteger)
+    n_ids: Mapped[int] = mapped_column(BigInteger, default=0)
+    id_segments: Mapped[int] = mapped_column(Integer, default=0)
+    spent_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class LabelSetRow(Base):
-    """A label set and its ledger: budget and spent are integer micro-ε."""
+    """A label set: public ids (file), labels (versioned file), its own cap and spend.
+
+    ``cap_micro`` bounds the sum of this set's releases (default: the domain's per-id
+    budget); the per-id ledger of its privacy domain bounds every id across all sets.
+    """
 
     __tablename__ = "label_sets"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    privacy_domain_id: Mapped[str] = mapped_column(String(40), ForeignKey("privacy_domains.id"))
     label_type: Mapped[str] = mapped_column(String(16))
     classes_json: Mapped[str | None] = mapped_column(Text, nullable=True)  # categorical sets only
     domain_low: Mapped[float] = mapped_column(Float)
     domain_high: Mapped[float] = mapped_column(Float)
-    budget_micro: Mapped[int] = mapped_column(BigInteger)
+    cap_micro: Mapped[int] = mapped_column(BigInteger)
     spent_micro: Mapped[int] = mapped_column(BigInteger, default=0)
-    n_ids: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class LabelRow(Base):
-    """One declared example id; ``value`` stays NULL until a label is uploaded.
-
-    Categorical labels are stored as the class index (0..K−1).
-    """
-
-    __tablename__ = "labels"
-
-    label_set_id: Mapped[str] = mapped_column(
-        String(40), ForeignKey("label_sets.id", ondelete="CASCADE"), primary_key=True
-    )
-    example_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    value: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-
-class UploadRow(Base):
-    """An accepted upload, kept so an idempotency key replays the same answer."""
-
-    __tablename__ = "uploads"
-    __table_args__ = (UniqueConstraint("label_set_id", "idempotency_key"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    label_set_id: Mapped[str] = mapped_column(String(40), ForeignKey("label_sets.id"))
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    request_sha256: Mapped[str] = mapped_column(String(64))
-    response_json: Mapped[str] = mapped_column(Text)
-    rows: Mapped[int] = mapped_column(Integer)
+    n_ids: Mapped[int] = mapped_column(BigInteger, default=0)
+    ids_ready: Mapped[int] = mapped_column(Integer, default=0, comment="1 once the id file is written")
+    labeled: Mapped[int] = mapped_column(BigInteger, default=0)
+    labels_version: Mapped[int] = mapped_column(BigInteger, default=0, comment="0: no label yet")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ReleaseRow(Base):
-    """A charged release: the exact message bytes, stored with the charge."""
+    """A charged release; the exact message bytes are the file ``message_file`` (sha256 below)."""
 
     __tablename__ = "releases"
 
@@ -82,10 +79,13 @@ class ReleaseRow(Base):
     label_set_id: Mapped[str] = mapped_column(String(40), ForeignKey("label_sets.id"))
     mechanism: Mapped[str] = mapped_column(String(40))
     epsilon_micro: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger, default=0)
     accounting_json: Mapped[str] = mapped_column(Text)
+    prior_source: Mapped[str | None] = mapped_column(String(200), nullable=True)
     feature_table: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    row_count: Mapped[int] = mapped_column(Integer)
-    message: Mapped[bytes] = mapped_column(LargeBinary)
+    row_count: Mapped[int] = mapped_column(BigInteger)
+    message_file: Mapped[str] = mapped_column(String(200))
+    message_bytes: Mapped[int] = mapped_column(BigInteger)
     message_sha256: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)

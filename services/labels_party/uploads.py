@@ -1,287 +1,391 @@
-"""Label uploads: parse CSV, JSON or Parquet, validate every row, store all or nothing.
+"""Uploads of labels (and of a label set's ids): spooled to disk, parsed in chunks, validated as columns.
 
-Row-level errors name the row, the (public) id and a code, never the label value.
-An accepted upload with an idempotency key is remembered, so a retried request
-gets the same answer and stores nothing twice.
+CSV, JSON, Parquet and Arrow IPC bodies are read with pyarrow a chunk at a time; a label
+chunk is parsed to float64 at once, so memory holds the id column and float labels, never
+the body. Every row is validated — id known, not repeated, not already labeled, value a
+finite number in the domain (an integer where required, a known class name) — and the
+upload is all or nothing: the next labels file is written and the catalogue moves to it
+with a compare-and-swap on its version. Row errors name the row (1-based), the public id
+and a code, never the label value (docs/architecture.md, invariant 5).
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
-from sqlalchemy import bindparam, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+from sqlalchemy import update
 
 from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
 
-from .label_sets import class_names, load_label_set
-from .store import LabelRow, UploadRow
+from .columnar import write_array
+from .context import LabelsContext
+from .label_sets import class_names, labels_path, load_label_set, read_ids, read_labels, set_ids
+from .store import LabelSetRow
 
 MAX_REPORTED_ERRORS = 100
+CSV_TYPES = ("text/csv", "application/csv")
+JSON_TYPES = ("application/json",)
+PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet")
+ARROW_TYPES = ("application/vnd.apache.arrow.stream", "application/vnd.apache.arrow.file")
+MEDIA_TYPES = CSV_TYPES + JSON_TYPES + PARQUET_TYPES + ARROW_TYPES
+
+# Value problems, in the order they are checked; 0 = fine.
+VALUE_CODES = ("", "not_a_number", "non_finite", "out_of_domain", "not_integer", "unknown_class")
+VALUE_MESSAGES = {
+    "not_a_number": "label is missing or not a number",
+    "non_finite": "label must be finite",
+    "out_of_domain": "label is outside the declared domain",
+    "not_integer": "label must be an integer",
+    "unknown_class": "label is not one of the label set's classes",
+}
+ID_MESSAGES = {
+    "missing_id": "row has no id",
+    "unknown_id": "id is not part of this label set",
+    "duplicate_id": "id appears more than once in this upload",
+    "already_labeled": "id already has a label",
+}
 
 
 @dataclass(frozen=True)
-class ParsedRow:
-    row: int  # 1-based data row number
-    id: str | None
-    value: object  # raw cell; validated below
+class LabelRules:
+    """What a valid label is for one label set (public facts only)."""
+
+    label_type: str
+    low: float
+    high: float
+    classes: list[str] | None = None
 
 
-def parse_upload(body: bytes, content_type: str) -> list[ParsedRow]:
-    """Rows of ``id``/``label`` from a CSV, JSON or Parquet body."""
+# --------------------------------------------------------------------------- reading
+
+
+def media_type(content_type: str) -> str:
     kind = (content_type or "").split(";")[0].strip().lower()
-    if kind in ("text/csv", "application/csv"):
-        return _parse_csv(body)
-    if kind == "application/json":
-        return _parse_json(body)
-    if kind in ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet"):
-        return _parse_parquet(body)
-    raise ApiError(
-        415,
-        "unsupported_media_type",
-        "send text/csv, application/json or application/vnd.apache.parquet",
+    if kind not in MEDIA_TYPES:
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send text/csv, application/json, application/vnd.apache.parquet or application/vnd.apache.arrow.stream",
+        )
+    return kind
+
+
+def read_batches(path: Path, kind: str, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    """The body's ``columns`` (lower-case names), a chunk at a time."""
+    if kind in CSV_TYPES:
+        yield from _csv_batches(path, columns)
+    elif kind in PARQUET_TYPES:
+        yield from _parquet_batches(path, columns)
+    elif kind in ARROW_TYPES:
+        yield from _arrow_batches(path, columns)
+    else:
+        yield _json_columns(path, columns)
+
+
+def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    try:
+        header_text = first.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ApiError(422, "invalid_csv", "CSV must be UTF-8") from exc
+    header = next(csv.reader(io.StringIO(header_text)), None)
+    if not header:
+        raise ApiError(422, "invalid_csv", "empty CSV")
+    names = [h.strip().lower() for h in header]
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ApiError(422, "invalid_csv", f"CSV header must have columns {' and '.join(columns)}")
+    generated = [f"c{i}" for i in range(len(names))]
+    wanted = {c: f"c{names.index(c)}" for c in columns}
+    try:
+        reader = pa_csv.open_csv(
+            path,
+            read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=1 << 22),
+            convert_options=pa_csv.ConvertOptions(
+                include_columns=list(wanted.values()),
+                column_types={g: pa.string() for g in wanted.values()},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        for batch in reader:
+            yield {c: batch.column(g) for c, g in wanted.items()}
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        # pyarrow's message quotes the offending row, which may hold a label: never pass it on.
+        raise ApiError(
+            422, "invalid_csv", "CSV could not be parsed (UTF-8, one header row, the same number of cells per row)"
+        ) from None
+
+
+def _pick(names: list[str], columns: tuple[str, ...], kind: str) -> list[str]:
+    lower = {n.strip().lower(): n for n in names}
+    if any(c not in lower for c in columns):
+        raise ApiError(422, f"invalid_{kind}", f"the {kind} file must have columns {' and '.join(columns)}")
+    return [lower[c] for c in columns]
+
+
+def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    try:
+        pf = pq.ParquetFile(path)
+        picked = _pick(pf.schema_arrow.names, columns, "parquet")
+        for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
+            yield {c: batch.column(name) for c, name in zip(columns, picked)}
+    except ApiError:
+        raise
+    except Exception:  # pyarrow raises several types for a damaged file
+        raise ApiError(422, "invalid_parquet", "body is not a readable Parquet file") from None
+
+
+def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            try:
+                reader: Any = ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            except pa.ArrowInvalid:
+                source.seek(0)
+                reader = ipc.open_stream(source)
+                batches = iter(reader)
+            picked = _pick(reader.schema.names, columns, "arrow")
+            for batch in batches:
+                yield {c: batch.column(name) for c, name in zip(columns, picked)}
+    except ApiError:
+        raise
+    except Exception:
+        raise ApiError(422, "invalid_arrow", "body is not a readable Arrow IPC file or stream") from None
+
+
+def _json_columns(path: Path, columns: tuple[str, ...]) -> dict[str, pa.Array]:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ApiError(422, "invalid_json", "body is not valid JSON") from None
+    plural = {"id": "ids", "label": "labels"}
+    if isinstance(doc, dict) and isinstance(doc.get("rows"), list):
+        rows = [r if isinstance(r, dict) else {} for r in doc["rows"]]
+        values = {c: [r.get(c) for r in rows] for c in columns}
+    elif isinstance(doc, dict) and all(isinstance(doc.get(plural[c]), list) for c in columns):
+        values = {c: doc[plural[c]] for c in columns}
+        if len({len(v) for v in values.values()}) != 1:
+            raise ApiError(422, "invalid_json", "ids and labels must have the same length")
+    else:
+        shape = '{"ids": [...]}' if columns == ("id",) else '{"rows": [{"id", "label"}]} or {"ids": [], "labels": []}'
+        raise ApiError(422, "invalid_json", f"JSON must be {shape}")
+    out: dict[str, pa.Array] = {"id": pa.array([_id_text(v) for v in values["id"]], pa.string())}
+    if "label" in columns:
+        out["label"] = pa.array([_json_label(v) for v in values["label"]], pa.string())
+    return out
+
+
+def _id_text(value: object) -> str | None:
+    if isinstance(value, bool) or value is None or isinstance(value, (dict, list, float)):
+        return None
+    return str(value)
+
+
+def _json_label(value: object) -> str | None:
+    # Labels travel as text to the one parser below; JSON's own NaN/Infinity stay recognisable.
+    if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, int) and abs(value) > 10**300:
+        return "not-a-number"
+    return value if isinstance(value, str) else repr(value)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def parse_labels(raw: pa.Array, rules: LabelRules) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 values, int8 value codes) for one chunk; categorical values become class indices."""
+    n = len(raw)
+    codes = np.zeros(n, dtype=np.int8)
+    if rules.classes is not None:
+        text = raw.cast(pa.string()) if not pa.types.is_string(raw.type) else raw
+        index = pc.index_in(text, value_set=pa.array(rules.classes, pa.string()))
+        values = pc.fill_null(index, -1).to_numpy(zero_copy_only=False).astype(np.float64)
+        codes[values < 0] = VALUE_CODES.index("unknown_class")
+        return values, codes
+    if pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type):
+        try:
+            values = pc.cast(raw, pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            values = np.array([_as_float(v) for v in raw.to_pylist()], dtype=np.float64)
+    elif pa.types.is_integer(raw.type) or pa.types.is_floating(raw.type):
+        values = pc.cast(raw, pa.float64()).to_numpy(zero_copy_only=False)
+    else:
+        values = np.full(n, np.nan)
+        codes[:] = VALUE_CODES.index("not_a_number")
+        return values, codes
+    null = np.asarray(raw.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    unparsed = null | _unparsed_nan(raw, values)
+    codes[unparsed] = VALUE_CODES.index("not_a_number")
+    ok = codes == 0
+    finite = np.isfinite(values)
+    codes[ok & ~finite] = VALUE_CODES.index("non_finite")
+    ok = codes == 0
+    with np.errstate(invalid="ignore"):
+        codes[ok & ((values < rules.low) | (values > rules.high))] = VALUE_CODES.index("out_of_domain")
+    if rules.label_type == "integer":
+        ok = codes == 0
+        codes[ok & (np.floor(values) != values)] = VALUE_CODES.index("not_integer")
+    return values, codes
+
+
+def _unparsed_nan(raw: pa.Array, values: np.ndarray) -> np.ndarray:
+    """NaN that the text did not spell: the marker of a cell that is not a number."""
+    nan = np.isnan(values)
+    if not nan.any() or not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
+        return np.zeros(values.shape, dtype=bool)
+    spelled = pc.fill_null(pc.match_substring_regex(raw, r"^\s*[+-]?nan\s*$", ignore_case=True), False)
+    return nan & ~np.asarray(spelled.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _as_float(value: object) -> float:
+    if value is None:
+        return math.nan
+    try:
+        text = str(value).strip()
+        if len(text) > 400:
+            return math.nan
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+@dataclass(frozen=True)
+class ParsedUpload:
+    ids: pa.ChunkedArray
+    values: np.ndarray
+    codes: np.ndarray  # value codes (VALUE_CODES)
+
+
+def parse_label_upload(path: Path, kind: str, rules: LabelRules) -> ParsedUpload:
+    ids, values, codes = [], [], []
+    for batch in read_batches(path, kind, ("id", "label")):
+        ident = batch["id"].cast(pa.string())
+        ids.append(pc.utf8_trim_whitespace(ident) if kind in CSV_TYPES else ident)
+        v, c = parse_labels(batch["label"], rules)
+        values.append(v)
+        codes.append(c)
+    return ParsedUpload(
+        pa.chunked_array(ids, type=pa.string()),
+        np.concatenate(values) if values else np.zeros(0),
+        np.concatenate(codes) if codes else np.zeros(0, dtype=np.int8),
     )
 
 
-def _parse_csv(body: bytes) -> list[ParsedRow]:
-    try:
-        text = body.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ApiError(422, "invalid_csv", "CSV must be UTF-8") from exc
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if header is None:
-        raise ApiError(422, "invalid_csv", "empty CSV")
-    names = [h.strip().lower() for h in header]
-    if "id" not in names or "label" not in names:
-        raise ApiError(422, "invalid_csv", "CSV header must have columns id and label")
-    i_id, i_label = names.index("id"), names.index("label")
-    rows = []
-    for n, cells in enumerate(reader, start=1):
-        if not cells:
-            continue
-        ident = cells[i_id].strip() if i_id < len(cells) else None
-        value = cells[i_label].strip() if i_label < len(cells) else None
-        rows.append(ParsedRow(n, ident or None, value))
-    return rows
+def row_errors(
+    upload: ParsedUpload, set_ids: pa.Array, labeled: np.ndarray
+) -> tuple[np.ndarray, list[dict[str, Any]], int]:
+    """(positions in the set, the first row errors, how many rows are wrong)."""
+    n = len(upload.ids)
+    ids = upload.ids
+    lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
+    missing = lengths == 0
+    positions = pc.fill_null(pc.index_in(ids, value_set=set_ids), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    unknown = (positions < 0) & ~missing
+    duplicate = np.zeros(n, dtype=bool)
+    known = np.flatnonzero(positions >= 0)
+    if known.size:
+        _, first = np.unique(positions[known], return_index=True)
+        duplicate[known] = True
+        duplicate[known[first]] = False
+    already = np.zeros(n, dtype=bool)
+    already[known] = labeled[positions[known]]
+    already &= ~duplicate
+    id_code = np.select(
+        [missing, unknown, duplicate, already], [1, 2, 3, 4], default=0
+    )
+    bad = np.flatnonzero((id_code > 0) | (upload.codes > 0))
+    errors = []
+    id_names = ("", "missing_id", "unknown_id", "duplicate_id", "already_labeled")
+    for r in bad[:MAX_REPORTED_ERRORS]:
+        code = id_names[id_code[r]] if id_code[r] else VALUE_CODES[upload.codes[r]]
+        ident = ids[int(r)].as_py()
+        errors.append({
+            "row": int(r) + 1,
+            "id": ident or None,
+            "code": code,
+            "message": ID_MESSAGES.get(code) or VALUE_MESSAGES[code],
+        })
+    return positions, errors, int(bad.size)
 
 
-def _parse_json(body: bytes) -> list[ParsedRow]:
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(422, "invalid_json", "body is not valid JSON") from exc
-    if isinstance(doc, dict) and isinstance(doc.get("rows"), list):
-        out = []
-        for n, item in enumerate(doc["rows"], start=1):
-            if not isinstance(item, dict):
-                out.append(ParsedRow(n, None, None))
-                continue
-            ident = item.get("id")
-            out.append(ParsedRow(n, None if ident is None else str(ident), item.get("label")))
-        return out
-    if isinstance(doc, dict) and isinstance(doc.get("ids"), list) and isinstance(doc.get("labels"), list):
-        if len(doc["ids"]) != len(doc["labels"]):
-            raise ApiError(422, "invalid_json", "ids and labels must have the same length")
-        return [
-            ParsedRow(n, None if i is None else str(i), v)
-            for n, (i, v) in enumerate(zip(doc["ids"], doc["labels"]), start=1)
-        ]
-    raise ApiError(422, "invalid_json", 'JSON must be {"rows": [{"id", "label"}]} or {"ids": [], "labels": []}')
+# --------------------------------------------------------------------------- use cases
 
 
-def _parse_parquet(body: bytes) -> list[ParsedRow]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(pa.BufferReader(body))
-    except Exception as exc:  # pyarrow raises several types for a bad file
-        raise ApiError(422, "invalid_parquet", "body is not a readable Parquet file") from exc
-    if "id" not in table.column_names or "label" not in table.column_names:
-        raise ApiError(422, "invalid_parquet", "Parquet file must have columns id and label")
-    ids = table.column("id").to_pylist()
-    labels = table.column("label").to_pylist()
-    return [
-        ParsedRow(n, None if i is None else str(i), v) for n, (i, v) in enumerate(zip(ids, labels), start=1)
-    ]
-
-
-def _as_float(value: object) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def validate_rows(
-    rows: list[ParsedRow],
-    *,
-    declared: dict[str, bool],
-    label_type: str,
-    low: float,
-    high: float,
-    classes: list[str] | None = None,
-) -> tuple[list[tuple[str, float]], list[dict[str, Any]]]:
-    """(accepted id/value pairs, row errors). ``declared`` maps id -> already labeled.
-
-    Categorical labels are class names; they are stored as class indices.
-    """
-    class_index = None if classes is None else {c: float(k) for k, c in enumerate(classes)}
-    errors: list[dict[str, Any]] = []
-    accepted: list[tuple[str, float]] = []
-    seen: set[str] = set()
-
-    def fail(row: ParsedRow, code: str, message: str) -> None:
-        errors.append({"row": row.row, "id": row.id, "code": code, "message": message})
-
-    for row in rows:
-        if row.id is None or row.id == "":
-            fail(row, "missing_id", "row has no id")
-            continue
-        if row.id in seen:
-            fail(row, "duplicate_id", "id appears more than once in this upload")
-            continue
-        seen.add(row.id)
-        if row.id not in declared:
-            fail(row, "unknown_id", "id is not part of this label set")
-            continue
-        if declared[row.id]:
-            fail(row, "already_labeled", "id already has a label")
-            continue
-        if class_index is not None:
-            key = row.value if isinstance(row.value, str) else None
-            if key is None or key not in class_index:
-                fail(row, "unknown_class", "label is not one of the label set's classes")
-                continue
-            accepted.append((row.id, class_index[key]))
-            continue
-        value = _as_float(row.value)
-        if value is None:
-            fail(row, "not_a_number", "label is missing or not a number")
-            continue
-        if not math.isfinite(value):
-            fail(row, "non_finite", "label must be finite")
-            continue
-        if not (low <= value <= high):
-            fail(row, "out_of_domain", "label is outside the declared domain")
-            continue
-        if label_type == "integer" and not value.is_integer():
-            fail(row, "not_integer", "label must be an integer")
-            continue
-        accepted.append((row.id, value))
-    return accepted, errors
-
-
-def request_fingerprint(body: bytes, content_type: str, validate_only: bool) -> str:
-    h = hashlib.sha256()
-    h.update(content_type.encode())
-    h.update(b"\x00validate_only=" + str(validate_only).encode() + b"\x00")
-    h.update(body)
-    return h.hexdigest()
+def rules_of(row: LabelSetRow) -> LabelRules:
+    return LabelRules(row.label_type, row.domain_low, row.domain_high, class_names(row))
 
 
 def upload_labels(
-    sessions: sessionmaker[Session],
-    label_set_id: str,
-    body: bytes,
-    content_type: str,
-    *,
-    validate_only: bool = False,
-    idempotency_key: str | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """Validate and (unless ``validate_only``) store labels. Returns (response, replayed)."""
-    rows = parse_upload(body, content_type)
-    if not rows:
+    ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, *, validate_only: bool, claim: Claim | None
+) -> StoredResponse:
+    """Validate and (unless ``validate_only``) store labels; all rows or none."""
+    kind = media_type(content_type)
+    with ctx.sessions() as s:
+        row = load_label_set(s, label_set_id)
+    if not row.ids_ready:
+        raise ApiError(409, "ids_missing", "upload the label set's ids first")
+    upload = parse_label_upload(body, kind, rules_of(row))
+    if len(upload.ids) == 0:
         raise ApiError(422, "empty_upload", "upload has no rows")
-    fingerprint = request_fingerprint(body, content_type, validate_only)
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= 200):
-        raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1-200 characters")
-
-    with sessions.begin() as s:  # BEGIN IMMEDIATE: the checks below see a stable state
-        ls = load_label_set(s, label_set_id)
-        if idempotency_key is not None:
-            previous = s.scalar(
-                select(UploadRow).where(
-                    UploadRow.label_set_id == label_set_id,
-                    UploadRow.idempotency_key == idempotency_key,
-                )
-            )
-            if previous is not None:
-                if previous.request_sha256 != fingerprint:
-                    raise ApiError(
-                        422,
-                        "idempotency_key_reused",
-                        "this Idempotency-Key was used for a different request",
-                    )
-                return json.loads(previous.response_json), True
-        declared = dict(
-            s.execute(
-                select(LabelRow.example_id, LabelRow.value.is_not(None)).where(
-                    LabelRow.label_set_id == label_set_id
-                )
-            ).all()
+    labels = read_labels(ctx, row)
+    positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
+    if n_bad:
+        raise ApiError(
+            422, "invalid_labels", f"{n_bad} of {len(upload.ids)} rows are invalid; nothing was stored", errors
         )
-        accepted, errors = validate_rows(
-            rows,
-            declared=declared,
-            label_type=ls.label_type,
-            low=ls.domain_low,
-            high=ls.domain_high,
-            classes=class_names(ls),
+    labeled_after = row.labeled + (0 if validate_only else len(positions))
+    response = {
+        "label_set_id": label_set_id,
+        "validate_only": validate_only,
+        "accepted_rows": int(len(positions)),
+        "labeled": int(labeled_after),
+        "missing": int(row.n_ids - labeled_after),
+    }
+    if validate_only:
+        return StoredResponse(200, response)
+    new_labels = np.array(labels, dtype=np.float64, copy=True)
+    new_labels[positions] = upload.values
+    del labels, upload
+    version = row.labels_version + 1
+    write_array(labels_path(ctx, label_set_id, version), new_labels)
+    out = StoredResponse(200, response)
+    with ctx.sessions.begin() as s:
+        moved = s.execute(
+            update(LabelSetRow)
+            .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
+            .values(labels_version=version, labeled=labeled_after)
         )
-        if errors:
+        if moved.rowcount != 1:  # type: ignore[attr-defined]
             raise ApiError(
-                422,
-                "invalid_labels",
-                f"{len(errors)} of {len(rows)} rows are invalid; nothing was stored",
-                errors[:MAX_REPORTED_ERRORS],
+                409, "concurrent_upload", "another upload to this label set finished first; retry",
+                headers={"Retry-After": "1"},
             )
-        labeled_before = sum(1 for v in declared.values() if v)
-        labeled_after = labeled_before if validate_only else labeled_before + len(accepted)
-        response = {
-            "label_set_id": label_set_id,
-            "validate_only": validate_only,
-            "accepted_rows": len(accepted),
-            "labeled": labeled_after,
-            "missing": ls.n_ids - labeled_after,
-        }
-        if validate_only:
-            return response, False
-        s.connection().execute(
-            update(LabelRow.__table__)
-            .where(
-                LabelRow.__table__.c.label_set_id == bindparam("b_set"),
-                LabelRow.__table__.c.example_id == bindparam("b_id"),
-                LabelRow.__table__.c.value.is_(None),
-            )
-            .values(value=bindparam("b_value")),
-            [{"b_set": label_set_id, "b_id": i, "b_value": v} for i, v in accepted],
-        )
-        s.add(
-            UploadRow(
-                label_set_id=label_set_id,
-                idempotency_key=idempotency_key,
-                request_sha256=fingerprint,
-                response_json=json.dumps(response),
-                rows=len(accepted),
-            )
-        )
-        try:
-            s.flush()
-        except IntegrityError as exc:  # same key raced in on another connection
-            raise ApiError(409, "idempotency_conflict", "a request with this key is in progress") from exc
-    return response, False
+        if claim is not None:
+            claim.complete(s, out)
+    return out
+
+
+def upload_ids(ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, claim: Claim | None) -> StoredResponse:
+    kind = media_type(content_type)
+    chunks = [batch["id"].cast(pa.string()) for batch in read_batches(body, kind, ("id",))]
+    ids = pa.concat_arrays([c for c in chunks]) if chunks else pa.array([], pa.string())
+    if kind in CSV_TYPES:
+        ids = pc.utf8_trim_whitespace(ids)
+    return set_ids(ctx, label_set_id, ids, claim)

@@ -11,6 +11,7 @@ charged value or less, never more.
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
 MICRO = 1_000_000
@@ -53,6 +54,60 @@ def positive_micro(value: float | int | str | Decimal) -> int:
     if micro <= 0:
         raise InvalidEpsilon("epsilon must be greater than 0")
     return micro
+
+
+MAX_EPSILON_MICRO = 1_000 * MICRO  # no meaningful guarantee is left beyond ε = 1000
+_DECIMAL_TEXT = re.compile(r"^\+?(\d{1,12}(\.\d{0,12})?|\.\d{1,12})([eE][+-]?\d{1,3})?$")
+
+
+def exact_micro(value: object, *, allow_zero: bool = False) -> int:
+    """A requested ε as exact micro-ε; refuses rather than rounds (docs/architecture.md, invariant 3).
+
+    Takes an int, a float (its shortest repr) or a decimal string. Booleans, values that
+    are not a multiple of 10⁻⁶, ≤ 0 (or < 0 with ``allow_zero``) and values above
+    ``MAX_EPSILON_MICRO`` raise :class:`InvalidEpsilon`. A string is checked against a
+    bounded pattern before any arithmetic, so parsing is O(length) and no exponent can
+    make it slow.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidEpsilon("epsilon must be a number or a decimal string")
+    if isinstance(value, int):
+        if not (0 <= value <= MAX_EPSILON_MICRO // MICRO):
+            raise InvalidEpsilon(f"epsilon must be between 0 and {MAX_EPSILON_MICRO // MICRO}")
+        micro = value * MICRO
+    else:
+        text = repr(value) if isinstance(value, float) else value.strip()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidEpsilon("epsilon must be finite")
+        if len(text) > 40 or not _DECIMAL_TEXT.match(text):
+            raise InvalidEpsilon("epsilon must be a plain decimal number such as 0.5 or 1e-3")
+        d = Decimal(text)
+        if d > MAX_EPSILON_MICRO // MICRO:
+            raise InvalidEpsilon(f"epsilon must be at most {MAX_EPSILON_MICRO // MICRO}")
+        scaled = d * MICRO
+        if scaled != scaled.to_integral_value():
+            raise InvalidEpsilon("epsilon must be a multiple of 0.000001 (it is never rounded)")
+        micro = int(scaled)
+    if micro < 0 or (micro == 0 and not allow_zero):
+        raise InvalidEpsilon("epsilon must be greater than 0" if not allow_zero else "epsilon must be >= 0")
+    return micro
+
+
+DELTA_UNIT = Decimal("1e-15")
+MAX_DELTA = 0.5
+
+
+def delta_units_ceil(delta: float) -> int:
+    """δ → integer units of 10⁻¹⁵, rounded up: a δ charge never under-counts."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta):
+        raise InvalidEpsilon("delta must be a finite number")
+    if not (0 <= delta <= MAX_DELTA):
+        raise InvalidEpsilon(f"delta must be between 0 and {MAX_DELTA}")
+    return int((Decimal(repr(float(delta))) / DELTA_UNIT).to_integral_value(rounding=ROUND_CEILING))
+
+
+def from_delta_units(units: int) -> float:
+    return float(Decimal(units) * DELTA_UNIT)
 
 
 def from_micro(micro: int) -> float:

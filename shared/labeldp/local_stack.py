@@ -43,6 +43,7 @@ class LocalStack:
             "LABELDP_LABELS_DATABASE_URL": f"sqlite:///{self.workdir / 'labels.db'}",
             "LABELDP_FEATURES_DATABASE_URL": f"sqlite:///{self.workdir / 'features.db'}",
             "LABELDP_FEATURES_DATA_DIR": str(self.workdir / "features-data"),
+            "LABELDP_LABELS_DATA_DIR": str(self.workdir / "labels-data"),
             "LABELDP_LABELS_API_KEY": self.labels_key,
             "LABELDP_FEATURES_API_KEY": self.features_key,
             "LABELDP_EXCHANGE_SECRET": self.exchange_secret,

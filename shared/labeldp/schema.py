@@ -12,7 +12,7 @@ import base64
 import hashlib
 import io
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Literal, Union
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +24,9 @@ from labeldp.specs.laplace import LaplaceSpec
 from labeldp.specs.rp_with_prior import HistogramPriorSpec, RPWithPriorSpec
 from labeldp.specs.rr_on_bins import RROnBinsSpec
 from labeldp.specs.unbiased import UnbiasedSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA_VERSION = "1"
 SIGNATURE_HEADER = "X-Labeldp-Signature"
@@ -100,10 +103,23 @@ class LabelRelease(SpecModel):
         return decode_payload(self.payload)
 
 
-def payload_digest(ids: list[str], labels: np.ndarray) -> str:
-    """sha256 over ids (newline-joined UTF-8) and labels (float64 little-endian)."""
+IdColumn = Union[list[str], "pa.Array", "pa.ChunkedArray"]
+_DIGEST_CHUNK = 1 << 20
+
+
+def payload_digest(ids: IdColumn, labels: np.ndarray) -> str:
+    """sha256 over ids (newline-joined UTF-8) and labels (float64 little-endian).
+
+    ``ids`` may be a list or an Arrow string array; both hash identically, the Arrow one
+    in bounded chunks so a 10⁸-row release never becomes one Python string.
+    """
     h = hashlib.sha256()
-    h.update("\n".join(ids).encode("utf-8"))
+    if isinstance(ids, list):
+        h.update("\n".join(ids).encode("utf-8"))
+    else:
+        for start in range(0, len(ids), _DIGEST_CHUNK):
+            chunk = ids.slice(start, _DIGEST_CHUNK).to_pylist()
+            h.update((("\n" if start else "") + "\n".join(chunk)).encode("utf-8"))
     h.update(b"\x00")
     h.update(np.ascontiguousarray(labels, dtype="<f8").tobytes())
     return h.hexdigest()
@@ -121,6 +137,37 @@ def encode_payload(ids: list[str], labels: np.ndarray) -> JsonPayload | ArrowPay
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return ArrowPayload(data=base64.b64encode(sink.getvalue()).decode("ascii"))
+
+
+def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: np.ndarray) -> None:
+    """Write ``release`` with its payload built from the columns, as the exact JSON bytes.
+
+    Byte-identical to ``release`` with ``payload=encode_payload(ids, labels)`` dumped by
+    ``model_dump_json``, but a large Arrow payload is base64-encoded straight into
+    ``out`` in chunks instead of being held as one string.
+    """
+    labels = np.asarray(labels, dtype=np.float64)
+    if len(ids) < ARROW_THRESHOLD_ROWS:
+        id_list = ids if isinstance(ids, list) else ids.to_pylist()
+        full = release.model_copy(update={"payload": encode_payload(id_list, labels)})
+        out.write(full.model_dump_json().encode("utf-8"))
+        return
+    import pyarrow as pa
+
+    id_array = pa.array(ids, pa.string()) if isinstance(ids, list) else ids
+    table = pa.table({"id": id_array, "label": pa.array(labels, pa.float64())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    buffer = memoryview(sink.getvalue())  # type: ignore[arg-type]
+    skeleton = release.model_copy(update={"payload": ArrowPayload(data="")}).model_dump_json().encode("utf-8")
+    marker = b'"data":""}}'
+    assert skeleton.endswith(marker)
+    out.write(skeleton[: -len(marker)] + b'"data":"')
+    step = 3 * (1 << 20)  # a multiple of 3: chunked base64 concatenates to the whole
+    for start in range(0, len(buffer), step):
+        out.write(base64.b64encode(buffer[start : start + step]))
+    out.write(b'"}}')
 
 
 def decode_payload(payload: JsonPayload | ArrowPayload) -> tuple[list[str], np.ndarray]:

@@ -21,6 +21,17 @@ class Settings(BaseSettings):
         "sqlite:///var/labels.db", description="SQLAlchemy URL of the labels-party ledger"
     )
     labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
+    labels_data_dir: Path = Field(
+        Path("var/labels-data"),
+        description="label-set ids and labels, ledger columns and message files; API replicas and the outbox "
+        "must share it",
+    )
+    default_domain_epsilon: float = Field(
+        10.0, gt=0, le=1000, description="per-id ε budget of the 'default' privacy domain, created on first use"
+    )
+    default_domain_delta: float = Field(
+        1e-5, ge=0, le=0.5, description="per-id δ budget of the 'default' privacy domain"
+    )
     features_url: str = Field(
         "http://127.0.0.1:8002", description="base URL of the features party (outbox target)"
     )

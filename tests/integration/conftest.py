@@ -20,7 +20,12 @@ MAX_BODY = 2_000_000
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    s = LocalStack(tmp_path_factory.mktemp("stack"), extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY)})
+    # Many label sets over the same ids below: the default domain gets room for all of them
+    # (the per-id ledger itself is tested in test_ledger.py with budgets that run out).
+    s = LocalStack(
+        tmp_path_factory.mktemp("stack"),
+        extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY), "LABELDP_DEFAULT_DOMAIN_EPSILON": "1000"},
+    )
     s.start()
     yield s
     s.stop()

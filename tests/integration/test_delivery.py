@@ -59,5 +59,6 @@ def test_delivery_retries_until_features_party_is_back(tmp_path):
         # The receiver holds exactly the bytes stored with the charge.
         assert received["body_sha256"] == delivered["message_sha256"]
         with sqlite3.connect(tmp_path / "labels.db") as db:
-            (stored,) = db.execute("select message from releases where id = ?", (release_id,)).fetchone()
+            (name,) = db.execute("select message_file from releases where id = ?", (release_id,)).fetchone()
+        stored = (tmp_path / "labels-data" / "messages" / name).read_bytes()
         assert hashlib.sha256(stored).hexdigest() == received["body_sha256"]

@@ -1,61 +1,135 @@
-"""Upload parsing and row validation as plain functions (no HTTP)."""
+"""Upload parsing and row validation as plain functions (no HTTP): every format, chunked, vectorized."""
 
 from __future__ import annotations
 
-import io
+import json
+from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
 from labeldp.http_api import ApiError
-from labels_party.uploads import parse_upload, validate_rows
+from labels_party.uploads import LabelRules, media_type, parse_label_upload, read_batches, row_errors
+
+REAL = LabelRules("real", 0.0, 10.0)
 
 
-def _parquet(ids, labels) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(pa.table({"id": ids, "label": labels}), sink)
-    return sink.getvalue()
+def _write(tmp_path: Path, name: str, data: bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
 
 
-def test_csv_json_and_parquet_parse_to_the_same_rows():
-    csv_rows = parse_upload(b"id,label\na,1.5\nb,2\n", "text/csv")
-    json_rows = parse_upload(b'{"rows": [{"id": "a", "label": 1.5}, {"id": "b", "label": 2}]}', "application/json")
-    pq_rows = parse_upload(_parquet(["a", "b"], [1.5, 2.0]), "application/vnd.apache.parquet")
-    declared = {"a": False, "b": False}
-    for rows in (csv_rows, json_rows, pq_rows):
-        accepted, errors = validate_rows(rows, declared=declared, label_type="real", low=0, high=10)
-        assert errors == [] and accepted == [("a", 1.5), ("b", 2.0)]
+def _parquet(tmp_path: Path, ids, labels) -> Path:  # type: ignore[no-untyped-def]
+    p = tmp_path / "u.parquet"
+    pq.write_table(pa.table({"id": ids, "label": labels}), p)
+    return p
 
 
-def test_unknown_media_type_and_broken_bodies_have_stable_codes():
+def _arrow(tmp_path: Path, ids, labels, stream: bool) -> Path:  # type: ignore[no-untyped-def]
+    p = tmp_path / ("u.arrows" if stream else "u.arrow")
+    table = pa.table({"ID": ids, "Label": labels})
+    with open(p, "wb") as f:
+        writer = ipc.new_stream(f, table.schema) if stream else ipc.new_file(f, table.schema)
+        with writer:
+            writer.write_table(table)
+    return p
+
+
+def _checked(upload, declared: list[str], labeled: list[bool] | None = None):  # type: ignore[no-untyped-def]
+    set_ids = pa.array(sorted(declared), pa.string())
+    return row_errors(upload, set_ids, np.array(labeled or [False] * len(declared)))
+
+
+def test_csv_json_parquet_and_arrow_parse_to_the_same_columns(tmp_path: Path) -> None:
+    bodies = [
+        (_write(tmp_path, "u.csv", b"\xef\xbb\xbfId , LABEL\n a ,1.5\nb, 2\n"), "text/csv"),
+        (_write(tmp_path, "u.json", b'{"rows": [{"id": "a", "label": 1.5}, {"id": "b", "label": 2}]}'),
+         "application/json"),
+        (_write(tmp_path, "v.json", b'{"ids": ["a", "b"], "labels": ["1.5", 2]}'), "application/json"),
+        (_parquet(tmp_path, ["a", "b"], [1.5, 2.0]), "application/vnd.apache.parquet"),
+        (_arrow(tmp_path, ["a", "b"], [1.5, 2], stream=True), "application/vnd.apache.arrow.stream"),
+        (_arrow(tmp_path, ["a", "b"], [1.5, 2.0], stream=False), "application/vnd.apache.arrow.file"),
+    ]
+    for path, kind in bodies:
+        upload = parse_label_upload(path, media_type(kind), REAL)
+        positions, errors, n_bad = _checked(upload, ["a", "b"])
+        assert (errors, n_bad) == ([], 0), kind
+        assert upload.ids.to_pylist() == ["a", "b"] and upload.values.tolist() == [1.5, 2.0], kind
+        assert positions.tolist() == [0, 1]
+
+
+def test_a_large_csv_is_read_in_several_chunks_with_rows_numbered_across_them(tmp_path: Path) -> None:
+    n = 400_000
+    ids = [f"id{i:07d}" for i in range(n)]
+    body = "id,label\n" + "".join(f"{i},{k % 7}\n" for k, i in enumerate(ids))
+    path = _write(tmp_path, "big.csv", body.replace(f"{ids[-1]},{(n - 1) % 7}", f"{ids[-1]},x").encode())
+    batches = list(read_batches(path, "text/csv", ("id", "label")))
+    assert len(batches) > 1
+    upload = parse_label_upload(path, "text/csv", REAL)
+    _, errors, n_bad = _checked(upload, ids)
+    assert n_bad == 1 and errors == [
+        {"row": n, "id": ids[-1], "code": "not_a_number", "message": "label is missing or not a number"}
+    ]
+
+
+def test_unknown_media_type_and_broken_bodies_have_stable_codes(tmp_path: Path) -> None:
     with pytest.raises(ApiError) as err:
-        parse_upload(b"x", "text/plain")
+        media_type("text/plain")
     assert (err.value.status_code, err.value.code) == (415, "unsupported_media_type")
-    with pytest.raises(ApiError) as err:
-        parse_upload(b"not parquet", "application/vnd.apache.parquet")
-    assert err.value.code == "invalid_parquet"
-    with pytest.raises(ApiError) as err:
-        parse_upload(b"id,value\na,1\n", "text/csv")
-    assert err.value.code == "invalid_csv"
+    cases = [
+        ("application/vnd.apache.parquet", b"not parquet", "invalid_parquet"),
+        ("application/vnd.apache.arrow.stream", b"not arrow", "invalid_arrow"),
+        ("text/csv", b"id,value\na,1\n", "invalid_csv"),
+        ("text/csv", b"", "invalid_csv"),
+        ("text/csv", b"id,label\n\xff\xfe,1\n", "invalid_csv"),
+        ("application/json", b"[" * 100_000, "invalid_json"),
+        ("application/json", b'{"ids": ["a"], "labels": [1, 2]}', "invalid_json"),
+    ]
+    for kind, body, code in cases:
+        with pytest.raises(ApiError) as err:
+            parse_label_upload(_write(tmp_path, "b", body), kind, REAL)
+        assert err.value.code == code, (kind, body[:20])
 
 
-def test_row_errors_name_row_id_and_code_but_never_the_value():
-    rows = parse_upload(b"id,label\na,12.345678\nb,-3\nc,2.5\nc,1\n", "text/csv")
-    _, errors = validate_rows(rows, declared={"a": True, "b": False, "c": False}, label_type="integer", low=0, high=10)
+def test_a_csv_quoting_error_never_echoes_the_row(tmp_path: Path) -> None:
+    with pytest.raises(ApiError) as err:
+        parse_label_upload(_write(tmp_path, "q.csv", b'id,label\n"7,987654.321\n'), "text/csv", REAL)
+    assert err.value.code == "invalid_csv" and "987654" not in err.value.message
+
+
+def test_row_errors_name_row_id_and_code_but_never_the_value(tmp_path: Path) -> None:
+    path = _write(tmp_path, "u.csv", b"id,label\na,12.345678\nb,-3\nc,2.5\nc,1\nd,nan\n,1\ne,1e400\nzz,1\n")
+    upload = parse_label_upload(path, "text/csv", LabelRules("integer", 0, 10))
+    _, errors, n_bad = _checked(upload, ["a", "b", "c", "d", "e"], [True, False, False, False, False])
     assert [(e["row"], e["id"], e["code"]) for e in errors] == [
         (1, "a", "already_labeled"),
         (2, "b", "out_of_domain"),
         (3, "c", "not_integer"),
         (4, "c", "duplicate_id"),
+        (5, "d", "non_finite"),
+        (6, None, "missing_id"),
+        (7, "e", "non_finite"),
+        (8, "zz", "unknown_id"),
     ]
-    assert "12.345678" not in repr(errors) and "-3" not in repr(errors)
+    assert n_bad == 8
+    assert "12.345678" not in json.dumps(errors) and "-3" not in json.dumps(errors)
 
 
-def test_categorical_labels_are_class_names_stored_as_indices():
-    rows = parse_upload(b'{"ids": ["a", "b", "c"], "labels": ["cat", "dog", "cow"]}', "application/json")
-    accepted, errors = validate_rows(
-        rows, declared=dict.fromkeys("abc", False), label_type="categorical", low=0, high=1, classes=["cat", "dog"]
-    )
-    assert accepted == [("a", 0.0), ("b", 1.0)]
+def test_categorical_labels_are_class_names_stored_as_indices(tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.json", b'{"ids": ["a", "b", "c"], "labels": ["cat", "dog", "cow"]}')
+    upload = parse_label_upload(path, "application/json", LabelRules("categorical", 0, 1, ["cat", "dog"]))
+    _, errors, _ = _checked(upload, ["a", "b", "c"])
+    assert upload.values[:2].tolist() == [0.0, 1.0]
     assert [(e["id"], e["code"]) for e in errors] == [("c", "unknown_class")]
+
+
+def test_json_booleans_nulls_and_huge_integers_are_not_numbers(tmp_path: Path) -> None:
+    body = json.dumps({"ids": ["a", "b", "c", "d"], "labels": [True, None, 10**401, 3]}).encode()
+    upload = parse_label_upload(_write(tmp_path, "j.json", body), "application/json", REAL)
+    _, errors, n_bad = _checked(upload, ["a", "b", "c", "d"])
+    assert [(e["id"], e["code"]) for e in errors] == [("a", "not_a_number"), ("b", "not_a_number"), ("c", "not_a_number")]
+    assert n_bad == 3 and upload.values[3] == 3.0

@@ -1,0 +1,182 @@
+"""The per-id privacy ledger of a privacy domain (docs/architecture.md, "The per-id ledger").
+
+Every id of a domain has a position in the domain's append-only id column; what each
+position has spent is a pair of int64 columns (µε, δ units) stored as one immutable file
+per version. A charge runs while its caller holds the domain row's lock (SQLite: the
+``BEGIN IMMEDIATE`` write lock; PostgreSQL: ``SELECT … FOR UPDATE``): read the current
+version, check ``spent[positions] + charge ≤ budget`` for every position at once, write
+the next version, and move the row to it in the caller's transaction. Nothing is one SQL
+row per id, and a crash before the commit leaves only an unreferenced file.
+
+The spent columns may be shorter than the id column: positions past their end have
+spent nothing (new ids are appended without rewriting the spent files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .columnar import read_array, read_table, write_array, write_table
+from .store import PrivacyDomainRow
+
+KEEP_VERSIONS = 4  # readers that looked up an older version can still open it
+
+
+class BudgetExhausted(Exception):
+    """A charge some id cannot afford; holds counts only, never ids' labels."""
+
+    def __init__(self, ids_over: int, resource: str) -> None:
+        super().__init__(f"{ids_over} ids lack the {resource} budget")
+        self.ids_over = ids_over
+        self.resource = resource
+
+
+@dataclass(frozen=True)
+class Spent:
+    """Spent µε and δ units per ledger position (read-only arrays)."""
+
+    epsilon_micro: np.ndarray
+    delta_units: np.ndarray
+
+
+def domain_dir(data_dir: Path, domain_id: str) -> Path:
+    return data_dir / "domains" / domain_id
+
+
+def lock_domain(s: Session, domain_id: str) -> PrivacyDomainRow:
+    """The domain row, locked until the caller's transaction ends."""
+    row = s.execute(
+        select(PrivacyDomainRow).where(PrivacyDomainRow.id == domain_id).with_for_update()
+    ).scalar_one()
+    s.refresh(row)  # another transaction may have moved it since this session last read it
+    return row
+
+
+def _spent_path(data_dir: Path, domain_id: str, version: int, kind: str) -> Path:
+    return domain_dir(data_dir, domain_id) / f"spent-{kind}-{version:012d}.npy"
+
+
+def read_spent(data_dir: Path, domain: PrivacyDomainRow, mmap: bool = True) -> Spent:
+    if domain.spent_version == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return Spent(empty, empty)
+    v = domain.spent_version
+    return Spent(
+        read_array(_spent_path(data_dir, domain.id, v, "eps"), mmap=mmap),
+        read_array(_spent_path(data_dir, domain.id, v, "delta"), mmap=mmap),
+    )
+
+
+def _gather(column: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """column[positions], zero where a position lies past the column's end."""
+    out = np.zeros(positions.shape, dtype=np.int64)
+    inside = positions < column.shape[0]
+    out[inside] = column[positions[inside]]
+    return out
+
+
+def spent_at(data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray) -> Spent:
+    spent = read_spent(data_dir, domain)
+    return Spent(_gather(spent.epsilon_micro, positions), _gather(spent.delta_units, positions))
+
+
+def remaining_at(data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray) -> tuple[int, int]:
+    """(min remaining µε, min remaining δ units) over ``positions``: what one more release may spend."""
+    if positions.size == 0:
+        return domain.epsilon_budget_micro, domain.delta_budget_units
+    spent = spent_at(data_dir, domain, positions)
+    return (
+        int(domain.epsilon_budget_micro - spent.epsilon_micro.max()),
+        int(domain.delta_budget_units - spent.delta_units.max()),
+    )
+
+
+def charge(
+    data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray, epsilon_micro: int, delta_units: int
+) -> None:
+    """Charge every position once; raises :class:`BudgetExhausted` and writes nothing if any id cannot pay.
+
+    The caller holds the domain lock (:func:`lock_domain`) and commits the row change
+    together with whatever the charge pays for.
+    """
+    if epsilon_micro <= 0 or delta_units < 0:
+        raise ValueError("a charge is positive in ε and non-negative in δ")
+    if np.unique(positions).size != positions.size:
+        raise ValueError("a release charges each id once")
+    current = read_spent(data_dir, domain, mmap=False)
+    n = max(int(domain.n_ids), current.epsilon_micro.shape[0])
+    eps = np.zeros(n, dtype=np.int64)
+    delta = np.zeros(n, dtype=np.int64)
+    eps[: current.epsilon_micro.shape[0]] = current.epsilon_micro
+    delta[: current.delta_units.shape[0]] = current.delta_units
+    eps_after = eps[positions] + epsilon_micro
+    over = int(np.count_nonzero(eps_after > domain.epsilon_budget_micro))
+    if over:
+        raise BudgetExhausted(over, "epsilon")
+    delta_after = delta[positions] + delta_units
+    over = int(np.count_nonzero(delta_after > domain.delta_budget_units))
+    if over:
+        raise BudgetExhausted(over, "delta")
+    eps[positions] = eps_after
+    delta[positions] = delta_after
+    version = domain.spent_version + 1
+    write_array(_spent_path(data_dir, domain.id, version, "eps"), eps)
+    write_array(_spent_path(data_dir, domain.id, version, "delta"), delta)
+    domain.spent_version = version
+    _forget_old_versions(data_dir, domain.id, version)
+
+
+def _forget_old_versions(data_dir: Path, domain_id: str, current: int) -> None:
+    # Versions below current - KEEP_VERSIONS are no longer named by any committed row
+    # and no reader that started recently still needs them.
+    for kind in ("eps", "delta"):
+        old = current - KEEP_VERSIONS - 1
+        if old >= 1:
+            _spent_path(data_dir, domain_id, old, kind).unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def _segment_path(data_dir: Path, domain_id: str, segment: int) -> Path:
+    return domain_dir(data_dir, domain_id) / f"ids-{segment:06d}.arrow"
+
+
+def read_ids(data_dir: Path, domain: PrivacyDomainRow) -> pa.ChunkedArray:
+    """Every id of the domain, in ledger-position order."""
+    chunks = [
+        read_table(_segment_path(data_dir, domain.id, k)).column("id").combine_chunks()
+        for k in range(1, domain.id_segments + 1)
+    ]
+    return pa.chunked_array(chunks, type=pa.string())
+
+
+def register_ids(data_dir: Path, domain: PrivacyDomainRow, ids: pa.Array) -> np.ndarray:
+    """Ledger positions of ``ids`` (unique), appending the ids the domain has not seen.
+
+    An id already known keeps its position — and so everything it has spent. Needs the
+    domain lock; the caller commits the row's new ``n_ids``/``id_segments``.
+    """
+    known = read_ids(data_dir, domain)
+    if len(known):
+        found = pc.fill_null(pc.index_in(ids, value_set=known), -1)
+        positions = found.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        positions = np.full(len(ids), -1, dtype=np.int64)
+    new = positions < 0
+    n_new = int(np.count_nonzero(new))
+    if n_new:
+        new_ids = ids.filter(pa.array(new))
+        segment = domain.id_segments + 1
+        write_table(_segment_path(data_dir, domain.id, segment), pa.table({"id": new_ids}))
+        positions[new] = np.arange(domain.n_ids, domain.n_ids + n_new, dtype=np.int64)
+        domain.id_segments = segment
+        domain.n_ids = domain.n_ids + n_new
+    return positions

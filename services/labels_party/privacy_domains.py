@@ -1,0 +1,117 @@
+"""Privacy domains: the scope in which one id's label is one unit of privacy.
+
+Every label set belongs to a domain; every release charges each of its ids in the
+domain's per-id ledger, so label sets that share ids share their budget
+(docs/architecture.md, "The per-id ledger").
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from labeldp.epsilon import (
+    InvalidEpsilon,
+    delta_units_ceil,
+    exact_micro,
+    from_delta_units,
+    from_micro,
+)
+from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
+
+from . import ledger
+from .context import LabelsContext
+from .store import PrivacyDomainRow
+
+DEFAULT_DOMAIN = "default"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+
+
+class PrivacyDomainCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, description="letters, digits and . _ : -")
+    epsilon: StrictFloat | StrictInt | str = Field(description="per-id ε budget, a multiple of 0.000001")
+    delta: StrictFloat | StrictInt = Field(0.0, ge=0, le=0.5, description="per-id δ budget (Gaussian releases)")
+
+
+def budget_of(epsilon: object, delta: object) -> tuple[int, int]:
+    try:
+        return exact_micro(epsilon), delta_units_ceil(delta)  # type: ignore[arg-type]
+    except InvalidEpsilon as exc:
+        raise ApiError(422, "invalid_epsilon", str(exc)) from exc
+
+
+def create_privacy_domain(ctx: LabelsContext, body: PrivacyDomainCreate, claim: Claim | None) -> StoredResponse:
+    if not _NAME.match(body.name):
+        raise ApiError(422, "invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
+    eps, delta = budget_of(body.epsilon, body.delta)
+    row = PrivacyDomainRow(
+        id="pd_" + uuid.uuid4().hex, name=body.name, epsilon_budget_micro=eps, delta_budget_units=delta,
+        n_ids=0, id_segments=0, spent_version=0,
+    )
+    try:
+        with ctx.sessions.begin() as s:
+            if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == body.name)) is not None:
+                raise ApiError(409, "privacy_domain_exists", "a privacy domain with this name exists")
+            s.add(row)
+            s.flush()
+            out = StoredResponse(201, describe(ctx, row), {"Location": f"/v1/privacy-domains/{body.name}"})
+            if claim is not None:
+                claim.complete(s, out)
+    except IntegrityError as exc:
+        raise ApiError(409, "privacy_domain_exists", "a privacy domain with this name exists") from exc
+    return out
+
+
+def ensure_default_domain(ctx: LabelsContext) -> None:
+    """Create the ``default`` domain with the configured per-id budget if it does not exist."""
+    with ctx.sessions() as s:
+        if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == DEFAULT_DOMAIN)) is not None:
+            return
+    eps, delta = budget_of(ctx.settings.default_domain_epsilon, ctx.settings.default_domain_delta)
+    try:
+        with ctx.sessions.begin() as s:
+            s.add(PrivacyDomainRow(
+                id="pd_" + uuid.uuid4().hex, name=DEFAULT_DOMAIN, epsilon_budget_micro=eps,
+                delta_budget_units=delta, n_ids=0, id_segments=0, spent_version=0,
+            ))
+    except IntegrityError:
+        pass  # another process created it first
+
+
+def find_domain(s: Session, name: str) -> PrivacyDomainRow:
+    row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == name))
+    if row is None:
+        raise ApiError(404, "privacy_domain_not_found", "no such privacy domain")
+    return row
+
+
+def describe(ctx: LabelsContext, row: PrivacyDomainRow) -> dict[str, Any]:
+    spent = ledger.read_spent(ctx.data_dir, row)
+    eps = spent.epsilon_micro
+    return {
+        "name": row.name,
+        "budget_per_id": {
+            "epsilon": from_micro(row.epsilon_budget_micro),
+            "epsilon_micro": row.epsilon_budget_micro,
+            "delta": from_delta_units(row.delta_budget_units),
+        },
+        "ids": row.n_ids,
+        "max_spent_epsilon": from_micro(int(eps.max())) if eps.size else 0.0,
+        "ids_exhausted": int((eps >= row.epsilon_budget_micro).sum()) if eps.size else 0,
+        "ledger_version": row.spent_version,
+        "created_at": row.created_at.isoformat() if row.created_at else None,
+    }
+
+
+def get_privacy_domain(ctx: LabelsContext, name: str) -> dict[str, Any]:
+    with ctx.sessions() as s:
+        return describe(ctx, find_domain(s, name))
