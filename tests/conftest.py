@@ -1,0 +1,47 @@
+"""Fixtures for the whole suite: markers, and the databases the ledger tests run on.
+
+``database_url`` gives each test a fresh, empty database on SQLite *and* on a real
+PostgreSQL server that this session starts by itself (tests/postgres_server.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.postgres_server import PostgresServer
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A marker set in a conftest's module namespace does not reach the tests; set it here
+    # from the folder, so `-m "not integration"` really leaves the service processes out.
+    for item in items:
+        if "tests/integration/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The SQLAlchemy URL of a fresh, empty database (SQLite file, or a new PostgreSQL database)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'test.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    name = server.create_database()
+    try:
+        yield server.url(name)
+    finally:
+        server.drop_database(name)
