@@ -116,6 +116,16 @@ class LocalStack:
         if log is not None:
             log.close()  # type: ignore[attr-defined]
 
+    def kill(self, name: str) -> None:
+        """SIGKILL, as a crash would: no shutdown code runs (the exactly-once tests use it)."""
+        proc = self.processes.pop(name, None)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        log = self._log_files.pop(name, None)
+        if log is not None:
+            log.close()  # type: ignore[attr-defined]
+
     def stop(self) -> None:
         for name in list(self.processes):
             self.stop_process(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -142,3 +143,61 @@ def test_idempotency_key_replays_and_refuses_reuse(stack, label_set):
         )
         assert r.status_code == 200 and r.json()["validate_only"] is True
         assert _state(labels, ls["id"])[0] == 1
+
+
+def _message_files(stack) -> int:
+    folder = stack.workdir / "labels-data" / "messages"
+    return len(list(folder.glob("*.json"))) if folder.exists() else 0
+
+
+def test_every_bad_release_request_is_refused_before_anything_is_charged_or_written(stack, data, label_set):
+    ls, ids = label_set
+    with stack.labels_client() as labels:
+        assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
+        url = f"/v1/label-sets/{ls['id']}/releases"
+        files_before = _message_files(stack)
+        cases = [
+            ({"mechanism": "laplace", "epsilon": 0.5, "feature_tabel": "clicks"}, 422, "invalid_request"),
+            ({"mechanism": "laplace", "epsilon": True}, 422, "invalid_request"),
+            ({"mechanism": "laplace", "epsilon": 1e-8}, 422, "invalid_epsilon"),
+            ({"mechanism": "laplace", "epsilon": "0.00000001"}, 422, "invalid_epsilon"),
+            ({"mechanism": "laplace", "epsilon": "1e400"}, 422, "invalid_epsilon"),
+            ({"mechanism": "laplace", "epsilon": "1e10000000"}, 422, "invalid_epsilon"),
+            ({"mechanism": "laplace", "epsilon": "1" * 5000}, 422, "invalid_epsilon"),
+            ({"mechanism": "rr_on_bins", "epsilon": 0.5, "prior": {"values": [0, 1], "probs": [0.5, 0.5]}},
+             422, "invalid_request"),
+            ({"mechanism": "rr_on_bins", "epsilon": 0.5,
+              "prior": {"values": [0, 1], "probs": [0.5, 0.5], "source": "x", "extra": 1}}, 422, "invalid_request"),
+            ({"mechanism": "gaussian", "epsilon": 0.5, "params": {"delta": 0.01}}, 422, "invalid_parameters"),
+        ]
+        for body, status, code in cases:
+            started = time.monotonic()
+            r = labels.post(url, json=body)
+            assert (r.status_code, r.json()["code"]) == (status, code), body
+            assert time.monotonic() - started < 2, body  # no input makes the service think for long
+        assert _state(labels, ls["id"]) == (50, 0, 0)
+        assert _message_files(stack) == files_before
+
+
+def test_bad_label_set_and_domain_requests_change_nothing(stack):
+    with stack.labels_client() as labels:
+        base = {"name": "x", "domain": {"low": 0, "high": 1}, "ids": ["a"]}
+        cases = [
+            ({**base, "total_epsilon": 1e13}, 422, "invalid_epsilon"),
+            ({**base, "total_epsilon": 1.95e37}, 422, "invalid_epsilon"),
+            ({**base, "total_epsilon": True}, 422, "invalid_request"),
+            ({**base, "privacy_domain": "no-such-domain"}, 404, "privacy_domain_not_found"),
+            ({**base, "domain": {"low": 0, "high": True}}, 422, "invalid_request"),
+            ({**base, "budget": 1}, 422, "invalid_request"),
+        ]
+        for body, status, code in cases:
+            r = labels.post("/v1/label-sets", json=body)
+            assert (r.status_code, r.json()["code"]) == (status, code), body
+        for body, code in [
+            ({"name": "bad name!", "epsilon": 1}, "invalid_name"),
+            ({"name": "ok", "epsilon": "1e-9"}, "invalid_epsilon"),
+            ({"name": "ok", "epsilon": 1, "delta": 0.9}, "invalid_request"),
+        ]:
+            r = labels.post("/v1/privacy-domains", json=body)
+            assert (r.status_code, r.json()["code"]) == (422, code), body
+        assert labels.get("/v1/privacy-domains/ok").status_code == 404
