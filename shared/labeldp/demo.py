@@ -100,6 +100,15 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
             )
             _say("[4/6] advertiser creates a label set and uploads conversion values")
             budget = len(MECHANISMS) * sum(epsilons)
+            # The unit of privacy: one conversion id's label in this advertiser's domain.
+            _expect(
+                labels.post(
+                    "/v1/privacy-domains",
+                    json={"name": "demo-conversions", "epsilon": budget},
+                    headers={"idempotency-key": "demo-domain-1"},
+                ),
+                201,
+            )
             ls = _expect(
                 labels.post(
                     "/v1/label-sets",
@@ -107,7 +116,7 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
                         "name": "demo conversions",
                         "label_type": "real",
                         "domain": {"low": 0.0, "high": data.clip},
-                        "total_epsilon": budget,
+                        "privacy_domain": "demo-conversions",
                         "ids": train_ids,
                     },
                 ),
@@ -144,8 +153,11 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
                     test_mse = float(np.mean((np.asarray(pred["predictions"]) - y_test) ** 2))
                     rows.append((eps, mech if mech != "auto" else f"auto→{rel['mechanism']}", mech_mse, test_mse))
             summary = _expect(labels.get(f"/v1/label-sets/{ls['id']}"), 200)
+            domain = _expect(labels.get("/v1/privacy-domains/demo-conversions"), 200)
             _say(
-                f"  budget: spent {summary['budget']['spent_epsilon']:g} of {summary['budget']['total_epsilon']:g}"
+                f"  budget: spent {summary['budget']['spent_epsilon']:g} of {summary['budget']['total_epsilon']:g};"
+                f" per-id ledger of domain demo-conversions: at most {domain['max_spent_epsilon']:g} of"
+                f" {domain['budget_per_id']['epsilon']:g} spent by any id"
             )
 
         _say("[6/6] non-private baseline (same model, true labels, trained in this process)")
