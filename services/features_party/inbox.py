@@ -1,9 +1,13 @@
 """The release inbox: the one place privatized labels enter the features party.
 
 A message is accepted only if it is signed by the labels party (HMAC over the
-exact bytes), well formed, internally consistent (digest, row count, ids unique
-and sorted) and joinable (its feature table exists and holds every id). It is
-stored as the exact bytes that were signed. Releases are deduplicated on
+exact bytes), well formed and internally consistent (digest, row count, ids unique
+and sorted). It is stored as the exact bytes that were signed. It is accepted
+whether or not a feature table holds its ids yet: the labels party has already
+charged the budget for it, so nothing that the publisher can fix later (a table not
+uploaded yet, a misspelled name) may make it undeliverable. The message's
+``feature_table`` is only a hint; the join is checked when a training binds the
+release to a table (:func:`features_party.jobs.create_training`). Releases are deduplicated on
 ``release_id``: the sender retries with identical bytes, which is harmless; a
 different body under a known id is a conflict. Nothing is stored on any error.
 """
@@ -13,16 +17,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, store
+from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.schema import LabelRelease, decode_payload, payload_digest
 from labeldp.signing import verify
@@ -82,7 +84,6 @@ def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
 
 def receive_release(
     session_factory: sessionmaker[Session],
-    data_dir: Path,
     secret: str,
     body: bytes,
     signature: str | None,
@@ -97,16 +98,13 @@ def receive_release(
         known = _dedupe(session, release.release_id, sha)
         if known is not None:
             return known
-        table_row = _feature_table(session, release.feature_table)
-    table_ids = feature_tables.read_table(data_dir, table_row, [table_row.id_column]).column(0)
-    missing, examples = feature_tables.missing_ids(pa.array(ids, pa.string()), table_ids)
-    if missing:
-        raise feature_tables.unknown_ids_error(missing, examples)
-
+    # No join check here: a valid, signed release is stored whether or not its feature table
+    # exists yet (it was charged; refusing it would spend budget on nothing). The table is
+    # bound, and every id checked against it, when a training starts (jobs.create_training).
     row = store.Release(
         release_id=release.release_id,
         label_set_id=release.label_set_id,
-        feature_table=table_row.name,
+        feature_table=release.feature_table,
         mechanism_name=release.mechanism.name,
         mechanism=release.mechanism.model_dump(mode="json"),
         prior=release.prior.model_dump(mode="json") if release.prior is not None else None,
@@ -130,7 +128,7 @@ def receive_release(
         if known is None:
             raise
         return known
-    log.info("release %s accepted: %d rows for table %s", release.release_id, release.row_count, table_row.name)
+    log.info("release %s accepted: %d rows", release.release_id, release.row_count)
     return InboxResult(release.release_id, ACCEPTED, sha)
 
 
@@ -142,13 +140,6 @@ def _dedupe(session: Session, release_id: str, sha: str) -> InboxResult | None:
         log.info("release %s received again (duplicate)", release_id)
         return InboxResult(release_id, DUPLICATE, sha)
     raise ApiError(409, "release_conflict", "a different message with this release_id was already received")
-
-
-def _feature_table(session: Session, name: str | None) -> store.FeatureTable:
-    row = session.get(store.FeatureTable, name) if name else None
-    if row is None:
-        raise ApiError(422, "unknown_feature_table", "the message names no feature table held here")
-    return row
 
 
 def get_release(session: Session, release_id: str) -> store.Release:

@@ -44,6 +44,7 @@ from features_party.training import (
 )
 from features_party.debiasing import IDENTITY, label_law
 from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
 
 log = logging.getLogger("labeldp.features")
 
@@ -100,33 +101,70 @@ class TrainingInterrupted(Exception):
     """Raised between epochs when the service shuts down."""
 
 
-def create_training(session_factory: sessionmaker[Session], request: TrainingRequest) -> str:
-    """Check the release and feature table exist, then queue a training row."""
-    with session_factory.begin() as session:
+def create_training(
+    session_factory: sessionmaker[Session],
+    data_dir: Path,
+    request: TrainingRequest,
+    claim: Claim | None = None,
+) -> StoredResponse:
+    """Bind the release to a feature table that holds every one of its ids, then queue a training row.
+
+    Every check runs before anything is written. The training row and, with an
+    ``Idempotency-Key``, the stored answer (``claim``) commit in one transaction, so a
+    retry either finds both or neither.
+    """
+    with session_factory() as session:
         release = inbox.get_release(session, request.release_id)
         table_name = request.feature_table or release.feature_table
-        if session.get(store.FeatureTable, table_name) is None:
-            raise ApiError(422, "unknown_feature_table", "no such feature table")
+        if not table_name:
+            raise ApiError(
+                422, "feature_table_required", "the release names no feature table; send feature_table"
+            )
+        table_row = session.get(store.FeatureTable, table_name)
+        if table_row is None:
+            raise ApiError(422, "unknown_feature_table", f"no feature table {table_name!r} is held here")
         task = LabelTask.of(release.mechanism)
         if request.forward_correction:
             _check_forward_correction(task)
         learning = resolve_learning(request, task, release.mechanism)
-        training_id = uuid.uuid4().hex
-        config = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
+        ids, _labels = inbox.release_columns(release)
+        release_id = release.release_id
+    del _labels
+    check_join(data_dir, table_row, ids)
+
+    training_id = uuid.uuid4().hex
+    options = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
+    response = StoredResponse(
+        202,
+        {"training_id": training_id, "status": QUEUED},
+        {"Location": f"/v1/trainings/{training_id}"},
+    )
+    with session_factory.begin() as session:
         session.add(
             store.Training(
                 training_id=training_id,
-                release_id=release.release_id,
-                feature_table=table_name,
-                config={**config, **(learning.to_dict() if learning is not None else {})},
+                release_id=release_id,
+                feature_table=table_row.name,
+                config={**options, **(learning.to_dict() if learning is not None else {})},
                 status=QUEUED,
                 epoch=0,
                 epochs=request.epochs,
                 history=[],
             )
         )
-    log.info("training %s queued for release %s", training_id, request.release_id)
-    return training_id
+        if claim is not None:
+            claim.complete(session, response)
+    log.info("training %s queued for release %s on table %s", training_id, release_id, table_row.name)
+    return response
+
+
+def check_join(data_dir: Path, table_row: store.FeatureTable, ids: list[str]) -> None:
+    """422 ``unknown_ids`` (a count and a few ids, which are public; never labels) unless the
+    table holds every id of the release."""
+    table_ids = feature_tables.read_table(data_dir, table_row, [table_row.id_column]).column(0)
+    missing, examples = feature_tables.missing_ids(pa.array(ids, pa.string()), table_ids)
+    if missing:
+        raise feature_tables.unknown_ids_error(missing, examples)
 
 
 def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> LearningConfig | None:

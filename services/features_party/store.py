@@ -51,7 +51,8 @@ class Release(Base):
 
     release_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     label_set_id: Mapped[str] = mapped_column(String(256))
-    feature_table: Mapped[str] = mapped_column(String(64))
+    # The sender's hint only (any string the message carries); a training binds the table.
+    feature_table: Mapped[str | None] = mapped_column(Text, nullable=True)
     mechanism_name: Mapped[str] = mapped_column(String(64))
     mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
     prior: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -95,3 +95,23 @@ def test_twenty_concurrent_releases_against_a_budget_of_three(stack):
         summary = labels.get(f"/v1/label-sets/{ls['id']}").json()
         assert summary["budget"]["spent_micro"] == 3 * 100_000 == summary["budget"]["total_micro"]
         assert len(summary["releases"]) == 3
+
+
+def test_a_release_naming_no_feature_table_is_delivered_and_bound_at_training(stack, data, feature_table):
+    # Nothing charged that cannot be delivered: the features party stores the release; the
+    # publisher picks the table when it trains.
+    ids = data.ids[:300]
+    truth = dict(zip(data.ids, data.labels))
+    with stack.labels_client() as labels, stack.features_client() as features:
+        ls = create_label_set(labels, ids, budget=1.0, high=data.clip)
+        assert upload_csv(labels, ls["id"], [(i, float(truth[i])) for i in ids]).status_code == 200
+        r = labels.post(f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "laplace", "epsilon": 1})
+        assert r.status_code == 202, r.text
+        release = wait_for_status(labels, r.json()["id"], "delivered")
+        assert features.get(f"/v1/releases/{release['id']}").json()["feature_table"] is None
+        unbound = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 1})
+        assert unbound.status_code == 422 and unbound.json()["code"] == "feature_table_required"
+        bound = features.post(
+            "/v1/trainings", json={"release_id": release["id"], "epochs": 1, "feature_table": feature_table}
+        )
+        assert bound.status_code == 202, bound.text

@@ -281,9 +281,6 @@ def test_inbox_rejects_tampered_payload(client: TestClient, small_table: list[st
 @pytest.mark.parametrize(
     ("ids", "kwargs", "code"),
     [
-        (["007", "008", "zzz"], {}, "unknown_ids"),
-        (["007", "008", "009"], {"feature_table": "nope"}, "unknown_feature_table"),
-        (["007", "008", "009"], {"feature_table": None}, "unknown_feature_table"),
         (["008", "007", "009"], {}, "invalid_message"),  # not sorted
         (["007", "007", "009"], {}, "invalid_message"),  # not unique
         (["007", "008", "009"], {"row_count": 4}, "invalid_message"),
@@ -296,8 +293,32 @@ def test_inbox_rejects_unjoinable_or_inconsistent(
     assert response.status_code == 422
     assert response.json()["code"] == code
     assert release_count(client) == 0
-    if code == "unknown_ids":
-        assert response.json()["details"][0]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "kwargs"),
+    [(["007", "008", "zzz"], {}), (["007", "008", "009"], {"feature_table": "nope"}), (["007", "008", "009"], {"feature_table": None})],
+)
+def test_inbox_stores_every_valid_release_and_the_table_is_bound_at_training(
+    client: TestClient, small_table: list[str], ids: list[str], kwargs: dict
+) -> None:
+    # A charged release must never be undeliverable: no table, a table not created yet or
+    # an id the table lacks is a problem of the training, not of the message.
+    assert post_release(client, release_body(ids, [1.0, 2.0, 3.0], **kwargs)).status_code == 201
+    assert release_count(client) == 1
+    training = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 1}, headers=AUTH)
+    expected = (
+        "feature_table_required" if kwargs.get("feature_table", "x") is None
+        else "unknown_feature_table" if kwargs else "unknown_ids"
+    )
+    assert training.status_code == 422 and training.json()["code"] == expected
+    if expected == "unknown_ids":
+        assert training.json()["details"][0] == {"count": 1, "examples": ["zzz"]}
+    if expected != "unknown_ids":
+        bound = client.post(
+            "/v1/trainings", json={"release_id": "rel-1", "epochs": 1, "feature_table": "clicks"}, headers=AUTH
+        )
+        assert bound.status_code == 202, bound.text
 
 
 def test_inbox_rejects_non_messages(client: TestClient) -> None:
@@ -486,11 +507,9 @@ def test_training_fails_cleanly_without_label_values(client: TestClient, small_t
     response = client.post(
         "/v1/trainings", json={"release_id": "rel-1", "feature_table": "other", "epochs": 1}, headers=AUTH
     )
-    final = wait_for_training(client, response.json()["training_id"])
-    assert final["status"] == "failed"
-    assert "unknown_ids" in final["error"] and "2 ids" in final["error"]
-    assert not any(str(v) in final["error"] for v in labels)
-    assert final["model_id"] is None
+    assert response.status_code == 422 and response.json()["code"] == "unknown_ids"
+    assert response.json()["details"][0]["count"] == 2
+    assert not any(str(v) in response.text for v in labels)
 
 
 def test_running_trainings_are_marked_interrupted_on_startup(settings: Settings) -> None:
