@@ -8,6 +8,8 @@ side. There is deliberately no route or client that reaches the labels party.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from features_party import feature_tables, inbox, jobs, models, store
 from features_party.training import resolve_device
 from labeldp.database import make_engine, make_session_factory
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
+from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings
@@ -45,6 +48,7 @@ class AppContext:
     trainings: Counter
     runner: jobs.TrainingRunner
     model_cache: models.ModelCache
+    idempotency: IdempotencyKeys
 
 
 def _context(settings: Settings) -> AppContext:
@@ -79,6 +83,7 @@ def _context(settings: Settings) -> AppContext:
         trainings=trainings,
         runner=runner,
         model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
+        idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
     )
 
 
@@ -128,7 +133,7 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
         signature = request.headers.get(SIGNATURE_HEADER)
         try:
             result = await run_in_threadpool(
-                inbox.receive_release, ctx.sessions, ctx.data_dir, ctx.settings.exchange_secret, body, signature
+                inbox.receive_release, ctx.sessions, ctx.settings.exchange_secret, body, signature
             )
         except ApiError as exc:
             ctx.inbox_messages.labels(result=exc.code).inc()
@@ -150,22 +155,26 @@ def _api_router(ctx: AppContext) -> APIRouter:
         id_column: str = Query("id"),
         categorical: str | None = Query(None),
         numeric: str | None = Query(None),
+        key: str | None = Depends(idempotency_key),
     ) -> JSONResponse:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type and content_type not in CSV_TYPES:
             raise ApiError(415, "unsupported_media_type", "send the table as text/csv")
         body = await request.body()
-        described = await run_in_threadpool(
-            feature_tables.create_feature_table,
-            ctx.sessions,
-            ctx.data_dir,
-            name,
-            body,
-            id_column,
-            feature_tables.split_names(categorical),
-            feature_tables.split_names(numeric),
+        cats, nums = feature_tables.split_names(categorical), feature_tables.split_names(numeric)
+        scope = "POST /v1/feature-tables"
+        query = json.dumps({"name": name, "id_column": id_column, "categorical": cats, "numeric": nums})
+        fingerprint = request_fingerprint(scope, query, hashlib.sha256(body).hexdigest())
+        response = await run_in_threadpool(
+            ctx.idempotency.execute,
+            scope,
+            key,
+            fingerprint,
+            lambda claim: feature_tables.create_feature_table(
+                ctx.sessions, ctx.data_dir, name, body, id_column, cats, nums, claim
+            ),
         )
-        return JSONResponse(described, status_code=201)
+        return response.to_response()
 
     @router.get("/feature-tables/{name}")
     def get_feature_table(name: str) -> dict[str, Any]:
@@ -184,15 +193,17 @@ def _api_router(ctx: AppContext) -> APIRouter:
         return {"ids": ids, "labels": labels.tolist()}
 
     @router.post("/trainings", status_code=202)
-    def start_training(body: jobs.TrainingRequest) -> JSONResponse:
-        training_id = jobs.create_training(ctx.sessions, body)
-        ctx.trainings.labels(status=jobs.QUEUED).inc()
-        ctx.runner.submit(training_id)
-        return JSONResponse(
-            {"training_id": training_id, "status": jobs.QUEUED},
-            status_code=202,
-            headers={"Location": f"/v1/trainings/{training_id}"},
+    def start_training(body: jobs.TrainingRequest, key: str | None = Depends(idempotency_key)) -> JSONResponse:
+        scope = "POST /v1/trainings"
+        # The body as sent (unset fields left out): which learning options were explicit matters.
+        fingerprint = request_fingerprint(scope, body.model_dump_json(exclude_unset=True))
+        response = ctx.idempotency.execute(
+            scope, key, fingerprint, lambda claim: jobs.create_training(ctx.sessions, ctx.data_dir, body, claim)
         )
+        if not response.replayed:
+            ctx.trainings.labels(status=jobs.QUEUED).inc()
+            ctx.runner.submit(response.body["training_id"])
+        return response.to_response()
 
     @router.get("/trainings/{training_id}")
     def get_training(training_id: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.http_api import ApiError
+from labeldp.idempotency import Claim, StoredResponse
 
 log = logging.getLogger("labeldp.features")
 
@@ -152,8 +153,12 @@ def create_feature_table(
     id_column: str = "id",
     categorical: Sequence[str] = (),
     numeric: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Validate, write the Parquet file, then record it; on any error nothing remains."""
+    claim: Claim | None = None,
+) -> StoredResponse:
+    """Validate, write the Parquet file, then record it; on any error nothing remains.
+
+    With an ``Idempotency-Key`` the row and the stored answer (``claim``) commit together.
+    """
     check_table_name(name)
     with session_factory() as session:
         if session.get(store.FeatureTable, name) is not None:
@@ -174,10 +179,13 @@ def create_feature_table(
             columns=parsed.columns,
             path=relative,
         )
+        response = StoredResponse(201, describe(row))
         with session_factory.begin() as session:
             if session.get(store.FeatureTable, name) is not None:
                 raise _exists(name)
             session.add(row)
+            if claim is not None:
+                claim.complete(session, response)
     except IntegrityError:
         _remove(tmp, path)
         raise _exists(name) from None
@@ -185,7 +193,7 @@ def create_feature_table(
         _remove(tmp, path)
         raise
     log.info("feature table %s stored: %d rows, %d columns", name, row.n_rows, len(row.columns))
-    return describe(row)
+    return response
 
 
 def _exists(name: str) -> ApiError:

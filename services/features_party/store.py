@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from labeldp.idempotency import idempotency_table
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -33,6 +35,10 @@ def iso(value: datetime | None) -> str | None:
 
 class Base(DeclarativeBase):
     pass
+
+
+IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
+"""Idempotency-Key claims and stored answers of the mutating POSTs (feature tables, trainings)."""
 
 
 class FeatureTable(Base):

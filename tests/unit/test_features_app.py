@@ -17,7 +17,6 @@ from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
     SIGNATURE_HEADER,
     EpsilonPart,
-    LabelDomainSpec,
     LabelRelease,
     LaplaceSpec,
     PrivacyAccounting,
@@ -25,6 +24,7 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.settings import Settings
+from labeldp.specs.base import LabelDomainSpec
 from labeldp.signing import sign
 
 API_KEY = "test-features-key"
@@ -97,6 +97,11 @@ def synthetic_csv(n: int, seed: int = 0) -> tuple[str, list[str], np.ndarray]:
 def release_count(client: TestClient) -> int:
     with client.app.state.ctx.sessions() as session:
         return session.scalar(select(func.count()).select_from(store.Release))
+
+
+def training_count(client: TestClient) -> int:
+    with client.app.state.ctx.sessions() as session:
+        return session.scalar(select(func.count()).select_from(store.Training))
 
 
 def wait_for_training(client: TestClient, training_id: str, timeout: float = 45.0) -> dict:
@@ -286,7 +291,7 @@ def test_inbox_rejects_tampered_payload(client: TestClient, small_table: list[st
         (["007", "008", "009"], {"row_count": 4}, "invalid_message"),
     ],
 )
-def test_inbox_rejects_unjoinable_or_inconsistent(
+def test_inbox_rejects_inconsistent_messages(
     client: TestClient, small_table: list[str], ids: list[str], kwargs: dict, code: str
 ) -> None:
     response = post_release(client, release_body(ids, [1.0, 2.0, 3.0], **kwargs))
@@ -295,30 +300,41 @@ def test_inbox_rejects_unjoinable_or_inconsistent(
     assert release_count(client) == 0
 
 
-@pytest.mark.parametrize(
-    ("ids", "kwargs"),
-    [(["007", "008", "zzz"], {}), (["007", "008", "009"], {"feature_table": "nope"}), (["007", "008", "009"], {"feature_table": None})],
-)
-def test_inbox_stores_every_valid_release_and_the_table_is_bound_at_training(
-    client: TestClient, small_table: list[str], ids: list[str], kwargs: dict
-) -> None:
-    # A charged release must never be undeliverable: no table, a table not created yet or
-    # an id the table lacks is a problem of the training, not of the message.
-    assert post_release(client, release_body(ids, [1.0, 2.0, 3.0], **kwargs)).status_code == 201
+@pytest.mark.parametrize("hint", [None, "not_uploaded_yet"])
+def test_inbox_stores_a_release_before_any_table_and_a_training_binds_one(client: TestClient, hint) -> None:
+    # A charged release must never be undeliverable: no table yet, or a hint naming none,
+    # is the training's problem, not the message's.
+    ids = ["007", "008", "009"]
+    response = post_release(client, release_body(ids, [1.0, 2.0, 3.0], feature_table=hint))
+    assert response.status_code == 201 and response.json()["status"] == "accepted"
     assert release_count(client) == 1
-    training = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 1}, headers=AUTH)
-    expected = (
-        "feature_table_required" if kwargs.get("feature_table", "x") is None
-        else "unknown_feature_table" if kwargs else "unknown_ids"
+    assert client.get("/v1/releases/rel-1", headers=AUTH).json()["feature_table"] == hint
+
+    unbound = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 1}, headers=AUTH)
+    expected = "feature_table_required" if hint is None else "unknown_feature_table"
+    assert unbound.status_code == 422 and unbound.json()["code"] == expected
+    assert training_count(client) == 0
+
+    assert upload(client, "clicks", SMALL_CSV, categorical="zip").status_code == 201
+    bound = client.post(
+        "/v1/trainings", json={"release_id": "rel-1", "epochs": 1, "feature_table": "clicks"}, headers=AUTH
     )
-    assert training.status_code == 422 and training.json()["code"] == expected
-    if expected == "unknown_ids":
-        assert training.json()["details"][0] == {"count": 1, "examples": ["zzz"]}
-    if expected != "unknown_ids":
-        bound = client.post(
-            "/v1/trainings", json={"release_id": "rel-1", "epochs": 1, "feature_table": "clicks"}, headers=AUTH
-        )
-        assert bound.status_code == 202, bound.text
+    assert bound.status_code == 202, bound.text
+    with client.app.state.ctx.sessions() as session:
+        assert session.get(store.Training, bound.json()["training_id"]).feature_table == "clicks"
+    assert wait_for_training(client, bound.json()["training_id"])["status"] == "succeeded"
+
+
+def test_a_release_with_ids_the_table_lacks_is_stored_and_refused_at_training(
+    client: TestClient, small_table: list[str]
+) -> None:
+    labels = [11.111, 22.222, 33.333]
+    assert post_release(client, release_body(["007", "008", "zzz"], labels)).status_code == 201
+    response = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 1}, headers=AUTH)
+    assert response.status_code == 422 and response.json()["code"] == "unknown_ids"
+    assert response.json()["details"] == [{"count": 1, "examples": ["zzz"]}]  # ids are public
+    assert not any(str(v) in response.text for v in labels)  # labels never
+    assert training_count(client) == 0
 
 
 def test_inbox_rejects_non_messages(client: TestClient) -> None:
@@ -498,18 +514,6 @@ def test_learning_options_are_validated(client: TestClient, small_table: list[st
         config = session.get(store.Training, plain.json()["training_id"]).config
     assert (config["debias"], config["select_epoch"]) == ("none", False)
     assert wait_for_training(client, plain.json()["training_id"])["status"] == "succeeded"
-
-
-def test_training_fails_cleanly_without_label_values(client: TestClient, small_table: list[str]) -> None:
-    labels = [11.111, 22.222, 33.333]
-    assert post_release(client, release_body(small_table, labels)).status_code == 201
-    assert upload(client, "other", "id,x\n007,1\n").status_code == 201  # lacks two of the release's ids
-    response = client.post(
-        "/v1/trainings", json={"release_id": "rel-1", "feature_table": "other", "epochs": 1}, headers=AUTH
-    )
-    assert response.status_code == 422 and response.json()["code"] == "unknown_ids"
-    assert response.json()["details"][0]["count"] == 2
-    assert not any(str(v) in response.text for v in labels)
 
 
 def test_running_trainings_are_marked_interrupted_on_startup(settings: Settings) -> None:
