@@ -37,10 +37,13 @@ from labeldp.mechanisms.categorical import (
 from labeldp.mechanisms.rp_with_prior import RPWithPrior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.mechanisms.unbiased import UnbiasedRandomizer
-from labeldp.schema import EpsilonPart, MechanismSpec, NoisyPrior, PrivacyAccounting
+from labeldp.accounting import compose
+from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
 MAX_DELTA = 1e-3
+PUBLIC_PRIOR = PrivacyGuarantee(0.0, statement="a public prior reads no label of this release")
 
 
 class RandomizerError(ValueError):
@@ -272,11 +275,10 @@ def _randomize(
         if epsilon_prior_micro:
             raise RandomizerError("invalid_request", f"{mechanism} spends no separate epsilon_prior")
         eps = from_micro(epsilon_micro)
-        delta = float(getattr(p, "delta", 0.0))
         if prior_kind == "split":
             if public_prior is not None:
                 mech = _build(mechanism, eps, domain, classes, p).fit(public_prior.probs, grid=public_prior.values)
-                out, spec = mech.privatize(labels, rng), mech.to_spec()
+                out, spec, guarantee = mech.privatize(labels, rng), mech.to_spec(), mech.guarantee
             else:
                 split = SplitPriorRandomizer(
                     type(_build(mechanism, eps, domain, classes, p)),
@@ -286,15 +288,11 @@ def _randomize(
                     **{k: v for k, v in p.model_dump().items() if k != "prior_fraction"},
                 )
                 out = split.privatize(labels, rng)
-                spec = split.to_spec()
+                spec, guarantee = split.to_spec(), split.guarantee
         else:
             mech = _build(mechanism, eps, domain, classes, p).fit()
-            out, spec = mech.privatize(labels, rng), mech.to_spec()
-        accounting = PrivacyAccounting(
-            parts=[EpsilonPart(name="randomizer", epsilon_micro=epsilon_micro)],
-            total_epsilon_micro=epsilon_micro,
-            delta=delta,
-        )
+            out, spec, guarantee = mech.privatize(labels, rng), mech.to_spec(), mech.guarantee
+        accounting = compose([("randomizer", epsilon_micro, guarantee)])
         prior_spec = (
             None
             if public_prior is None
@@ -324,20 +322,17 @@ def _randomize(
         prior_spec = NoisyPrior(
             source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0
         )
+        prior_guarantee = PUBLIC_PRIOR
     elif prior_kind == "noised_labels":
         mech.fit_private(labels, eps1, rng)
         prior_spec = mech.prior_estimator_.to_spec()
+        prior_guarantee = mech.prior_estimator_.guarantee
     else:
         prior = LaplaceHistogramPrior(eps1, grid).fit(labels, rng)
         mech.fit(grid, prior.probs_)
         prior_spec = prior.to_spec()
-    accounting = PrivacyAccounting(
-        parts=[
-            EpsilonPart(name="prior", epsilon_micro=eps1_micro),
-            EpsilonPart(name="randomizer", epsilon_micro=eps2_micro),
-        ],
-        total_epsilon_micro=eps1_micro + eps2_micro,
-    )
+        prior_guarantee = prior.guarantee
+    accounting = compose([("prior", eps1_micro, prior_guarantee), ("randomizer", eps2_micro, mech.guarantee)])
     return Randomized(mech.to_spec(), prior_spec, accounting, np.asarray(mech.privatize(labels, rng), dtype=np.float64))
 
 
