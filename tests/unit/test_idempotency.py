@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
@@ -20,8 +19,9 @@ EFFECTS = Table("effects", metadata, Column("id", Integer, primary_key=True, aut
 
 
 @pytest.fixture
-def sessions(tmp_path: Path) -> sessionmaker[Session]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'keys.db'}")
+def sessions(database_url: str) -> sessionmaker[Session]:
+    """A fresh database on SQLite and on PostgreSQL (tests/conftest.py)."""
+    engine = make_engine(database_url)
     metadata.create_all(engine)
     return make_session_factory(engine)
 
