@@ -180,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Command: `python bench/bench_default_rule.py --results {args.results}`",
         "",
-        f"- Data sets (full protocol, 10 trials): {', '.join(f'`{n}`' for n in results)}; ε ∈ {{{', '.join(f'{e:g}' for e in GRID)}}}.",
-        f"- {len(rules)} candidate rules: rr_on_bins below t_bins, laplace or staircase up to t_unbiased, unbiased above;"
+        f"- Data sets (full protocol, 10 trials): {', '.join(f'`{n}`' for n in results)}; "
+        f"ε ∈ {{{', '.join(f'{e:g}' for e in GRID)}}}.",
+        f"- {len(rules)} candidate rules: rr_on_bins below t_bins, laplace or staircase up to t_unbiased, "
+        "unbiased above;"
         " learner `plain` (every row) instead of `private` (held-out private selection) for unbiased from t_all_rows.",
         "- Regret: rule's mean test MSE / best mean of every mechanism × learner (`plain`, `private`) − 1."
         " Met: gap ≤ the rule's own standard error (std/√10), the † rule of the tables.",
@@ -205,7 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(row("—", score(adopted, results), adopted.describe()))
     session1 = Rule(0.3, 0.3, "laplace", math.inf)
     lines.append(row("—", score(session1, results), "session-1 default: " + session1.describe() + ", always `private`"))
-    lines += ["", "## Per data set: the adopted rule", "", "| data set | mean log regret | met | worst |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Per data set: the adopted rule",
+        "",
+        "| data set | mean log regret | met | worst |",
+        "|---|---|---|---|",
+    ]
     for name, result in results.items():
         s = score(adopted, {name: result})
         w = f"+{s.worst[0]:.1%} (ε={s.worst[2]:g})" if s.worst[1] else "—"

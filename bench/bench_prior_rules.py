@@ -36,18 +36,20 @@ import argparse
 import csv
 import datetime as dt
 import math
-import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from labeldp.mechanisms import RROnBins
+from labeldp.mechanisms.budget_split import prior_epsilon
 from labeldp.mechanisms.prior import (
     LabelDomain,
+    default_grid,
     log_grid,
     real_grid_size,
     sample_two_sided_geometric,
@@ -55,9 +57,6 @@ from labeldp.mechanisms.prior import (
     uniform_grid,
 )
 from labeldp.synthetic import make_conversions
-
-from labeldp.mechanisms.budget_split import prior_epsilon
-from labeldp.mechanisms.prior import default_grid, expected_bins
 
 EPSILONS = [0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0]
 KS = [8, 16, 32, 64, 128, 256, 512, 1024]
@@ -256,6 +255,16 @@ def run(datasets: list[Dataset], ns: list[int], epsilons: list[float], ks: list[
 # --------------------------------------------------------------------------- report
 
 
+def _on_grid(grid_key: tuple) -> Callable[[tuple], bool]:
+    """Sweep-key filter: cells on ``grid_key`` (bound here, not in a loop's closure)."""
+    return lambda key: key[0] == grid_key
+
+
+def _eps1_on(label: str, any_grid: bool, grid: object) -> Callable[[tuple], bool]:
+    """Sweep-key filter: the ε₁ candidate ``label``, on ``grid`` unless ``any_grid``."""
+    return lambda key: key[1] == label and (any_grid or key[0] == grid)
+
+
 def best_of(sweep: dict, predicate=lambda key: True):
     items = [(v[1], key, v[0]) for key, v in sweep.items() if predicate(key)]
     return min(items)
@@ -331,9 +340,7 @@ def report(results: list[dict], args, elapsed: float) -> str:
     ]
     for row in results:
         b_loss = best_of(row["sweep"])[0]
-        cells = [
-            f"{best_of(row['sweep'], lambda key: key[0] == (kind, k))[0] / b_loss:.2f}" for kind in KINDS for k in args.ks
-        ]
+        cells = [f"{best_of(row['sweep'], _on_grid((kind, k)))[0] / b_loss:.2f}" for kind in KINDS for k in args.ks]
         lines.append(f"| {row['data']} | {row['n']} | {row['eps']:g} | " + " | ".join(cells) + " |")
 
     for title, on_grid in [
@@ -351,10 +358,9 @@ def report(results: list[dict], args, elapsed: float) -> str:
         ]
         for row in results:
             b_loss = best_of(row["sweep"])[0]
-            grid_ok = (lambda key: True) if on_grid is None else (lambda key, g=row.get(on_grid): key[0] == g)
+            grid = None if on_grid is None else row.get(on_grid)
             cells = [
-                f"{best_of(row['sweep'], lambda key, lab=lab: key[1] == lab and grid_ok(key))[0] / b_loss:.2f}"
-                for lab in eps1_labels
+                f"{best_of(row['sweep'], _eps1_on(lab, on_grid is None, grid))[0] / b_loss:.2f}" for lab in eps1_labels
             ]
             lines.append(f"| {row['data']} | {row['n']} | {row['eps']:g} | " + " | ".join(cells) + " |")
     lines.append("")

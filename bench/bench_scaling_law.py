@@ -111,7 +111,14 @@ def run_series(name: str, cells: list[tuple[int, float]], trials: int, seed: int
             risks.append(risk)
         arr = np.array(risks)
         rows.append(
-            {"series": name, "n": n, "eps": eps, "k": k, "mean": arr.mean(), "std": arr.std(ddof=1) if trials > 1 else 0.0}
+            {
+                "series": name,
+                "n": n,
+                "eps": eps,
+                "k": k,
+                "mean": arr.mean(),
+                "std": arr.std(ddof=1) if trials > 1 else 0.0,
+            }
         )
         print(f"{name:9s} n={n:7d} ε={eps:<5g} k={k:5d} risk={arr.mean():.5f} ± {rows[-1]['std']:.5f}", flush=True)
     return rows
@@ -142,7 +149,8 @@ def plot(series: list[tuple[list[dict], str]], path: Path) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("N · ε²")
-        ax.set_title(f"{title}\nfit slope {f['slope']:.3f}, R² {f['r2']:.3f} (log N alone: R² {f['r2_n']:.3f})", fontsize=9)
+        fit = f"fit slope {f['slope']:.3f}, R² {f['r2']:.3f} (log N alone: R² {f['r2_n']:.3f})"
+        ax.set_title(f"{title}\n{fit}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("test excess risk E[(ĝ(X) − f(X))²]")
     axes[-1].legend(fontsize=8)
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     cmp = cmp if len(cmp) == 3 else []
     if sweep_rows:
         best_scale, best = min(sweep_rows, key=lambda sr: sr[1]["mean"])
-        default_over_best = [r["mean"] for sc, r in sweep_rows if sc == 1.0][0] / best["mean"]
+        default_over_best = next(r["mean"] for sc, r in sweep_rows if sc == 1.0) / best["mean"]
 
     png = args.out.with_suffix(".png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
 
     command = "python bench/bench_scaling_law.py" + ("" if argv is None else " " + " ".join(argv))
     if argv is None:
-        command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+        command = "python " + " ".join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     lines = [
         "# Scaling law of the Laplace + k-NN reference learner (theoretical-limits paper, Thm 6)",
         "",
@@ -278,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "## Fits (mean risk per cell, natural logs)",
         "",
-        "| points | slope of log R on log(Nε²) | R² | R² on log N alone | coef. log N | coef. log ε | ratio ε/N (law: 2) |",
+        "| points | slope of log R on log(Nε²) | R² | R² on log N alone "
+        "| coef. log N | coef. log ε | ratio ε/N (law: 2) |",
         "|---|---:|---:|---:|---:|---:|---:|",
         fit_lines("ε ≤ 1 (both rules agree)", f_theorem_low),
         fit_lines("all ε, theorem rule (default)", f_theorem),

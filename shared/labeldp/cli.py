@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -72,7 +73,7 @@ def _params(text: str | None) -> dict | None:
     return value
 
 
-def _offline(run) -> int:  # type: ignore[no-untyped-def]
+def _offline(run: Callable[[], object]) -> int:
     """Run an offline command; print its JSON result, or a one-line error (exit 2)."""
     import json
 
@@ -175,7 +176,8 @@ def _bench_utility(args: argparse.Namespace) -> int:
     )
     aliases = {"housing": "california_housing", "linear": "simulated_linear", "nonlinear": "simulated_nonlinear",
                "criteo": "criteo_like"}
-    wanted = [aliases.get(d, d) for d in (args.datasets or list(plans) + (["california_housing"] if housing is None else []))]
+    default_sets = list(plans) + (["california_housing"] if housing is None else [])
+    wanted = [aliases.get(d, d) for d in (args.datasets or default_sets)]
     unknown = [d for d in wanted if d not in plans and d != "california_housing"]
     if unknown:
         print(f"labeldp: error: unknown data set(s): {', '.join(unknown)}", file=sys.stderr)
@@ -186,13 +188,17 @@ def _bench_utility(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     for name in dict.fromkeys(wanted):
         if name not in plans:
-            print(f"[{name}] skipped: no California Housing CSV (give --housing PATH or --data-dir DIR)", file=sys.stderr)
+            print(
+                f"[{name}] skipped: no California Housing CSV (give --housing PATH or --data-dir DIR)",
+                file=sys.stderr,
+            )
             continue
         plan = plans[name]
         if args.epsilons is not None:
             eps = args.epsilons
         elif quick:
-            eps = list(utility.QUICK_CLASSIFICATION_EPSILONS if plan.task == "classification" else utility.QUICK_REGRESSION_EPSILONS)
+            classification = plan.task == "classification"
+            eps = list(utility.QUICK_CLASSIFICATION_EPSILONS if classification else utility.QUICK_REGRESSION_EPSILONS)
         else:
             eps = None
         result = utility.run_utility(
@@ -229,7 +235,8 @@ def _bench_report(args: argparse.Namespace) -> int:
             return 2
         out = args.out if args.out is not None else Path(path).parent
         paths = report.write_all(result, out, quick=bool(doc.get("quick", False)))
-        print(f"[{result.plan.name}] re-rendered {result.cached} cells (none recomputed); wrote {', '.join(str(p) for p in paths)}")
+        written = ", ".join(str(p) for p in paths)
+        print(f"[{result.plan.name}] re-rendered {result.cached} cells (none recomputed); wrote {written}")
     return 0
 
 
@@ -320,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     util.add_argument("--datasets", type=_names,
                       help="comma-separated: california_housing, simulated_linear, simulated_nonlinear, "
                       "criteo_like, cifar10_1, cifar10_2 (default: all available)")
-    util.add_argument("--mechanisms", type=_names, help="comma-separated mechanism names (default: every one that applies)")
+    util.add_argument(
+        "--mechanisms", type=_names, help="comma-separated mechanism names (default: every one that applies)"
+    )
     util.add_argument("--epsilons", type=_epsilons, help="comma-separated ε values, 'inf' for the non-private model")
     util.add_argument("--trials", type=int, help="trials per cell (default 10; 2 with --quick)")
     util.add_argument("--epochs", type=int, help="training epochs (default: each data set's paper recipe)")
@@ -331,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
     util.add_argument("--quick", action="store_true",
                       help="2 trials, ε ∈ {0.1, 1, 8, ∞} (classification {0.6, 2, 8, ∞}), 10 epochs")
-    util.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="training device (default auto)")
+    util.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="training device (default auto)"
+    )
     util.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     util.add_argument("--seed", type=int, default=0, help="base seed of splits, noise and training (default 0)")
     util.add_argument("--sim-n", type=int, default=20_000, help="rows of the simulated sets (default 20000)")

@@ -12,13 +12,13 @@ import base64
 import hashlib
 import io
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, BinaryIO, Literal, Union
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Final, Literal, Union, cast
 
 import numpy as np
 from pydantic import Field
 
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
-from labeldp.specs.base import LabelDomainSpec, NoisyPrior, SpecModel
+from labeldp.specs.base import NoisyPrior, SpecModel
 from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
 from labeldp.specs.laplace import LaplaceSpec
 from labeldp.specs.rp_with_prior import HistogramPriorSpec, RPWithPriorSpec
@@ -28,24 +28,22 @@ from labeldp.specs.unbiased import UnbiasedSpec
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 SIGNATURE_HEADER = "X-Labeldp-Signature"
 ARROW_THRESHOLD_ROWS = 10_000
 
 
 MechanismSpec = Annotated[
-    Union[
-        RROnBinsSpec,
-        RPWithPriorSpec,
-        LaplaceSpec,
-        StaircaseSpec,
-        GaussianSpec,
-        ExponentialSpec,
-        UnbiasedSpec,
-        RandomizedResponseSpec,
-        RRWithPriorSpec,
-        BlockRRSpec,
-    ],
+    RROnBinsSpec
+    | RPWithPriorSpec
+    | LaplaceSpec
+    | StaircaseSpec
+    | GaussianSpec
+    | ExponentialSpec
+    | UnbiasedSpec
+    | RandomizedResponseSpec
+    | RRWithPriorSpec
+    | BlockRRSpec,
     Field(discriminator="name"),
 ]
 CATEGORICAL_SPECS = (RandomizedResponseSpec, RRWithPriorSpec, BlockRRSpec)
@@ -83,7 +81,7 @@ class ArrowPayload(SpecModel):
     data: str
 
 
-Payload = Annotated[Union[JsonPayload, ArrowPayload], Field(discriminator="format")]
+Payload = Annotated[JsonPayload | ArrowPayload, Field(discriminator="format")]
 
 
 class LabelRelease(SpecModel):
@@ -118,7 +116,7 @@ def payload_digest(ids: IdColumn, labels: np.ndarray) -> str:
         h.update("\n".join(ids).encode("utf-8"))
     else:
         for start in range(0, len(ids), _DIGEST_CHUNK):
-            chunk = ids.slice(start, _DIGEST_CHUNK).to_pylist()
+            chunk = cast("list[str]", ids.slice(start, _DIGEST_CHUNK).to_pylist())
             h.update((("\n" if start else "") + "\n".join(chunk)).encode("utf-8"))
     h.update(b"\x00")
     h.update(np.ascontiguousarray(labels, dtype="<f8").tobytes())
@@ -148,7 +146,7 @@ def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: n
     """
     labels = np.asarray(labels, dtype=np.float64)
     if len(ids) < ARROW_THRESHOLD_ROWS:
-        id_list = ids if isinstance(ids, list) else ids.to_pylist()
+        id_list = ids if isinstance(ids, list) else cast("list[str]", ids.to_pylist())
         full = release.model_copy(update={"payload": encode_payload(id_list, labels)})
         out.write(full.model_dump_json().encode("utf-8"))
         return
@@ -159,7 +157,7 @@ def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: n
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    buffer = memoryview(sink.getvalue())  # type: ignore[arg-type]
+    buffer = memoryview(sink.getvalue())
     skeleton = release.model_copy(update={"payload": ArrowPayload(data="")}).model_dump_json().encode("utf-8")
     marker = b'"data":""}}'
     assert skeleton.endswith(marker)
@@ -177,4 +175,4 @@ def decode_payload(payload: JsonPayload | ArrowPayload) -> tuple[list[str], np.n
 
     reader = pa.ipc.open_stream(base64.b64decode(payload.data))
     table = reader.read_all()
-    return table.column("id").to_pylist(), table.column("label").to_numpy().astype(np.float64)
+    return cast("list[str]", table.column("id").to_pylist()), table.column("label").to_numpy().astype(np.float64)

@@ -43,7 +43,10 @@ def _hash_token(column: str, value: int) -> str:
     return hashlib.blake2b(f"{column}:{value}".encode(), digest_size=6).hexdigest()
 
 
-def _raw(n: int, rng: np.random.Generator, effects: dict[str, np.ndarray]):
+def _raw(
+    n: int, rng: np.random.Generator, effects: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    """Categorical codes, numeric features and raw conversion values of ``n`` clicks."""
     codes = {c: np.minimum(rng.zipf(1.3, n) - 1, v - 1) for c, v in CATEGORICAL.items()}
     price = rng.lognormal(3.0, 0.8, n)
     hour = rng.integers(0, 24, n).astype(np.float64)

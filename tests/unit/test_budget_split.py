@@ -19,7 +19,8 @@ def test_bound_rule_follows_the_bound_to_ninety_percent() -> None:
     assert prior_epsilon("bound", 100, 10_000, 1.0) == pytest.approx(0.1)  # cap not binding: = thm7
     assert prior_epsilon("bound", 16, 1000, 0.1) == pytest.approx(0.09)  # √(k/n) = 0.126 > 0.9ε
     assert prior_epsilon("bound", 16, 1000, 0.2) == pytest.approx(math.sqrt(0.016))
-    assert DEFAULT_RULE in RULES and prior_epsilon("default", 16, 1000, 0.1) == prior_epsilon(DEFAULT_RULE, 16, 1000, 0.1)
+    assert DEFAULT_RULE in RULES
+    assert prior_epsilon("default", 16, 1000, 0.1) == prior_epsilon(DEFAULT_RULE, 16, 1000, 0.1)
 
 
 @pytest.mark.parametrize("rule", RULES)

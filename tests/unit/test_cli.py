@@ -78,5 +78,6 @@ def test_privatize_refuses_bad_input_and_writes_nothing(tmp_path):
     out = _run(*base)  # no --domain: the range must be public
     assert out.returncode == 2 and "--domain" in out.stderr
     out = _run(*base, "--domain", "0,10")
-    assert out.returncode == 2 and "non_finite" in out.stderr and "nan" not in out.stderr.lower().replace("non_finite", "")
+    assert out.returncode == 2 and "non_finite" in out.stderr
+    assert "nan" not in out.stderr.lower().replace("non_finite", "")
     assert not (tmp_path / "out.csv").exists()
