@@ -149,7 +149,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _bench_utility(args: argparse.Namespace) -> int:
-    """The privacy–utility protocol (DESIGN.md) over the requested data sets; tables, plots, JSON."""
+    """The privacy–utility protocol (docs/architecture.md, "Benchmark protocol") over the requested data sets."""
     import shlex
     import time
 
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="benchmark", required=True)
     util = bench_sub.add_parser(
         "utility",
-        help="privacy–utility tables for every mechanism (DESIGN.md protocol)",
+        help="privacy–utility tables for every mechanism (docs/architecture.md, \"Benchmark protocol\")",
         description="Every mechanism of the catalogue through the same training, 80/20 splits, several trials, "
         "ε grid with ∞ = non-private; writes utility_<dataset>.md/.png/.json. Cells are cached, so an "
         "interrupted run resumes.",

@@ -3,7 +3,7 @@
 Every generator is seeded from the operating system's CSPRNG (``secrets``), so an
 observer who knows the code cannot predict the noise. Generators are created per
 release, never at import time, so a forked worker never shares a stream with its
-parent (DESIGN.md invariant 6).
+parent (docs/architecture.md, privacy invariant 6).
 """
 
 from __future__ import annotations

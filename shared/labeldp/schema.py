@@ -1,6 +1,6 @@
 """The wire schema: the one message the labels party sends to the features party.
 
-Everything in a :class:`LabelRelease` is ε-DP in the labels (DESIGN.md invariant 2):
+Everything in a :class:`LabelRelease` is ε-DP in the labels (docs/architecture.md, privacy invariant 2):
 mechanism parameters and the prior come from the noisy prior, ids are the public
 id set in sorted order, and the label column holds privatized values only.
 Mechanism specs form a discriminated union on ``name`` that later mechanisms extend.
