@@ -14,6 +14,7 @@ spent nothing (new ids are appended without rewriting the spent files).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,27 +111,46 @@ def charge(
         raise ValueError("a charge is positive in ε and non-negative in δ")
     if np.unique(positions).size != positions.size:
         raise ValueError("a release charges each id once")
-    current = read_spent(data_dir, domain, mmap=False)
-    n = max(int(domain.n_ids), current.epsilon_micro.shape[0])
-    eps = np.zeros(n, dtype=np.int64)
-    delta = np.zeros(n, dtype=np.int64)
-    eps[: current.epsilon_micro.shape[0]] = current.epsilon_micro
-    delta[: current.delta_units.shape[0]] = current.delta_units
-    eps_after = eps[positions] + epsilon_micro
-    over = int(np.count_nonzero(eps_after > domain.epsilon_budget_micro))
+    eps = _full_column(data_dir, domain, "eps")
+    over = int(np.count_nonzero(eps[positions] > domain.epsilon_budget_micro - epsilon_micro))
     if over:
         raise BudgetExhausted(over, "epsilon")
-    delta_after = delta[positions] + delta_units
-    over = int(np.count_nonzero(delta_after > domain.delta_budget_units))
-    if over:
-        raise BudgetExhausted(over, "delta")
-    eps[positions] = eps_after
-    delta[positions] = delta_after
     version = domain.spent_version + 1
+    if delta_units:
+        delta = _full_column(data_dir, domain, "delta")
+        over = int(np.count_nonzero(delta[positions] > domain.delta_budget_units - delta_units))
+        if over:
+            raise BudgetExhausted(over, "delta")
+        delta[positions] += delta_units
+        write_array(_spent_path(data_dir, domain.id, version, "delta"), delta)
+        del delta
+    else:
+        # δ unchanged: the new version shares the old column's bytes (no copy, no memory).
+        _carry_over(data_dir, domain, version, "delta")
+    eps[positions] += epsilon_micro
     write_array(_spent_path(data_dir, domain.id, version, "eps"), eps)
-    write_array(_spent_path(data_dir, domain.id, version, "delta"), delta)
     domain.spent_version = version
     _forget_old_versions(data_dir, domain.id, version)
+
+
+def _full_column(data_dir: Path, domain: PrivacyDomainRow, kind: str) -> np.ndarray:
+    """The current spent column of ``kind`` as a writable array covering every id."""
+    n = int(domain.n_ids)
+    if domain.spent_version == 0:
+        return np.zeros(n, dtype=np.int64)
+    column = read_array(_spent_path(data_dir, domain.id, domain.spent_version, kind))
+    if column.shape[0] < n:
+        column = np.concatenate([column, np.zeros(n - column.shape[0], dtype=np.int64)])
+    return column
+
+
+def _carry_over(data_dir: Path, domain: PrivacyDomainRow, version: int, kind: str) -> None:
+    target = _spent_path(data_dir, domain.id, version, kind)
+    target.unlink(missing_ok=True)  # a leftover of an uncommitted attempt at this version
+    if domain.spent_version == 0:
+        write_array(target, np.zeros(int(domain.n_ids), dtype=np.int64))
+    else:
+        os.link(_spent_path(data_dir, domain.id, domain.spent_version, kind), target)
 
 
 def _forget_old_versions(data_dir: Path, domain_id: str, current: int) -> None:

@@ -102,7 +102,7 @@ class LabelRelease(SpecModel):
 
 
 IdColumn = Union[list[str], "pa.Array", "pa.ChunkedArray"]
-_DIGEST_CHUNK = 1 << 20
+_DIGEST_CHUNK = 1 << 18
 
 
 def payload_digest(ids: IdColumn, labels: np.ndarray) -> str:
@@ -152,19 +152,23 @@ def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: n
         return
     import pyarrow as pa
 
+    import tempfile
+
     id_array = pa.array(ids, pa.string()) if isinstance(ids, list) else ids
     table = pa.table({"id": id_array, "label": pa.array(labels, pa.float64())})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    buffer = memoryview(sink.getvalue())
     skeleton = release.model_copy(update={"payload": ArrowPayload(data="")}).model_dump_json().encode("utf-8")
     marker = b'"data":""}}'
-    assert skeleton.endswith(marker)
-    out.write(skeleton[: -len(marker)] + b'"data":"')
-    step = 3 * (1 << 20)  # a multiple of 3: chunked base64 concatenates to the whole
-    for start in range(0, len(buffer), step):
-        out.write(base64.b64encode(buffer[start : start + step]))
+    if not skeleton.endswith(marker):
+        raise ValueError("the message skeleton does not end with its payload")
+    with tempfile.TemporaryFile() as ipc_file:  # the IPC bytes never sit in memory whole
+        with pa.ipc.new_stream(pa.PythonFile(ipc_file, mode="w"), table.schema) as writer:
+            writer.write_table(table)
+        del table
+        ipc_file.seek(0)
+        out.write(skeleton[: -len(marker)] + b'"data":"')
+        step = 3 * (1 << 20)  # a multiple of 3: chunked base64 concatenates to the whole
+        for block in iter(lambda: ipc_file.read(step), b""):
+            out.write(base64.b64encode(block))
     out.write(b'"}}')
 
 
