@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from labeldp.mechanisms.checks import check_epsilon
+from labeldp.mechanisms.exact_cells import nudge_to_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.specs.categorical import (
     BlockRRSpec,
@@ -319,7 +320,9 @@ class _CategoricalMechanism:
     def _set_matrix(self, matrix: np.ndarray) -> None:
         self.classes_ = check_classes(self.classes)
         self.matrix_ = matrix
-        self.cells_ = cell_table(matrix)
+        # Float rounding can leave a column's ratio a few 1e-16 above e^ε; the cells sampled
+        # are moved so the realized loss is ≤ ε exactly (mechanisms/exact_cells.py).
+        self.cells_ = nudge_to_epsilon(cell_table(matrix), check_epsilon(self.epsilon))
 
     def _fitted(self) -> np.ndarray:
         if not hasattr(self, "matrix_"):
