@@ -5,7 +5,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
-RUN pip install --no-cache-dir ".[train]"
+RUN pip install --no-cache-dir ".[features]"
 RUN useradd --create-home labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
 USER labeldp
 ENV LABELDP_FEATURES_DATABASE_URL=sqlite:////var/lib/labeldp/features.db \

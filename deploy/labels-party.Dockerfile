@@ -4,7 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[labels]"
 RUN useradd --create-home labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
 USER labeldp
 ENV LABELDP_LABELS_DATABASE_URL=sqlite:////var/lib/labeldp/labels.db
