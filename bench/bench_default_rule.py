@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         " learner `plain` (every row) instead of `private` (held-out private selection) for unbiased from t_all_rows.",
         "- Regret: rule's mean test MSE / best mean of every mechanism × learner (`plain`, `private`) − 1."
         " Met: gap ≤ the rule's own standard error (std/√10), the † rule of the tables.",
-        f"- Written {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"- Written {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         "## Best rules (all data sets)",
         "",

@@ -283,7 +283,7 @@ def report(results: list[dict], args, elapsed: float) -> str:
         "",
         "`python bench/bench_prior_rules.py " + " ".join(sys.argv[1:]) + "`",
         "",
-        f"- date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, "
+        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, "
         f"{platform.machine()}, python {platform.python_version()}, {elapsed / 60:.1f} min",
         f"- draws per configuration: {args.draws} (subsample + prior noise, common across configurations)",
         f"- sweep: kinds {KINDS} × k ∈ {args.ks} (plus every rule's grid) × ε₁ candidates "

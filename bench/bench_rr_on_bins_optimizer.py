@@ -123,7 +123,7 @@ def machine_info() -> dict[str, str]:
         "numpy": np.__version__,
         "numba": numba.__version__,
         "scipy": scipy.__version__,
-        "date (UTC)": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "date (UTC)": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
     }
 
 

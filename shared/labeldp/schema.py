@@ -150,9 +150,9 @@ def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: n
         full = release.model_copy(update={"payload": encode_payload(id_list, labels)})
         out.write(full.model_dump_json().encode("utf-8"))
         return
-    import pyarrow as pa
-
     import tempfile
+
+    import pyarrow as pa
 
     id_array = pa.array(ids, pa.string()) if isinstance(ids, list) else ids
     table = pa.table({"id": id_array, "label": pa.array(labels, pa.float64())})

@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ def _release(n: int) -> LabelRelease:
     return LabelRelease(
         release_id="rel_1",
         label_set_id="ls_1",
-        created_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
         mechanism=RROnBinsSpec(
             epsilon=1.0, outputs=[0.0, 1.0], cut_points=[0.5], keep_probability=0.73, debias_a=0.46, debias_b=0.27
         ),
