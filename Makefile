@@ -29,6 +29,12 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Rewrite each service's initial Alembic revision from its models (after changing a store.py;
+# right only while no database is deployed: afterwards, add revisions instead).
+.PHONY: migrations
+migrations: $(STAMP)
+	$(BIN)/python -m labeldp.migrations regenerate
+
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP)

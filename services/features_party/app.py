@@ -25,10 +25,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, jobs, models, store
 from features_party.training import resolve_device
-from labeldp.database import make_engine, make_session_factory
+from labeldp.database import make_session_factory, open_database
+from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
+from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings
 
@@ -52,8 +54,7 @@ class AppContext:
 
 
 def _context(settings: Settings) -> AppContext:
-    engine = make_engine(settings.features_database_url)
-    store.create_all(engine)
+    engine = open_database(settings.features_database_url, SERVICES["features"], settings)
     sessions = make_session_factory(engine)
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
+    mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
     mount_metrics(app, ctx.registry)
     app.include_router(_public_router(ctx))
     app.include_router(_inbox_router(ctx))

@@ -12,17 +12,18 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from labeldp import __version__
-from labeldp.database import make_engine, make_session_factory
+from labeldp.database import make_session_factory, open_database
+from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
+from labeldp.migrations import SERVICES
 from labeldp.settings import Settings
 
 from . import label_sets, privacy_domains, releases, uploads
 from .context import LabelsContext
 from .randomizer import MECHANISMS
 from .spool import spool_body
-from .store import Base
 
 log = logging.getLogger("labeldp.labels")
 
@@ -48,8 +49,7 @@ class _ReleaseStatusCollector:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
-    engine = make_engine(settings.labels_database_url)
-    Base.metadata.create_all(engine)
+    engine = open_database(settings.labels_database_url, SERVICES["labels"], settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
 
     registry = CollectorRegistry()
@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="labeldp labels party", version=__version__)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
+    mount_readiness(app, engine, settings.database_connect_timeout_seconds)
     mount_metrics(app, registry)
     app.state.settings = settings
     app.state.ctx = ctx

@@ -5,6 +5,11 @@ but a status code. Network errors and 5xx answers are retried with exponential
 backoff and jitter (resending identical bytes is post-processing: free); a 4xx
 answer marks the release ``rejected`` with the receiver's error code, to be
 re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed.
+
+The sender survives its database: a locked, stopped or restarting database (at start or
+in the loop) is logged by error type only, waited out with jittered backoff, and the loop
+carries on. A release whose delivered status could not be recorded keeps its lease and is
+pushed again when the lease ends; the inbox deduplicates on the release id.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import logging
 import random
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from labeldp.database import backoff_seconds, is_transient, make_session_factory, open_database, retry_transient
+from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings
 from labeldp.signing import sign
@@ -27,12 +34,6 @@ from .store import ReleaseRow
 
 log = logging.getLogger("labeldp.outbox")
 RETRYABLE_4XX = {408, 425, 429}
-
-
-def backoff_seconds(attempts: int, initial: float, cap: float, rng: random.Random) -> float:
-    """Exponential backoff with 'equal jitter': between half and all of min(cap, initial·2^(n-1))."""
-    base = min(cap, initial * (2 ** max(attempts - 1, 0)))
-    return base / 2 + rng.random() * base / 2
 
 
 def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int = 10) -> list[str]:
@@ -80,7 +81,7 @@ def deliver_one(
         error = type(exc).__name__
     values: dict[str, object] = {"attempts": attempts, "status": status, "last_error": error, "lease_until": 0.0}
     if status == "delivered":
-        values["delivered_at"] = datetime.now(timezone.utc)
+        values["delivered_at"] = datetime.now(UTC)
     elif status == "pending":
         wait = backoff_seconds(
             attempts, settings.outbox_initial_backoff_seconds, settings.outbox_max_backoff_seconds, rng
@@ -100,24 +101,58 @@ def _error_code(response: httpx.Response) -> str:
 
 
 def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
-    """Deliver until ``stop`` is set (or after one pass when ``once``)."""
-    from labeldp.database import make_engine, make_session_factory
-
-    from .store import Base
-
-    engine = make_engine(settings.labels_database_url)
-    Base.metadata.create_all(engine)
-    sessions = make_session_factory(engine)
+    """Deliver until ``stop`` is set (or after one pass when ``once``); never exits on a database error."""
     stop = stop or threading.Event()
+    try:
+        engine = open_database(
+            settings.labels_database_url, SERVICES["labels"], settings, wait_seconds=float("inf"), stop=stop
+        )
+    except Exception:
+        if stop.is_set():
+            return
+        raise
+    sessions = make_session_factory(engine)
     rng = random.Random()
     log.info("outbox sending to %s", settings.features_url)
+    failures = 0
     with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
         while not stop.is_set():
-            due = claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2)
-            for release_id in due:
-                deliver_one(sessions, client, settings, release_id, rng)
+            try:
+                due = deliver_due(sessions, client, settings, rng)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                wait = backoff_seconds(
+                    failures, settings.outbox_initial_backoff_seconds, settings.outbox_max_backoff_seconds, rng
+                )
+                # The error type only: a driver's message may quote statement parameters.
+                level = logging.WARNING if is_transient(exc) else logging.ERROR
+                log.log(level, "outbox pass failed (%s); retrying in %.1f s", type(exc).__name__, wait)
+                if once:
+                    break
+                stop.wait(wait)
+                continue
             if once:
                 break
             if not due:
                 stop.wait(settings.outbox_poll_seconds)
     engine.dispose()
+
+
+def deliver_due(
+    sessions: sessionmaker[Session], client: httpx.Client, settings: Settings, rng: random.Random
+) -> list[str]:
+    """One pass: lease due releases (retrying a lock briefly) and push each; returns the ids leased.
+
+    A database error ends the pass (the caller backs off); any other error is confined to
+    its release, which is tried again when its lease ends.
+    """
+    due = retry_transient(lambda: claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2))
+    for release_id in due:
+        try:
+            deliver_one(sessions, client, settings, release_id, rng)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            log.error("release %s: delivery failed (%s); retried when its lease ends", release_id, type(exc).__name__)
+    return due

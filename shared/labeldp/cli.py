@@ -38,6 +38,20 @@ def _outbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from labeldp.database import open_database
+    from labeldp.http_api import configure_logging
+    from labeldp.migrations import SERVICES
+    from labeldp.settings import Settings
+
+    settings = Settings()
+    configure_logging(settings.log_level)
+    url = settings.labels_database_url if args.party == "labels" else settings.features_database_url
+    open_database(url, SERVICES[args.party], settings).dispose()
+    print(f"{args.party} database: schema at head")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from labeldp.demo import run_demo
 
@@ -266,6 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     outbox.add_argument("--once", action="store_true", help="one pass over due releases, then exit")
     outbox.set_defaults(func=_outbox)
+
+    db = sub.add_parser(
+        "db",
+        help="manage a party's database schema",
+        description="Schema migrations (Alembic, shipped inside each service). The services upgrade "
+        "their database at start; this does it by hand, e.g. before a rolling deployment.",
+    )
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser(
+        "upgrade",
+        help="upgrade a party's database to the newest schema",
+        description="Upgrade LABELDP_LABELS_DATABASE_URL or LABELDP_FEATURES_DATABASE_URL to the newest "
+        "revision (waits up to LABELDP_DATABASE_START_TIMEOUT_SECONDS for the database).",
+    )
+    upgrade.add_argument("party", choices=["labels", "features"], help="whose database")
+    upgrade.set_defaults(func=_db_upgrade)
 
     demo = sub.add_parser(
         "demo",

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from labeldp.database import is_transient
+
 log = logging.getLogger("labeldp.http")
+
+DATABASE_RETRY_AFTER_SECONDS = 2
+"""What a 503 ``database_unavailable`` asks clients to wait before retrying (same Idempotency-Key)."""
 
 
 class ApiError(Exception):
@@ -50,6 +57,16 @@ def error_response(
     return JSONResponse(status_code=status_code, content=body, headers=headers)
 
 
+def database_unavailable_response() -> JSONResponse:
+    """503 for a database that is locked, down or restarting: the request changed nothing; retry it."""
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database is unavailable; retry later",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
 def _sanitized_validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     """Field locations and messages only: pydantic's ``input`` may hold a raw label."""
     out = []
@@ -74,6 +91,7 @@ _STATUS_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
+    503: "service_unavailable",
 }
 
 
@@ -93,6 +111,16 @@ def install_error_handlers(app: FastAPI) -> None:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code
         return error_response(exc.status_code, code, message)
+
+    @app.exception_handler(sa_exc.DBAPIError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        # The type only: a driver's message may quote statement parameters (ids, labels).
+        if is_transient(exc):
+            log.warning("database unavailable: %s", type(exc).__name__)
+            return database_unavailable_response()
+        log.error("database error: %s", type(exc).__name__)
+        return error_response(500, "internal_error", "internal error")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -161,7 +189,10 @@ class BodySizeLimit:
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(response.body)).encode())],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(response.body)).encode()),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": response.body})

@@ -55,6 +55,22 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
     log_level: str = Field("INFO", description="log level of both services")
+    sqlite_busy_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="how long a SQLite statement waits for another writer's lock; past it the API answers 503 "
+        "database_unavailable and the outbox backs off",
+    )
+    database_connect_timeout_seconds: float = Field(
+        5.0, gt=0, le=120, description="PostgreSQL connect timeout, and the time /readyz gives its SELECT 1"
+    )
+    database_start_timeout_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="how long an API waits at start for its database (then exits for its supervisor to restart "
+        "it); the outbox waits as long as it takes",
+    )
     idempotency_lease_seconds: float = Field(
         120.0,
         gt=0,

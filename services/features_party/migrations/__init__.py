@@ -1,0 +1,1 @@
+"""The features party's Alembic migrations (env.py, versions/); run through labeldp.migrations."""

@@ -1,0 +1,1 @@
+"""Revisions of the features party's schema (a package so that installs ship them)."""

@@ -1,0 +1,1 @@
+"""The labels party's Alembic migrations (env.py, versions/); run through labeldp.migrations."""
