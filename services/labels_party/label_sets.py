@@ -88,7 +88,7 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
     return low, high, None
 
 
-def canonical_ids(ids: pa.Array) -> pa.Array:
+def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The ids sorted (the canonical release order), or 422 naming what is wrong with them."""
     ids = ids.cast(pa.string())
     lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
@@ -102,6 +102,8 @@ def canonical_ids(ids: pa.Array) -> pa.Array:
             [{"index": int(n)} for n in bad[:MAX_REPORTED]],
         )
     ordered = ids.take(pc.sort_indices(ids))
+    if isinstance(ordered, pa.ChunkedArray):
+        ordered = ordered.combine_chunks()
     if len(ordered) > 1:
         same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
         dups = np.flatnonzero(same)
@@ -163,7 +165,9 @@ def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Ar
     row.ids_ready = 1
 
 
-def set_ids(ctx: LabelsContext, label_set_id: str, ids: pa.Array, claim: Claim | None) -> StoredResponse:
+def set_ids(
+    ctx: LabelsContext, label_set_id: str, ids: pa.Array | pa.ChunkedArray, claim: Claim | None
+) -> StoredResponse:
     """Give a label set created without ids its ids (once)."""
     if len(ids) == 0:
         raise ApiError(422, "invalid_ids", "the upload holds no ids")

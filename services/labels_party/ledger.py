@@ -193,7 +193,7 @@ def register_ids(data_dir: Path, domain: PrivacyDomainRow, ids: pa.Array) -> np.
     new = positions < 0
     n_new = int(np.count_nonzero(new))
     if n_new:
-        new_ids = ids.filter(pa.array(new))
+        new_ids = ids if n_new == len(ids) else ids.filter(pa.array(new))
         segment = domain.id_segments + 1
         write_table(_segment_path(data_dir, domain.id, segment), pa.table({"id": new_ids}))
         positions[new] = np.arange(domain.n_ids, domain.n_ids + n_new, dtype=np.int64)

@@ -118,6 +118,7 @@ def privatize_csv(
     except OSError as exc:
         raise OfflineError(f"{input_path}: cannot be read") from exc
     declared = pc.unique(pc.drop_null(upload.ids))
+    declared = declared.take(pc.sort_indices(declared))  # row_errors searches sorted ids
     _, errors, n_bad = row_errors(upload, declared, np.zeros(len(declared), dtype=bool))
     if n_bad:
         first = "; ".join(f"row {e['row']}: {e['code']}" for e in errors[:5])
