@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, jobs, models, store
-from features_party.training import resolve_device
+from features_party.device import resolve_device
 from labeldp.database import make_session_factory, open_database
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers

@@ -411,7 +411,7 @@ class PostProcessing:
         return {"debias": self.debias, "shrinkage": float(self.shrinkage), "law": self.law.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "PostProcessing":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PostProcessing:
         if not data:
             return cls()
         debias: Any = str(data["debias"])

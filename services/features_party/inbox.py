@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -75,7 +76,7 @@ def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
         raise _invalid("row_count does not match the payload")
     if any(not isinstance(i, str) or not i for i in ids):
         raise _invalid("ids must be non-empty strings")
-    if any(a >= b for a, b in zip(ids, ids[1:])):
+    if any(a >= b for a, b in pairwise(ids)):
         raise _invalid("ids must be unique and in sorted order")
     if not np.all(np.isfinite(labels)):
         raise _invalid("labels must be finite numbers")
@@ -91,7 +92,7 @@ def receive_release(
     """Verify, validate, deduplicate and store one message (or raise ApiError)."""
     if not verify(body, secret, signature):
         raise ApiError(401, "bad_signature", "missing or wrong message signature")
-    release, ids, _labels = parse_release(body)
+    release, _ids, _labels = parse_release(body)
     sha = hashlib.sha256(body).hexdigest()
 
     with session_factory() as session:

@@ -16,33 +16,27 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, store
-from features_party.training import (
-    CLASSIFICATION,
-    PLAIN,
-    EpochReport,
-    LabelTask,
-    LearningConfig,
-    TrainedModel,
-    TrainingConfig,
-    check_transition_matrix,
-    fit_classifier,
-    fit_private_regressor,
-    resolve_device,
-    to_class_indices,
-)
+from features_party.classifier import fit_classifier
+from features_party.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
 from features_party.debiasing import IDENTITY, label_law
+from features_party.device import resolve_device
+from features_party.loop import EpochReport
+from features_party.persistence import TrainedModel
+from features_party.regression import fit_private_regressor
+from features_party.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 
@@ -50,46 +44,32 @@ log = logging.getLogger("labeldp.features")
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 MODELS_DIR = "models"
-
-
-_DEFAULT_LEARNING = LearningConfig()
 LEARNING_FIELDS = ("debias", "shrinkage", "select_epoch")
 
 
-class TrainingRequest(BaseModel):
-    """Body of ``POST /v1/trainings``."""
-
-    model_config = ConfigDict(extra="forbid")
+class TrainingRequest(TrainingOptions):
+    """Body of ``POST /v1/trainings``: the training options (defaults: the benchmarked default
+    configuration, :mod:`features_party.config`), what to train on, and how to learn from it."""
 
     release_id: str = Field(min_length=1, max_length=256)
-    feature_table: str | None = Field(None, description="default: the release's feature table")
-    epochs: int = Field(10, ge=1, le=1000)
-    batch_size: int = Field(512, ge=1, le=65536)
-    learning_rate: float = Field(1e-3, gt=0, le=10)
-    weight_decay: float = Field(1e-4, ge=0, le=10)
-    validation_fraction: float = Field(0.1, ge=0, lt=0.5)
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    feature_table: str | None = Field(
+        None, description="the feature table to join the release with; required when the release names none"
+    )
     forward_correction: bool = Field(
         False,
         description="categorical releases whose spec carries a transition_matrix: train with the forward-"
         "corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
     )
-    optimizer: Literal["adam", "rmsprop"] = "adam"
-    schedule: Literal["none", "step", "cosine"] = Field(
-        "none", description="step: lr × step_factor every step_epoch epochs; cosine: per-batch cosine decay to 0"
-    )
-    step_epoch: int = Field(25, ge=1, le=1000)
-    step_factor: float = Field(0.1, gt=0, le=1)
     debias: Literal["none", "targets", "predictions"] = Field(
-        _DEFAULT_LEARNING.debias,
+        DEFAULT_LEARNING.debias,
         description="regression: use the release's transition law E[ŷ|y] to debias predictions or training targets",
     )
     shrinkage: Literal["auto"] | Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)] = Field(
-        _DEFAULT_LEARNING.shrinkage,
+        DEFAULT_LEARNING.shrinkage,
         description="λ of λ·debiased + (1 − λ)·plain, or 'auto' (chosen on the privatized validation split)",
     )
     select_epoch: StrictBool = Field(
-        _DEFAULT_LEARNING.select_epoch,
+        DEFAULT_LEARNING.select_epoch,
         description="keep the epoch with the best private validation estimate instead of the last",
     )
 
@@ -218,7 +198,8 @@ def _check_forward_correction(task: LabelTask) -> None:
         check_transition_matrix(task.transition_matrix, task.n_classes)
     except ValueError:
         k = task.n_classes
-        raise ApiError(422, "invalid_transition_matrix", f"transition_matrix must be {k}x{k} and row-stochastic") from None
+        message = f"transition_matrix must be {k}x{k} and row-stochastic"
+        raise ApiError(422, "invalid_transition_matrix", message) from None
 
 
 def fit_for_release(
@@ -302,7 +283,9 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
             .values(status=FAILED, error="interrupted", finished_at=store.utcnow())
         )
         queued = session.scalars(
-            select(store.Training.training_id).where(store.Training.status == QUEUED).order_by(store.Training.created_at)
+            select(store.Training.training_id)
+            .where(store.Training.status == QUEUED)
+            .order_by(store.Training.created_at)
         ).all()
     if result.rowcount:
         log.warning("%d trainings were interrupted by a restart", result.rowcount)
@@ -340,6 +323,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             shrinkage=options.pop("shrinkage", PLAIN.shrinkage),
             select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
         )
+        options.setdefault("schedule", "none")  # rows queued before schedules existed: a constant rate
         config = TrainingConfig(**options, device=device, threads=ctx.threads)
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
@@ -406,7 +390,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             row = session.get(store.Training, training_id)
             row.status, row.model_id, row.finished_at = SUCCEEDED, model_id, store.utcnow()
             row.epoch, row.history = config.epochs, list(trained.history_)
-    except Exception as exc:  # noqa: BLE001 - every failure must end as a failed row
+    except Exception as exc:
         if model_path is not None:
             model_path.unlink(missing_ok=True)
         message = _safe_error(exc)
@@ -472,7 +456,7 @@ class TrainingRunner:
     def _run(self, training_id: str) -> None:
         try:
             run_training(self.ctx, training_id, self._stop)
-        except Exception as exc:  # noqa: BLE001 - e.g. the database went away; keep the worker alive
+        except Exception as exc:
             log.error("training %s could not be run: %s", training_id, type(exc).__name__)
 
     def shutdown(self, wait: bool = True) -> None:

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
-from features_party.training import CLASSIFICATION, LabelTask, TrainedClassifier, TrainedModel, load_model
+from features_party.persistence import TrainedClassifier, TrainedModel, load_model
+from features_party.tasks import CLASSIFICATION, LabelTask
 from labeldp.http_api import ApiError
 
 MAX_PREDICT_ROWS = 1_000_000

@@ -12,13 +12,14 @@ applies the same λ. Both runs read only the release, so this is post-processing
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from features_party.training import LearningConfig, TrainedRegressor, TrainingConfig, fit_private_regressor
+from features_party.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
+from features_party.persistence import TrainedRegressor
+from features_party.regression import fit_private_regressor
 
 
 def fit_refit_regressor(
@@ -26,7 +27,7 @@ def fit_refit_regressor(
     privatized_labels: np.ndarray,
     spec: Any,
     config: TrainingConfig,
-    learning: LearningConfig = LearningConfig(),
+    learning: LearningConfig = DEFAULT_LEARNING,
 ) -> TrainedRegressor:
     """Select (epoch, λ) with ``learning`` on ``config.validation_fraction`` of the rows, then
     retrain on every row for the selected number of epochs with that λ."""
@@ -35,5 +36,5 @@ def fit_refit_regressor(
     epochs = int(chosen.get("selected_epoch") or config.epochs)
     lam = chosen.get("shrinkage")
     final = LearningConfig(debias=learning.debias, shrinkage=0.0 if lam is None else float(lam), select_epoch=False)
-    every_row = dataclasses.replace(config, epochs=epochs, validation_fraction=0.0)
+    every_row = config.replace(epochs=epochs, validation_fraction=0.0)
     return fit_private_regressor(table, privatized_labels, spec, every_row, final)

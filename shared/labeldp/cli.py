@@ -175,7 +175,7 @@ def _bench_utility(args: argparse.Namespace) -> int:
         housing = candidate if candidate.is_file() else None
     quick = args.quick
     criteo_rows = args.criteo_rows or 1_000_000
-    from features_party.training import resolve_device
+    from features_party.device import resolve_device
 
     device = resolve_device(args.device)
     plans = utility.default_plans(

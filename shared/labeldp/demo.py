@@ -186,7 +186,8 @@ def _nonprivate_test_mse(data, train_idx: np.ndarray, test_idx: np.ndarray, epoc
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from features_party.training import TrainingConfig, fit_regressor
+    from features_party.config import TrainingConfig
+    from features_party.regression import fit_regressor
 
     table = pacsv.read_csv(
         pa.BufferReader(data.to_csv()),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,8 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.settings import Settings
-from labeldp.specs.base import LabelDomainSpec
 from labeldp.signing import sign
+from labeldp.specs.base import LabelDomainSpec
 
 API_KEY = "test-features-key"
 SECRET = "test-exchange-secret"
@@ -51,7 +51,7 @@ def release_body(
         release_id=release_id,
         label_set_id="ls-1",
         feature_table=feature_table,
-        created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
         mechanism=mechanism
         or LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0),
         accounting=PrivacyAccounting(

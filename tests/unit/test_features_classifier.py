@@ -10,7 +10,7 @@ Once the union has the real specs, switch that helper to post through the inbox.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -23,27 +23,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import jobs, store
 from features_party.app import create_app
-from features_party.training import (
-    CLASSIFICATION,
-    REGRESSION,
-    LabelTask,
-    MLPClassifier,
-    MLPRegressor,
-    TrainedClassifier,
-    TrainedRegressor,
-    TrainingConfig,
-    _cross_entropy,
-    _forward_corrected,
-    check_transition_matrix,
-    fit_classifier,
-    fit_regressor,
-    load_model,
-    to_class_indices,
-)
+from features_party.classifier import cross_entropy, fit_classifier, forward_corrected
+from features_party.config import TrainingConfig
+from features_party.networks import MLPClassifier, MLPRegressor
+from features_party.persistence import TrainedClassifier, TrainedRegressor, load_model
+from features_party.regression import fit_regressor
+from features_party.tasks import CLASSIFICATION, REGRESSION, LabelTask, check_transition_matrix, to_class_indices
 from labeldp.http_api import ApiError
 from labeldp.schema import (
     EpsilonPart,
-    LabelDomainSpec,
     LabelRelease,
     LaplaceSpec,
     PrivacyAccounting,
@@ -51,7 +39,7 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.settings import Settings
-from labeldp.specs.base import SpecModel
+from labeldp.specs.base import LabelDomainSpec, SpecModel
 
 API_KEY = "test-features-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -149,10 +137,10 @@ def test_forward_corrected_loss_matches_numpy_and_reduces_to_cross_entropy() -> 
     matrix = rr_matrix(1.0, 3)
     p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     expected = -np.log((p @ matrix)[np.arange(6), y])
-    got = _forward_corrected(torch.tensor(matrix))(torch.tensor(logits), torch.tensor(y))
+    got = forward_corrected(torch.tensor(matrix))(torch.tensor(logits), torch.tensor(y))
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10)
-    identity = _forward_corrected(torch.eye(3, dtype=torch.float64))(torch.tensor(logits), torch.tensor(y))
-    np.testing.assert_allclose(identity.numpy(), _cross_entropy(torch.tensor(logits), torch.tensor(y)).numpy())
+    identity = forward_corrected(torch.eye(3, dtype=torch.float64))(torch.tensor(logits), torch.tensor(y))
+    np.testing.assert_allclose(identity.numpy(), cross_entropy(torch.tensor(logits), torch.tensor(y)).numpy())
 
 
 def test_classifier_save_load_round_trip_and_regressor_files_still_load(tmp_path: Path) -> None:
@@ -259,7 +247,7 @@ def store_categorical_release(
         release_id=release_id,
         label_set_id="ls",
         feature_table="animals",
-        created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
         mechanism=LaplaceSpec(epsilon=2.0, domain=LabelDomainSpec(low=0, high=2), step=1.0, scale=1.0),
         accounting=PrivacyAccounting(
             parts=[EpsilonPart(name="randomizer", epsilon_micro=2_000_000)], total_epsilon_micro=2_000_000

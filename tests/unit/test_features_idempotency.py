@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from tests.unit.test_features_app import API_KEY, AUTH, SECRET, SMALL_CSV, post_release, release_body, upload
 
 from features_party import store
 from features_party.app import create_app
 from labeldp.settings import Settings
-from tests.unit.test_features_app import AUTH, SECRET, API_KEY, SMALL_CSV, post_release, release_body, upload
 
 TRAINING = {"release_id": "rel-1", "epochs": 1, "batch_size": 8, "seed": 0}
 

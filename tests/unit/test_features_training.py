@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -12,24 +12,22 @@ import pyarrow.parquet as pq
 import pytest
 
 from features_party import jobs, store
-from features_party.training import (
-    MLPRegressor,
-    Preprocessor,
-    TrainedRegressor,
-    TrainingConfig,
-    fit_regressor,
-    resolve_device,
-)
+from features_party.config import TrainingConfig
+from features_party.device import resolve_device
+from features_party.networks import MLPRegressor
+from features_party.persistence import TrainedRegressor
+from features_party.preprocessing import Preprocessor
+from features_party.regression import fit_regressor
 from labeldp.database import make_engine, make_session_factory
 from labeldp.schema import (
     EpsilonPart,
-    LabelDomainSpec,
     LabelRelease,
     LaplaceSpec,
     PrivacyAccounting,
     encode_payload,
     payload_digest,
 )
+from labeldp.specs.base import LabelDomainSpec
 
 
 def linear_data(n: int = 2000, seed: int = 0) -> tuple[pa.Table, np.ndarray]:
@@ -122,7 +120,7 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
         release_id="rel",
         label_set_id="ls",
         feature_table="t",
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         mechanism=LaplaceSpec(epsilon=1, domain=LabelDomainSpec(low=-10, high=10), step=0.01, scale=20),
         accounting=PrivacyAccounting(parts=[EpsilonPart(name="r", epsilon_micro=10)], total_epsilon_micro=10),
         row_count=300,
@@ -174,9 +172,10 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_default_training_config_keeps_plain_history_and_constant_learning_rate() -> None:
+def test_default_training_config_is_the_benchmarked_recipe_and_keeps_plain_history() -> None:
     config = TrainingConfig()
-    assert (config.optimizer, config.schedule, config.step_epoch, config.step_factor) == ("adam", "none", 25, 0.1)
+    assert (config.optimizer, config.schedule, config.step_epoch, config.step_factor) == ("adam", "step", 25, 0.1)
+    assert (config.epochs, config.batch_size, config.learning_rate, config.weight_decay) == (50, 256, 1e-3, 1e-4)
     table, y = linear_data(200)
     model = fit_regressor(table, y, TrainingConfig(epochs=2, seed=1, device="cpu", threads=1))
     assert set(model.history_[0]) == {"epoch", "train_loss", "val_loss"}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pyarrow as pa
 
+from features_party.config import LearningConfig, TrainingConfig
 from features_party.refit import fit_refit_regressor
-from features_party.training import LearningConfig, TrainingConfig, fit_private_regressor
+from features_party.regression import fit_private_regressor
 
 
 def test_refit_trains_on_every_row_for_the_privately_selected_epochs():
@@ -30,7 +29,7 @@ def test_refit_trains_on_every_row_for_the_privately_selected_epochs():
     assert len(refit.history_) == chosen
     # the same as training on every row for that many epochs directly
     direct = fit_private_regressor(
-        table, noisy, None, dataclasses.replace(config, epochs=chosen, validation_fraction=0.0),
+        table, noisy, None, config.replace(epochs=chosen, validation_fraction=0.0),
         LearningConfig(debias="none", shrinkage=0.0, select_epoch=False),
     )
     np.testing.assert_allclose(refit.predict(table), direct.predict(table), rtol=1e-6)

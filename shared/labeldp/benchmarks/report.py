@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -289,11 +288,6 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     if plan.note:
         lines.append(f"- **Note**: {plan.note}.")
     lines.append(f"- **Training**: {recipe.describe()}; trained on {result.n_train_fit:,} rows.")
-    if result.unsupported:
-        lines.append(
-            f"- **Deviation**: this build's `TrainingConfig` has no {', '.join(f'`{u}`' for u in result.unsupported)};"
-            " the models were trained with Adam at a constant learning rate instead of the recipe above."
-        )
     lines.append("- **Learners** (what the features party does with the release; all post-processing):")
     lines += [f"  - `{name}`: {_describe_learner(name, result.learner_info.get(name, {}))}" for name in result.learners]
     lines += [
@@ -464,7 +458,7 @@ def summary(result: RunResult, *, command: str | None = None, quick: bool = Fals
             "reference": plan.reference,
             "note": plan.note,
             "train_rows": plan.train_rows,
-            "recipe": dataclasses.asdict(plan.training),
+            "recipe": plan.training.model_dump(),
         },
         "description": result.data_description,
         "trials": result.trials,
@@ -478,7 +472,6 @@ def summary(result: RunResult, *, command: str | None = None, quick: bool = Fals
         "learners": result.learners,
         "learner_info": result.learner_info,
         "training": result.config,
-        "recipe_unsupported": result.unsupported,
         "environment": result.environment,
         "wall_seconds": result.wall_seconds,
         "compute_seconds": result.compute_seconds,
@@ -539,7 +532,7 @@ def result_from_summary(doc: dict[str, Any], *, source: str | None = None) -> Ru
         recipe = base.training if base else utility.LIU_HUANG_TRAINING
         reference = base.reference if base else ("liu_huang_housing" if name == "california_housing" else None)
         meta = {"task": task, "reference": reference, "note": base.note if base else "",
-                "train_rows": base.train_rows if base else None, "recipe": dataclasses.asdict(recipe)}
+                "train_rows": base.train_rows if base else None, "recipe": recipe.model_dump()}
         raw = _cells_from_rows(doc)
     else:
         raw = [Cell(c["mechanism"], _eps_from_json(c["epsilon"]), c["trial"], c["mechanism_metrics"],
@@ -576,7 +569,6 @@ def result_from_summary(doc: dict[str, Any], *, source: str | None = None) -> Ru
         learners=learners,
         cells=cells,
         config=doc.get("training", {}),
-        unsupported=doc.get("recipe_unsupported", []),
         environment=doc["environment"],
         wall_seconds=0.0,
         computed=0,

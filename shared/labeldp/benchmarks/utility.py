@@ -33,11 +33,14 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
 
+from pydantic import ConfigDict, field_validator
+
+from features_party.config import DEFAULT_OPTIONS, LearningConfig, TrainingConfig, TrainingOptions
 from labeldp.benchmarks import datasets as ds
 from labeldp.benchmarks.datasets import BenchmarkData
 
@@ -58,26 +61,25 @@ CPU_CRITEO_TRAIN_ROWS = 25_000
 # --------------------------------------------------------------------------- training recipes
 
 
-@dataclass(frozen=True)
-class TrainingRecipe:
-    """A paper's training setup, in the terms of ``features_party.training.TrainingConfig``."""
+class TrainingRecipe(TrainingOptions):
+    """A paper's training setup: the features party's one definition of the training options
+    (:class:`features_party.config.TrainingOptions`, whose defaults are
+    :data:`LIU_HUANG_TRAINING`) plus where it comes from."""
 
-    epochs: int
-    batch_size: int
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-4
-    optimizer: Literal["adam", "rmsprop"] = "adam"
-    schedule: Literal["none", "step", "cosine"] = "none"
-    step_epoch: int | None = None
-    step_factor: float = 0.1
+    model_config = ConfigDict(frozen=True)
+
     source: str = ""
 
-    def with_epochs(self, epochs: int) -> "TrainingRecipe":
+    @field_validator("step_epoch", mode="before")
+    @classmethod
+    def _no_step(cls, value: Any) -> Any:
+        # Result files written before the options were unified store null for schedules without a step.
+        return TrainingOptions.model_fields["step_epoch"].default if value is None else value
+
+    def with_epochs(self, epochs: int) -> TrainingRecipe:
         """Fewer (or more) epochs, the step decay kept at the same fraction of training."""
-        step = None
-        if self.step_epoch is not None:
-            step = max(1, round(self.step_epoch * epochs / self.epochs))
-        return dataclasses.replace(self, epochs=epochs, step_epoch=step)
+        step = max(1, round(self.step_epoch * epochs / self.epochs))
+        return self.model_copy(update={"epochs": epochs, "step_epoch": step})
 
     def describe(self) -> str:
         sched = {"none": "constant lr", "cosine": "cosine decay"}.get(self.schedule, "")
@@ -90,38 +92,27 @@ class TrainingRecipe:
         )
 
 
-LIU_HUANG_TRAINING = TrainingRecipe(50, 256, optimizer="adam", schedule="step", step_epoch=25, source="Liu & Huang §5.3")
-GHAZI_CRITEO_TRAINING = TrainingRecipe(50, 8192, optimizer="rmsprop", schedule="cosine", source="Ghazi et al. App. E.1")
+LIU_HUANG_TRAINING = TrainingRecipe(source="Liu & Huang §5.3")
+"""Adam 1e-3, 50 epochs, batch 256, ÷10 after epoch 25, weight decay 1e-4: the defaults of the one
+definition, so ``POST /v1/trainings`` with no options trains exactly as the default column of
+Housing and the simulated sets was measured."""
+GHAZI_CRITEO_TRAINING = TrainingRecipe(
+    epochs=50, batch_size=8192, optimizer="rmsprop", schedule="cosine", source="Ghazi et al. App. E.1"
+)
 CLASSIFICATION_TRAINING = TrainingRecipe(
-    30, 256, optimizer="adam", schedule="step", step_epoch=15, source="tabular stand-in; Liu & Ding train ResNets on CIFAR"
+    epochs=30, batch_size=256, optimizer="adam", schedule="step", step_epoch=15,
+    source="tabular stand-in; Liu & Ding train ResNets on CIFAR",
 )
 
 
-def training_config(recipe: TrainingRecipe, *, seed: int, device: str, threads: int) -> tuple[Any, list[str]]:
-    """The ``TrainingConfig`` for ``recipe`` and the recipe fields this build's config cannot take.
+def training_config(recipe: TrainingRecipe, *, seed: int, device: str, threads: int) -> TrainingConfig:
+    """The ``TrainingConfig`` for ``recipe``.
 
     Training uses every training row (``validation_fraction=0``), as the papers do;
     learners that select models on a validation split make their own.
     """
-    from features_party.training import TrainingConfig
-
-    names = {f.name for f in dataclasses.fields(TrainingConfig)}
-    kwargs: dict[str, Any] = {
-        "epochs": recipe.epochs,
-        "batch_size": recipe.batch_size,
-        "learning_rate": recipe.learning_rate,
-        "weight_decay": recipe.weight_decay,
-        "validation_fraction": 0.0,
-        "seed": seed,
-        "device": device,
-        "threads": threads,
-    }
-    extra: dict[str, Any] = {"optimizer": recipe.optimizer, "schedule": recipe.schedule}
-    if recipe.schedule == "step":
-        extra.update(step_epoch=recipe.step_epoch, step_factor=recipe.step_factor)
-    unsupported = [k for k in extra if k not in names]
-    kwargs.update({k: v for k, v in extra.items() if k in names})
-    return TrainingConfig(**kwargs), unsupported
+    options = {**recipe.options(), "validation_fraction": 0.0, "seed": seed}
+    return TrainingConfig(**options, device=device, threads=threads)
 
 
 # --------------------------------------------------------------------------- learners
@@ -134,7 +125,7 @@ class FitJob:
     train_table: pa.Table  # feature columns only
     labels: np.ndarray  # privatized (or, at ε = ∞, true) training labels
     spec: Any  # the release's mechanism spec, None at ε = ∞
-    config: Any  # features_party.training.TrainingConfig
+    config: TrainingConfig
     test_table: pa.Table
     classes: list[str] | None = None
     true_labels: np.ndarray | None = None  # oracle model selection only; never used for training
@@ -174,16 +165,9 @@ class PlainRegressor:
         return {"learner": "fit_regressor"}
 
     def fit_predict(self, job: FitJob) -> dict[str, np.ndarray]:
-        from features_party.training import fit_regressor
+        from features_party.regression import fit_regressor
 
         return {self.name: fit_regressor(job.train_table, job.labels, job.config).predict(job.test_table)}
-
-
-def private_learning_available() -> bool:
-    """Whether this build's features party has ``fit_private_regressor`` (debiasing, private selection)."""
-    from features_party import training
-
-    return all(hasattr(training, f) for f in ("fit_private_regressor", "fit_private_and_oracle", "LearningConfig"))
 
 
 @dataclass(frozen=True)
@@ -201,7 +185,7 @@ class PrivateRegressor:
     name: str = "private"
     task: str = "regression"
     oracle: bool = False
-    validation_fraction: float = 0.1
+    validation_fraction: float = DEFAULT_OPTIONS.validation_fraction
     learning: tuple[tuple[str, Any], ...] = ()  # LearningConfig overrides (default: the project's default)
 
     @property
@@ -209,8 +193,6 @@ class PrivateRegressor:
         return (self.name, "oracle") if self.oracle else (self.name,)
 
     def fingerprint(self) -> dict[str, Any]:
-        from features_party.training import LearningConfig
-
         return {
             "learner": "fit_private_regressor",
             "oracle": self.oracle,
@@ -219,9 +201,9 @@ class PrivateRegressor:
         }
 
     def fit_predict(self, job: FitJob) -> dict[str, np.ndarray]:
-        from features_party.training import LearningConfig, fit_private_and_oracle, fit_private_regressor
+        from features_party.regression import fit_private_and_oracle, fit_private_regressor
 
-        config = dataclasses.replace(job.config, validation_fraction=self.validation_fraction)
+        config = job.config.replace(validation_fraction=self.validation_fraction)
         learning = LearningConfig(**dict(self.learning))
         if not self.oracle:
             model = fit_private_regressor(job.train_table, job.labels, job.spec, config, learning)
@@ -237,7 +219,7 @@ class RefitRegressor:
 
     name: str = "refit"
     task: str = "regression"
-    validation_fraction: float = 0.1
+    validation_fraction: float = DEFAULT_OPTIONS.validation_fraction
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -252,7 +234,7 @@ class RefitRegressor:
     def fit_predict(self, job: FitJob) -> dict[str, np.ndarray]:
         from features_party.refit import fit_refit_regressor
 
-        config = dataclasses.replace(job.config, validation_fraction=self.validation_fraction)
+        config = job.config.replace(validation_fraction=self.validation_fraction)
         return {self.name: fit_refit_regressor(job.train_table, job.labels, job.spec, config).predict(job.test_table)}
 
 
@@ -271,7 +253,7 @@ class PlainClassifier:
         return {"learner": "fit_classifier"}
 
     def fit_predict(self, job: FitJob) -> dict[str, np.ndarray]:
-        from features_party.training import fit_classifier
+        from features_party.classifier import fit_classifier
 
         assert job.classes is not None
         model = fit_classifier(job.train_table, job.labels, len(job.classes), job.config)
@@ -283,7 +265,7 @@ def learners_for(task: str, names: list[str] | None) -> list[Learner]:
 
     Regression: ``plain``, ``private``, ``oracle`` (``oracle`` rides on the private
     learner's training run, so asking for it alone also yields ``private``);
-    default: all three when this build has ``fit_private_regressor``, else ``plain``.
+    default: all three.
     Classification: ``plain`` only (a forward-corrected learner needs each row's
     transition law, which two-stage categorical releases do not state as one matrix).
     Unknown names are skipped.
@@ -291,13 +273,13 @@ def learners_for(task: str, names: list[str] | None) -> list[Learner]:
     if task == "classification":
         return [PlainClassifier()]
     if names is None:
-        names = ["plain", "private", "oracle"] if private_learning_available() else ["plain"]
+        names = ["plain", "private", "oracle"]
     out: list[Learner] = []
     if "plain" in names:
         out.append(PlainRegressor())
-    if ("private" in names or "oracle" in names) and private_learning_available():
+    if "private" in names or "oracle" in names:
         out.append(PrivateRegressor(oracle="oracle" in names))
-    if "refit" in names and private_learning_available():
+    if "refit" in names:
         out.append(RefitRegressor())
     return out or [PlainRegressor()]
 
@@ -416,7 +398,6 @@ class RunResult:
     learners: list[str]  # output names, in table order
     cells: list[Cell]
     config: dict[str, Any]  # effective TrainingConfig (seed removed)
-    unsupported: list[str]  # recipe fields this build's TrainingConfig could not take
     environment: dict[str, Any]
     wall_seconds: float
     computed: int
@@ -526,7 +507,15 @@ CODE_MODULES = (
     "labeldp.synthetic",
     "labeldp.benchmarks.datasets",
     "labels_party.randomizer",
-    "features_party.training",
+    "features_party.config",
+    "features_party.device",
+    "features_party.tasks",
+    "features_party.preprocessing",
+    "features_party.networks",
+    "features_party.loop",
+    "features_party.regression",
+    "features_party.classifier",
+    "features_party.persistence",
     "features_party.debiasing",
     "features_party.selection",
 )
@@ -679,7 +668,7 @@ def run_utility(
     data: BenchmarkData | None = None,
 ) -> RunResult:
     """Run the protocol on one data set; every cell is read from the cache when present."""
-    from features_party.training import resolve_device
+    from features_party.device import resolve_device
     from labeldp.epsilon import to_micro_floor
     from labels_party.randomizer import RECIPES, randomize
 
@@ -705,8 +694,8 @@ def run_utility(
     n_train = n - n_test
     n_fit = min(plan.train_rows, n_train) if plan.train_rows else n_train
 
-    probe, unsupported = training_config(plan.training, seed=0, device=device, threads=threads)
-    effective = {k: v for k, v in dataclasses.asdict(probe).items() if k not in ("seed", "device", "threads")}
+    probe = training_config(plan.training, seed=0, device=device, threads=threads)
+    effective = probe.model_dump(exclude={"seed", "device", "threads"})
     key = {
         "format": CACHE_FORMAT,
         "dataset": plan.name,
@@ -718,7 +707,7 @@ def run_utility(
         "train_rows": n_fit,
         "seed": seed,
         "training": effective,
-        "recipe": dataclasses.asdict(plan.training),
+        "recipe": plan.training.model_dump(),
     }
     cache = CellCache(Path(cache_dir), plan.name, key)
 
@@ -761,7 +750,7 @@ def run_utility(
         train, test, fit_pos, fit_table, test_table = split(t)
         y_train = data.labels[train]
         train_seed = _int_seed(_seed(seed, plan.name, t, "training"))
-        config, _ = training_config(plan.training, seed=train_seed, device=device, threads=threads)
+        config = training_config(plan.training, seed=train_seed, device=device, threads=threads)
         error = None
         spec = None
         if mech == NON_PRIVATE:
@@ -836,7 +825,6 @@ def run_utility(
         learners=outputs,
         cells=cells,
         config=effective,
-        unsupported=unsupported,
         environment=environment(device),
         wall_seconds=time.perf_counter() - started,
         computed=computed,
