@@ -18,7 +18,9 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 from sqlalchemy import or_, select, update
@@ -28,7 +30,7 @@ from labeldp.database import backoff_seconds, is_transient, make_session_factory
 from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings
-from labeldp.signing import sign
+from labeldp.signing import sign_file
 
 from .store import ReleaseRow
 
@@ -65,11 +67,18 @@ def deliver_one(
             return row.status if row else "missing"
         path = settings.labels_data_dir / "messages" / row.message_file
         attempts = row.attempts + 1
-    body = path.read_bytes()  # the exact bytes charged; the file never changes once a row names it
-    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(body, settings.exchange_secret)}
+    # The exact bytes charged (the file never changes once a row names it), signed and sent
+    # a chunk at a time: the sender's memory does not grow with the release.
+    headers = {
+        "content-type": "application/json",
+        "content-length": str(path.stat().st_size),
+        SIGNATURE_HEADER: sign_file(path, settings.exchange_secret),
+    }
     status, error = "pending", None
     try:
-        response = client.post(f"{settings.features_url.rstrip('/')}/v1/releases", content=body, headers=headers)
+        response = client.post(
+            f"{settings.features_url.rstrip('/')}/v1/releases", content=_chunks(path), headers=headers
+        )
         if response.status_code in (200, 201):
             status = "delivered"
         elif 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
@@ -91,6 +100,11 @@ def deliver_one(
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
     log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error})" if error else "")
     return status
+
+
+def _chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        yield from iter(lambda: f.read(size), b"")
 
 
 def _error_code(response: httpx.Response) -> str:
