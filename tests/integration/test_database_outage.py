@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.postgres_server import PostgresServer
 
 from labeldp.local_stack import LocalStack
 from labeldp.synthetic import make_conversions
-from tests.postgres_server import PostgresServer
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 
