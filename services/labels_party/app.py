@@ -24,6 +24,7 @@ from . import label_sets, privacy_domains, releases, uploads
 from .context import LabelsContext
 from .randomizer import MECHANISMS
 from .spool import spool_body
+from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
 
@@ -51,6 +52,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     engine = open_database(settings.labels_database_url, SERVICES["labels"], settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
+    # Files a crash left between writing and committing; young ones may be another replica's.
+    swept = sweep_orphans(ctx, min_age_seconds=max(3600.0, 2 * settings.idempotency_lease_seconds))
+    if swept:
+        log.info("swept %d orphaned files", swept)
 
     registry = CollectorRegistry()
     uploaded_rows = Counter("labeldp_uploaded_labels", "labels accepted by uploads", registry=registry)
