@@ -51,4 +51,59 @@ def test_features_party_requests_a_gpu():
 
 def test_every_service_has_its_dockerfile():
     for name, service in _compose()["services"].items():
+        if "image" in service:  # a published image (the ledger's PostgreSQL)
+            continue
         assert (ROOT / service["build"]["dockerfile"]).is_file(), name
+
+
+API_SERVICES = {"labels-party-api": 8001, "features-party": 8002}
+
+
+def _env_file(path: str) -> dict[str, str]:
+    out = {}
+    for line in (ROOT / path).read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def test_every_service_restarts_unless_stopped():
+    for name, service in _compose()["services"].items():
+        assert service.get("restart") == "unless-stopped", name
+
+
+def test_apis_are_healthy_only_when_readyz_answers():
+    services = _compose()["services"]
+    for name, port in API_SERVICES.items():
+        probe = " ".join(services[name]["healthcheck"]["test"])
+        assert f":{port}/readyz" in probe, name
+        assert "/healthz" not in probe, name  # liveness alone says nothing about the database
+
+
+def test_the_ledger_database_is_postgres_reached_only_by_the_labels_party():
+    compose = _compose()
+    services = compose["services"]
+    db = services["postgres"]
+    assert "pg_isready" in " ".join(db["healthcheck"]["test"])
+    assert any(v.split(":")[1] == "/var/lib/postgresql/data" for v in db["volumes"])
+    assert not (_networks(db) & _networks(services["features-party"]))
+    for name in LABELS_SERVICES:
+        assert _networks(db) & _networks(services[name]), name
+        assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy", name
+
+
+def test_the_labels_env_example_points_at_the_postgres_service():
+    services = _compose()["services"]
+    db_env = _env_file(services["postgres"]["env_file"])
+    url = _env_file(services["labels-party-api"]["env_file"])["LABELDP_LABELS_DATABASE_URL"]
+    expected = (
+        f"postgresql+psycopg://{db_env['POSTGRES_USER']}:{db_env['POSTGRES_PASSWORD']}"
+        f"@postgres:5432/{db_env['POSTGRES_DB']}"
+    )
+    assert url == expected
+
+
+def test_images_leave_local_state_out():
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", "var", "bench/cache", ".git"} <= ignored
