@@ -6,7 +6,7 @@ transition matrix the loss is Patrini et al.'s forward correction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +46,7 @@ def fit_classifier(
     on_epoch: Callable[[EpochReport], None] | None = None,
     *,
     classes: list[str] | None = None,
-    transition_matrix: np.ndarray | list[list[float]] | None = None,
+    transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
 ) -> TrainedClassifier:
     """Train the same MLP body with a K-way softmax head on (privatized) class indices 0..K-1.
 
@@ -66,6 +66,7 @@ def fit_classifier(
         raise ValueError("class_indices must have one value per row")
     matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
     plan = make_plan(table.num_rows, config)
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     if matrix is None:
         loss = cross_entropy
     else:

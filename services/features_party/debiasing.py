@@ -151,15 +151,16 @@ def law_from_dict(data: Mapping[str, Any] | None) -> LabelLaw:
     """The law a model file stored (without its exact label maps); ``None`` is the identity."""
     if data is None:
         return IDENTITY
-    common = dict(name=str(data["name"]), a=float(data["a"]), b=float(data["b"]))
-    common.update(low=float(data["low"]), high=float(data["high"]))
+    name, a, b = str(data["name"]), float(data["a"]), float(data["b"])
+    low, high = float(data["low"]), float(data["high"])
     if data["kind"] == "linear":
-        if common["name"] == "identity":
+        if name == "identity":
             return IDENTITY
-        return LabelLaw(**common)
+        return LabelLaw(name, a, b, low, high)
     if data["kind"] == "monotone":
         values = tuple(float(v) for v in data["values"])
-        return MonotoneLaw(**common, values=values, means=tuple(float(m) for m in data["means"]))
+        means = tuple(float(m) for m in data["means"])
+        return MonotoneLaw(name, a, b, low, high, values=values, means=means)
     raise ValueError("unknown label law kind")
 
 
@@ -262,7 +263,8 @@ def _lattice_law(spec: Any) -> LabelLaw:
     """Additive noise on the domain lattice: affine (snap) unclipped, monotone when clipped or range-restricted."""
     from labeldp.mechanisms.additive import MECHANISMS
 
-    mech = MECHANISMS[spec.name].from_spec(spec)
+    mech: Any = MECHANISMS[spec.name]
+    mech = mech.from_spec(spec)
     low, high = float(spec.domain.low), float(spec.domain.high)
     if not getattr(spec, "clipped", False) and spec.name != "exponential":
 

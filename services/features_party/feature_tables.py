@@ -111,7 +111,7 @@ def parse_csv(
     if ids.null_count:
         raise ApiError(422, "invalid_csv", "some rows have an empty id", [{"count": ids.null_count}])
     counts = pc.value_counts(ids)
-    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1)))
     if len(repeated):
         examples = repeated.field("values").to_pylist()[:MAX_EXAMPLES]
         raise ApiError(
@@ -128,6 +128,7 @@ def parse_csv(
         if name == id_column:
             continue
         column = table.column(name)
+        dtype: pa.DataType
         if name in numeric or (name not in categorical and _is_numeric(column.type)):
             kind, dtype = NUMERIC, pa.float64()
         else:
@@ -232,9 +233,9 @@ def missing_ids(ids: pa.Array | pa.ChunkedArray, table_ids: pa.Array | pa.Chunke
     """How many of ``ids`` are not in ``table_ids``, and a few of them."""
     present = pc.is_in(ids, value_set=table_ids)
     absent = pc.invert(present)
-    count = pc.sum(absent).as_py() or 0
+    count = int(pc.sum(pc.cast(absent, pa.int64())).as_py() or 0)
     examples = pc.filter(ids, absent).slice(0, MAX_EXAMPLES).to_pylist() if count else []
-    return count, examples
+    return count, [str(i) for i in examples]
 
 
 def select_rows(table: pa.Table, id_column: str, ids: Sequence[str]) -> pa.Table:

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, store
@@ -173,12 +173,11 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
         return PLAIN
     if request.validation_fraction == 0 and learning.needs_validation:
         debias = learning.debias if "debias" in explicit else "none"
-        fallback = {
-            "debias": debias,
-            "shrinkage": learning.shrinkage if "shrinkage" in explicit else (0.0 if debias == "none" else 1.0),
-            "select_epoch": learning.select_epoch if "select_epoch" in explicit else False,
-        }
-        learning = LearningConfig(**fallback)
+        learning = LearningConfig(
+            debias=debias,
+            shrinkage=learning.shrinkage if "shrinkage" in explicit else (0.0 if debias == "none" else 1.0),
+            select_epoch=learning.select_epoch if "select_epoch" in explicit else False,
+        )
         if learning.needs_validation:
             raise ApiError(
                 422, "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
@@ -287,8 +286,9 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
             .where(store.Training.status == QUEUED)
             .order_by(store.Training.created_at)
         ).all()
-    if result.rowcount:
-        log.warning("%d trainings were interrupted by a restart", result.rowcount)
+    interrupted = cast(CursorResult[Any], result).rowcount
+    if interrupted:
+        log.warning("%d trainings were interrupted by a restart", interrupted)
     return list(queued)
 
 
@@ -388,6 +388,8 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
                 )
             )
             row = session.get(store.Training, training_id)
+            if row is None:
+                raise FileNotFoundError("the training row is gone")  # deleted while it ran: fail, keep no model
             row.status, row.model_id, row.finished_at = SUCCEEDED, model_id, store.utcnow()
             row.epoch, row.history = config.epochs, list(trained.history_)
     except Exception as exc:

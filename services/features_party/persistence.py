@@ -135,7 +135,7 @@ class TrainedRegressor(TrainedMLP):
 
     def __init__(
         self,
-        model: MLPRegressor,
+        model: MLP,
         preprocessor: Preprocessor,
         target_mean: float,
         target_std: float,
@@ -204,7 +204,7 @@ class TrainedClassifier(TrainedMLP):
 
     task: Task = CLASSIFICATION
 
-    def __init__(self, model: MLPClassifier, preprocessor: Preprocessor, classes: list[str], **kwargs: Any) -> None:
+    def __init__(self, model: MLP, preprocessor: Preprocessor, classes: list[str], **kwargs: Any) -> None:
         super().__init__(model, preprocessor, **kwargs)
         self.classes_ = [str(c) for c in classes]
 

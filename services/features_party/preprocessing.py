@@ -7,7 +7,7 @@ training-time statistics.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +47,7 @@ class Preprocessor:
                 pre.means.append(mean)
                 pre.stds.append(std if std > 1e-12 else 1.0)
             else:
-                distinct = pc.unique(column.cast(pa.string())).drop_null().to_pylist()
+                distinct: list[str] = pc.unique(column.cast(pa.string())).drop_null().to_pylist()  # type: ignore[assignment]
                 pre.categorical_columns.append(name)
                 pre.vocabularies.append({value: i + 1 for i, value in enumerate(sorted(distinct))})
         return pre
@@ -72,8 +72,9 @@ class Preprocessor:
             vocab = sorted(self.vocabularies[j].items(), key=lambda kv: kv[1])
             value_set = pa.array([value for value, _ in vocab], pa.string())
             codes = np.asarray([index for _, index in vocab], dtype=np.int64)
-            positions = pc.fill_null(pc.index_in(table.column(name).cast(pa.string()), value_set=value_set), -1)
-            pos = np.asarray(positions.to_numpy(), dtype=np.int64)
+            found = pc.index_in(table.column(name).cast(pa.string()), value_set=value_set)
+            positions = cast(pa.Array, pc.fill_null(found, pa.scalar(-1, found.type)))
+            pos = np.asarray(positions.to_numpy(zero_copy_only=False), dtype=np.int64)
             categorical[:, j] = np.where(pos >= 0, codes[np.clip(pos, 0, None)], 0)
         return numeric, categorical
 

@@ -151,15 +151,18 @@ def _fit_selected(
     results: list[TrainedRegressor] = []
     for i, selector in enumerate(selectors or [None]):
         model = fitted.model
-        if i < len(best) and best[i] is not None:
+        state = best[i] if i < len(best) else None
+        if state is not None:
             if i < len(selectors) - 1:
                 model = copy.deepcopy(fitted.model)
-            model.load_state_dict(best[i])
+            model.load_state_dict(state)
             model.eval()
         if selector is None:
             lam, summary = (0.0 if learning.debias == "none" else fixed), None
             epoch = config.epochs
         else:
+            if selector.shrinkage_ is None or selector.epoch_ is None:
+                raise RuntimeError("model selection observed no epoch")
             lam, epoch = float(selector.shrinkage_), int(selector.epoch_)
             summary = {**selector.summary(), "note": estimate_note(selector.criterion, law)}
         post = PostProcessing(learning.debias, lam if learning.debias != "none" else 0.0, law)

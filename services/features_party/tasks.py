@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
-REGRESSION, CLASSIFICATION = "regression", "classification"
 Task = Literal["regression", "classification"]
+REGRESSION: Final = "regression"
+CLASSIFICATION: Final = "classification"
 
 
 @dataclass(frozen=True)

@@ -414,7 +414,8 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
     assert len(by_rows) == 3 and all(np.isfinite(by_rows))
     # rows of the table predicted by values agree with prediction by id
     first = {"x1": float(trained["csv"].splitlines()[1].split(",")[1])}
-    first.update(x2=float(trained["csv"].splitlines()[1].split(",")[2]), city=trained["csv"].splitlines()[1].split(",")[3])
+    cells = trained["csv"].splitlines()[1].split(",")
+    first.update(x2=float(cells[2]), city=cells[3])
     same = client.post(f"/v1/models/{training['model_id']}/predict", json={"rows": [first]}, headers=AUTH).json()
     assert same["predictions"][0] == pytest.approx(by_ids[0], abs=1e-5)
 
@@ -483,7 +484,9 @@ def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> No
 
     fixed = client.post(
         "/v1/trainings",
-        json={"release_id": "rel-1", "epochs": 1, "seed": 1, "debias": "targets", "shrinkage": 0.5, "select_epoch": False},
+        json={
+            "release_id": "rel-1", "epochs": 1, "seed": 1, "debias": "targets", "shrinkage": 0.5, "select_epoch": False,
+        },
         headers=AUTH,
     )
     done = wait_for_training(client, fixed.json()["training_id"])
@@ -508,7 +511,8 @@ def test_learning_options_are_validated(client: TestClient, small_table: list[st
     )
     assert needs_validation.status_code == 422 and needs_validation.json()["code"] == "validation_required"
     # without explicit learning fields, no validation split means plain training, as before
-    plain = client.post("/v1/trainings", json={"release_id": "rel-1", "validation_fraction": 0, "epochs": 1}, headers=AUTH)
+    body = {"release_id": "rel-1", "validation_fraction": 0, "epochs": 1}
+    plain = client.post("/v1/trainings", json=body, headers=AUTH)
     assert plain.status_code == 202
     with client.app.state.ctx.sessions() as session:
         config = session.get(store.Training, plain.json()["training_id"]).config

@@ -170,7 +170,7 @@ def test_classifier_save_load_round_trip_and_regressor_files_still_load(tmp_path
 
 def test_networks_share_one_body() -> None:
     reg, clf = MLPRegressor(2, [2]), MLPClassifier(2, [2], 3)
-    assert [k for k in reg.state_dict()] == [k for k in clf.state_dict()]
+    assert list(reg.state_dict()) == list(clf.state_dict())
     assert clf(torch.zeros(4, 2), torch.zeros(4, 1, dtype=torch.long)).shape == (4, 3)
     assert reg(torch.zeros(4, 2), torch.zeros(4, 1, dtype=torch.long)).shape == (4,)
 
