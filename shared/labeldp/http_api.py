@@ -2,7 +2,7 @@
 
 Errors are JSON ``{"code", "message", "details"}`` with a stable ``code``. Error
 bodies never echo request input: a rejected label value must not come back in
-a response, a log line or a trace (DESIGN.md invariant 5).
+a response, a log line or a trace (docs/architecture.md, privacy invariant 5).
 """
 
 from __future__ import annotations
