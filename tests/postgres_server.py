@@ -50,7 +50,9 @@ class PostgresServer:
             try:
                 pwd.getpwnam(SERVICE_USER)
             except KeyError:
-                subprocess.run(["useradd", "--system", "--no-create-home", SERVICE_USER], check=True)
+                # Another test session may create it at the same moment: only its absence is an error.
+                subprocess.run(["useradd", "--system", "--no-create-home", SERVICE_USER], check=False)
+                pwd.getpwnam(SERVICE_USER)
         self.bin_dir = _bin_dir()
         if self.user:
             shutil.chown(self.workdir, self.user)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from . import id_lookup
 from .columnar import read_array, read_table, write_array, write_table
 from .store import PrivacyDomainRow
 
@@ -179,24 +179,28 @@ def read_ids(data_dir: Path, domain: PrivacyDomainRow) -> pa.ChunkedArray:
 
 
 def register_ids(data_dir: Path, domain: PrivacyDomainRow, ids: pa.Array) -> np.ndarray:
-    """Ledger positions of ``ids`` (unique), appending the ids the domain has not seen.
+    """Ledger positions of ``ids`` (unique and sorted), appending the ids the domain has not seen.
 
-    An id already known keeps its position — and so everything it has spent. Needs the
-    domain lock; the caller commits the row's new ``n_ids``/``id_segments``.
+    An id already known keeps its position — and so everything it has spent. Each
+    segment holds sorted ids (a filtered slice of a sorted set), so lookups are binary
+    searches per segment with no hash table of the domain. Needs the domain lock; the
+    caller commits the row's new ``n_ids``/``id_segments``.
     """
-    known = read_ids(data_dir, domain)
-    if len(known):
-        found = pc.fill_null(pc.index_in(ids, value_set=known), -1)
-        positions = found.to_numpy(zero_copy_only=False).astype(np.int64)
-    else:
-        positions = np.full(len(ids), -1, dtype=np.int64)
+    positions = np.full(len(ids), -1, dtype=np.int64)
+    base = 0
+    for k in range(1, domain.id_segments + 1):
+        segment = read_table(_segment_path(data_dir, domain.id, k)).column("id")
+        found = id_lookup.positions(segment, ids)
+        hit = found >= 0
+        positions[hit] = base + found[hit]
+        base += len(segment)
     new = positions < 0
     n_new = int(np.count_nonzero(new))
     if n_new:
         new_ids = ids if n_new == len(ids) else ids.filter(pa.array(new))
-        segment = domain.id_segments + 1
-        write_table(_segment_path(data_dir, domain.id, segment), pa.table({"id": new_ids}))
+        segment_no = domain.id_segments + 1
+        write_table(_segment_path(data_dir, domain.id, segment_no), pa.table({"id": new_ids}))
         positions[new] = np.arange(domain.n_ids, domain.n_ids + n_new, dtype=np.int64)
-        domain.id_segments = segment
+        domain.id_segments = segment_no
         domain.n_ids = domain.n_ids + n_new
     return positions
