@@ -32,10 +32,9 @@ from labeldp.mechanisms.categorical import (
     randomized_response_matrix,
     realized_matrix,
     release_laws,
-    sample_rows,
-    sample_rows_reference,
     weight_matrix,
 )
+from labeldp.mechanisms.reference import rows as rows_reference
 from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
 
 EPSILONS = [0.01, 0.1, 0.6, 1.0, 2.0, 4.0, 8.0, 30.0]
@@ -170,27 +169,32 @@ def test_privatize_is_vectorized_over_mixed_labels_and_shapes() -> None:
     labels = rng.integers(0, 6, size=(40, 50))
     out = mech.privatize(labels, np.random.default_rng(11))
     assert out.shape == labels.shape and out.dtype == np.int64
-    # Same seed, same words: equals the per-label reference loop.
-    words = cat.draw_words(labels.size, np.random.default_rng(11))
-    np.testing.assert_array_equal(out.ravel(), sample_rows_reference(mech.cells_, labels.ravel(), words))
+    # Same seed, same words: equals the numpy twin of the kernel.
+    np.testing.assert_array_equal(out.ravel(), rows_reference(labels.ravel(), mech.sampler(), np.random.default_rng(11)))
     # Floats that are whole numbers (the wire's label column) are accepted.
     np.testing.assert_array_equal(mech.privatize(labels.astype(float), np.random.default_rng(11)), out)
 
 
-def test_sample_rows_matches_reference_at_cell_boundaries() -> None:
-    rng = np.random.default_rng(5)
-    mech = RRWithPrior(0.7, 5).fit(np.array([0.4, 0.3, 0.2, 0.05, 0.05]))
-    cdf = mech.cells_
-    edges = np.unique(np.concatenate([cdf.ravel(), cdf.ravel() - np.uint64(1), [np.uint64(0)]]))
-    edges = edges[edges < np.uint64(1 << 63)]
-    labels = np.repeat(np.arange(5), edges.size)
-    words = np.tile(edges, 5)
-    np.testing.assert_array_equal(sample_rows(cdf, labels, words), sample_rows_reference(cdf, labels, words))
-    random_words = cat.draw_words(2000, rng)
-    random_labels = rng.integers(0, 5, size=2000)
-    np.testing.assert_array_equal(
-        sample_rows(cdf, random_labels, random_words), sample_rows_reference(cdf, random_labels, random_words)
-    )
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 8.0])
+def test_sampler_owns_exactly_the_cells_and_never_draws_a_zero_cell(epsilon: float) -> None:
+    """The alias table behind ``privatize`` gives each output exactly its cells of 2^63 (ε-DP nudge included)."""
+    for label, mech in fitted_mechanisms(epsilon, imbalanced_prior()):
+        table = mech.sampler()
+        cells = np.diff(mech.cells_, axis=1, prepend=np.zeros((mech.cells_.shape[0], 1), dtype=np.uint64))
+        np.testing.assert_array_equal(table.cells(), cells, err_msg=label)
+        # Words at every bucket's edges and thresholds: kernel == twin, and only outputs with cells.
+        k = cells.shape[0]
+        capacity = np.uint64(1 << table.shift)
+        thresholds = table.table.reshape(k, table.n_buckets) >> np.uint64(table.g)
+        starts = np.broadcast_to(np.arange(table.n_buckets, dtype=np.uint64) * capacity, thresholds.shape)
+        last = capacity - np.uint64(1)
+        x = np.concatenate([starts + np.minimum(thresholds, last), starts + last, starts,
+                            starts + np.maximum(thresholds, np.uint64(1)) - np.uint64(1)], axis=1)
+        rows = np.repeat(np.arange(k), x.shape[1])
+        words = x.ravel() << np.uint64(1)
+        out = table.draw(rows, words)
+        np.testing.assert_array_equal(out, table.draw_reference(rows, words), err_msg=label)
+        assert np.all(cells[rows, out] > 0), label
 
 
 def test_cell_table_rounds_small_entries_up_and_gives_zero_entries_no_cells() -> None:

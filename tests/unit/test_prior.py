@@ -16,7 +16,8 @@ from labeldp.mechanisms import (
     snap_to_grid,
 )
 from labeldp.mechanisms.prior import expected_bins, log_grid, real_grid_size, uniform_grid
-from labeldp.schema import LabelDomainSpec, NoisyPrior
+from labeldp.schema import NoisyPrior
+from labeldp.specs.base import LabelDomainSpec
 
 
 def clipped_count_pmf(count: int, alpha: float, values: np.ndarray) -> np.ndarray:

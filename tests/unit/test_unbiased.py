@@ -13,7 +13,6 @@ from labeldp.mechanisms.unbiased import (
     ONE,
     UnbiasedRandomizer,
     default_output_grid,
-    flat_cumulative,
     input_grid,
     lp_epsilon,
     max_log_ratio,
@@ -21,11 +20,10 @@ from labeldp.mechanisms.unbiased import (
     prior_weights,
     quantize_transition,
     rounding_probabilities,
-    sample_rows,
-    sample_rows_reference,
     satisfies_dp,
     solve_unbiased_lp,
     solve_unbiased_lp_reference,
+    transition_sampler,
 )
 from labeldp.specs.unbiased import UnbiasedSpec
 
@@ -228,16 +226,20 @@ def test_sampler_realizes_exactly_the_integer_table() -> None:
     counts[0] = [ONE // 2, 0, ONE // 4, ONE // 4, 0]
     counts[1] = [1, 2, 3, ONE - 6, 0]
     counts[2] = [0, 0, 0, 0, ONE]
-    cum = np.cumsum(counts, axis=1)
-    rows = np.repeat(np.arange(3), 5)
-    # the boundary words of every cell: cum − 1 (inside) and cum (next cell)
-    edges = np.clip(np.concatenate([cum.ravel() - 1, cum.ravel(), [0, 0, 0]]), 0, ONE - 1)
-    r = np.concatenate([rows, rows, [0, 1, 2]])
-    w = np.concatenate([edges, rng.integers(0, ONE, 2000, dtype=np.int64)])
-    r = np.concatenate([r, rng.integers(0, 3, 2000)])
-    w = np.clip(w, 0, ONE - 1)
-    fast = sample_rows(flat_cumulative(counts), 5, r, w)
-    np.testing.assert_array_equal(fast, sample_rows_reference(counts, r, w))
+    table = transition_sampler(counts)
+    # Each output owns exactly its count of the 2^53 values the kernel reads.
+    np.testing.assert_array_equal(table.cells(), counts.astype(np.uint64))
+    # Words at every bucket's start, end and threshold, then random words: kernel == twin.
+    capacity = np.uint64(1 << table.shift)
+    thresholds = table.table.reshape(3, table.n_buckets) >> np.uint64(table.g)
+    starts = np.broadcast_to(np.arange(table.n_buckets, dtype=np.uint64) * capacity, thresholds.shape)
+    last = capacity - np.uint64(1)
+    x = np.concatenate([starts, starts + last, starts + np.minimum(thresholds, last),
+                        starts + np.maximum(thresholds, np.uint64(1)) - np.uint64(1)], axis=1)
+    r = np.concatenate([np.repeat(np.arange(3), x.shape[1]), rng.integers(0, 3, 2000)])
+    w = np.concatenate([x.ravel() << np.uint64(11), rng.integers(0, 2**63, 2000, dtype=np.uint64)])
+    fast = table.draw(r, w)
+    np.testing.assert_array_equal(fast, table.draw_reference(r, w))
     assert np.all(counts[r, fast] > 0)  # zero-probability outputs are never drawn
 
 

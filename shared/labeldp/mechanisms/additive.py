@@ -30,23 +30,23 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 from scipy import special
 
+from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.lattice import CONTINUOUS_STEPS as CONTINUOUS_STEPS
+from labeldp.mechanisms.lattice import DISCRETE_REAL_STEPS as DISCRETE_REAL_STEPS
+from labeldp.mechanisms.lattice import Lattice
+from labeldp.mechanisms.lattice import Variant as Variant
 from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
+from labeldp.mechanisms.sampling import MAX_TABLE_SIZE, TableSampler
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.laplace import LaplaceSpec
 
-Variant = Literal["continuous", "discrete"]
-
-CONTINUOUS_STEPS = 2**16
-"""Lattice size J of the "continuous" variants: outputs are multiples of (high − low)/65536."""
-DISCRETE_REAL_STEPS = 1024
-"""Lattice size J of a "discrete" variant on a real domain (integer domains use step 1)."""
 ROUNDED_GAUSSIAN_SHEPPARD_SIGMA = 3.0
 """From σ ≥ 3 lattice steps, E[round(σZ)²] = σ² + 1/12 up to e^{−2π²σ²} < 1e-77."""
 
@@ -187,20 +187,11 @@ class LatticeMechanism(ABC):
             variant = "discrete" if self.domain.kind == "integer" else "continuous"
         if variant not in ("continuous", "discrete"):
             raise ValueError("variant must be 'continuous' or 'discrete'")
-        width = self.domain.width
-        if self.step is None:
-            if variant == "continuous":
-                step = width / CONTINUOUS_STEPS
-            else:
-                step = 1.0 if self.domain.kind == "integer" else width / DISCRETE_REAL_STEPS
-        else:
-            step = float(self.step)
-            if not (math.isfinite(step) and step > 0):
-                raise ValueError("step must be a finite number > 0")
-        n_steps = max(1, int(round(width / step)))
+        lattice = Lattice.for_domain(self.domain, self.step, variant)
         self.variant_ = variant
-        self.n_steps_ = n_steps
-        self.step_ = width / n_steps
+        self._lattice = lattice
+        self.n_steps_ = lattice.n_steps
+        self.step_ = lattice.step
         self._fit_noise(epsilon)
         return self
 
@@ -210,22 +201,16 @@ class LatticeMechanism(ABC):
 
     def lattice_index(self, labels: np.ndarray) -> np.ndarray:
         """Index j of the nearest lattice point (labels outside the domain clip to the ends)."""
-        labels = check_labels(labels)
-        j = np.rint((labels - self.domain.low) / self.step_)
-        return np.clip(j, 0, self.n_steps_).astype(np.int64)
+        return self._lattice.index(labels)
 
     def lattice_value(self, index: np.ndarray) -> np.ndarray:
         """low + step·i for any integer i; i = J is exactly ``high``, 0..J never leave the domain."""
-        index = np.asarray(index, dtype=np.int64)
-        values = self.domain.low + self.step_ * index.astype(np.float64)
-        values = np.where(index == self.n_steps_, self.domain.high, values)
-        inside = (index >= 0) & (index <= self.n_steps_)
-        return np.where(inside, np.clip(values, self.domain.low, self.domain.high), values)
+        return self._lattice.value(index)
 
     @property
     def lattice_(self) -> np.ndarray:
         """The J + 1 lattice points of the domain."""
-        return self.lattice_value(np.arange(self.n_steps_ + 1))
+        return self._lattice.points
 
     def _loss_terms(self, grid: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(j, x_j − y, normalized probs) of a prior over labels."""
@@ -266,6 +251,7 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> AdditiveLatticeMechanism:
         super().fit(grid, probs)
         self._tables = None  # H and G, built on first use: privatize needs no O(J) memory
+        self._noise_table: TableSampler | None = None  # the folded clipped noise, built on first privatize
         return self
 
     def _moment_tables(self) -> tuple[np.ndarray, np.ndarray]:
@@ -302,10 +288,38 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         tail = self.noise_survival(np.maximum(t - 1, 0))
         return np.where(t <= 0, 1.0 - self.noise_survival(np.zeros_like(t)), tail)
 
+    def folded_clipped_noise(self) -> np.ndarray:
+        """Pr[min(|N|, J) = m], m = 0..J: the magnitude law the clipped output needs.
+
+        P(0) = pmf(0), P(m) = 2·pmf(m) for 0 < m < J, P(J) = 2·P(N ≥ J) (J or more
+        steps clip to the same end from every index). With an independent fair sign,
+        clip(j ± m, 0, J) has exactly the law of clip(j + N, 0, J).
+        """
+        J = self.n_steps_
+        m = np.arange(J + 1, dtype=np.int64)
+        probs = 2.0 * np.asarray(self.noise_pmf(m), dtype=np.float64)
+        probs[0] = float(self.noise_pmf(np.zeros(1, dtype=np.int64))[0])
+        probs[J] = 2.0 * float(self.noise_survival(np.array([J - 1], dtype=np.int64))[0])
+        return probs
+
+    def noise_table(self) -> TableSampler:
+        """The exact table of ``folded_clipped_noise`` (cells out of 2^63), built once per fit."""
+        if self._noise_table is None:
+            self._noise_table = TableSampler.from_probabilities(self.folded_clipped_noise())
+        return self._noise_table
+
     # -- mechanism ------------------------------------------------------------
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Snap to the lattice, add the integer noise, clip (if ``clip``), map back."""
+        """Snap to the lattice, add the integer noise, clip (if ``clip``), map back.
+
+        Clipped (the default): the fused kernel, one raw word per label — its low
+        bit the sign, its top 63 bits the magnitude from the exact table of
+        ``folded_clipped_noise``. Unclipped, or a lattice above ``MAX_TABLE_SIZE``
+        points: the numpy noise sampler ``_sample_noise``.
+        """
+        if self.clip and self.n_steps_ < MAX_TABLE_SIZE:
+            return kernels.clipped_additive(labels, self._lattice, self.noise_table(), rng)
         j = self.lattice_index(labels)
         noisy = j + self._sample_noise(j.shape, rng)
         if self.clip:
@@ -656,6 +670,7 @@ class Exponential(LatticeMechanism):
         self.alpha_ = math.exp(self._log_alpha)
         self.scale_ = 2.0 * self.domain.width / epsilon
         self._tables = None
+        self._noise_table: TableSampler | None = None
 
     def _geometric_mass(self, t: np.ndarray) -> np.ndarray:
         """Σ_{d=1}^{t} α^d = α(1 − α^t)/(1 − α), in expm1 form for α near 1."""
@@ -674,7 +689,32 @@ class Exponential(LatticeMechanism):
             self._tables = (np.cumsum(d * powers), np.cumsum(d * d * powers))
         return self._tables
 
+    def folded_noise(self) -> np.ndarray:
+        """Pr[|D| = m], m = 0..J, for D two-sided geometric (∝ α^|d|) truncated to [−J, J]."""
+        m = np.arange(self.n_steps_ + 1, dtype=np.float64)
+        weights = 2.0 * np.exp(self._log_alpha * m)
+        weights[0] = 1.0
+        return weights / weights.sum()
+
+    def noise_table(self) -> TableSampler:
+        """The exact table of ``folded_noise`` (cells out of 2^63), built once per fit."""
+        if self._noise_table is None:
+            self._noise_table = TableSampler.from_probabilities(self.folded_noise())
+        return self._noise_table
+
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Output j ± m (fair sign, m from ``noise_table``), redrawn while it leaves [0, J].
+
+        P(i | j) ∝ α^|i − j| on 0..J is D conditioned on j + D ∈ [0, J], so rejection is
+        exact; every j keeps at least one full side, so at most ~2 draws per label.
+        Lattices above ``MAX_TABLE_SIZE`` points use :meth:`privatize_numpy`.
+        """
+        if self.n_steps_ < MAX_TABLE_SIZE:
+            return kernels.exponential(labels, self._lattice, self.noise_table(), rng)
+        return self.privatize_numpy(labels, rng)
+
+    def privatize_numpy(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Direction by the masses, then a truncated geometric distance (numpy, any J)."""
         j = self.lattice_index(labels)
         shape, j = j.shape, j.ravel()
         J = self.n_steps_

@@ -12,8 +12,9 @@ Sampling is exact to 2^−63. Each row is turned into integer cells out of 2^63
 (``cell_table``): every entry but the row's largest is rounded *up*, the largest
 takes the remainder. Zero entries get zero cells (an output outside RRWithPrior's
 Y_k is impossible, not merely unlikely), and small probabilities — the ones a
-ratio bound is sensitive to — are never rounded down. A uniform 63-bit integer
-word per label then picks the output by binary search in its row's cells.
+ratio bound is sensitive to — are never rounded down. The top 63 bits of one raw
+word per label then pick the output from its row's exact alias table
+(``sampling.TableSampler``: each output owns exactly its cells of the 2^63 values).
 
 Prior-based mechanisms (RRWithPrior, BlockRR) are ``fit`` to a prior that must
 itself be public or DP; ``SplitPriorRandomizer`` builds such a prior from the
@@ -28,9 +29,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon
 from labeldp.mechanisms.exact_cells import nudge_to_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.rr_sampling import rr_probabilities
+from labeldp.mechanisms.sampling import TableSampler, cumulative_cells
 from labeldp.specs.categorical import (
     BlockRRSpec,
     CategoricalMechanismSpec,
@@ -40,7 +44,6 @@ from labeldp.specs.categorical import (
 )
 
 CELL_BITS = 63
-_CELL_TOTAL = 1 << CELL_BITS
 
 SplitRule = Literal["prefix", "evenly_spaced"]
 
@@ -119,10 +122,9 @@ def max_privacy_loss(matrix: np.ndarray) -> float:
 
 def randomized_response_matrix(epsilon: float, n_classes: int) -> np.ndarray:
     """Def. 2.3: e^ε/(e^ε+K−1) on the diagonal, 1/(e^ε+K−1) elsewhere (via t = e^{−ε})."""
-    t = math.exp(-epsilon)
-    denominator = 1.0 + (n_classes - 1) * t
-    matrix = np.full((n_classes, n_classes), t / denominator)
-    np.fill_diagonal(matrix, 1.0 / denominator)
+    keep, other = rr_probabilities(epsilon, n_classes)
+    matrix = np.full((n_classes, n_classes), other)
+    np.fill_diagonal(matrix, keep)
     return matrix
 
 
@@ -145,14 +147,13 @@ def rr_with_prior_matrix(epsilon: float, n_classes: int, top_k: np.ndarray) -> n
     """Def. 2.4: k-ary RR inside Y_k, uniform over Y_k for labels outside it; 0 outside Y_k."""
     top_k = np.asarray(top_k, dtype=np.int64)
     k = top_k.size
-    t = math.exp(-epsilon)
-    denominator = 1.0 + (k - 1) * t
+    keep, other = rr_probabilities(epsilon, k)
     matrix = np.zeros((n_classes, n_classes))
     matrix[:, top_k] = 1.0 / k
     inside = np.zeros(n_classes, dtype=bool)
     inside[top_k] = True
-    matrix[np.ix_(inside, top_k)] = t / denominator
-    matrix[top_k, top_k] = 1.0 / denominator
+    matrix[np.ix_(inside, top_k)] = other
+    matrix[top_k, top_k] = keep
     return matrix
 
 
@@ -243,63 +244,16 @@ def cell_table(matrix: np.ndarray, bits: int = CELL_BITS) -> np.ndarray:
 
     Every entry except the row's largest (first on ties) gets ⌈T·2^bits⌉ cells — exact
     in float, since scaling by a power of two is exact — and the largest gets the rest,
-    so each row ends at exactly 2^bits and zero entries get no cells.
+    so each row ends at exactly 2^bits and zero entries get no cells
+    (``sampling.cumulative_cells``, the rule every exact table uses).
     """
-    t = np.asarray(matrix, dtype=np.float64)
-    if not (1 <= bits <= CELL_BITS):
-        raise ValueError("bits must lie in [1, 63]")
-    total = np.uint64(1 << bits)
-    cells = np.ceil(np.ldexp(t, bits)).astype(np.uint64)
-    sink = np.argmax(t, axis=1)
-    rows = np.arange(t.shape[0])
-    cells[rows, sink] = 0
-    rest = cells.sum(axis=1, dtype=np.uint64)
-    if np.any(rest > total):
-        raise ValueError("transition rows must sum to 1")
-    cells[rows, sink] = total - rest
-    return np.cumsum(cells, axis=1, dtype=np.uint64)
+    return cumulative_cells(np.atleast_2d(np.asarray(matrix, dtype=np.float64)), bits)
 
 
 def realized_matrix(cdf_cells: np.ndarray, bits: int = CELL_BITS) -> np.ndarray:
-    """The law ``sample_rows`` actually draws from: cells / 2^bits."""
+    """The law ``privatize`` actually draws from: cells / 2^bits."""
     cells = np.diff(cdf_cells, axis=1, prepend=np.zeros((cdf_cells.shape[0], 1), dtype=np.uint64))
     return np.ldexp(cells.astype(np.float64), -bits)
-
-
-def sample_rows(cdf_cells: np.ndarray, labels: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Output j for label y and word u: the first j with cdf_cells[y, j] > u (vectorized).
-
-    Labels are grouped by class (radix-sortable when K < 2^15) so each class is
-    one ``searchsorted`` over its own row.
-    """
-    n_classes = cdf_cells.shape[0]
-    out = np.empty(labels.shape, dtype=np.int64)
-    keys = labels.astype(np.int16) if n_classes < (1 << 15) else labels
-    order = np.argsort(keys, kind="stable")
-    bounds = np.searchsorted(labels[order], np.arange(n_classes + 1))
-    for c in range(n_classes):
-        lo, hi = bounds[c], bounds[c + 1]
-        if lo < hi:
-            idx = order[lo:hi]
-            out[idx] = np.searchsorted(cdf_cells[c], words[idx], side="right")
-    return out
-
-
-def sample_rows_reference(cdf_cells: np.ndarray, labels: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Plain per-label loop over the same cells; the test reference for ``sample_rows``."""
-    out = np.empty(labels.shape, dtype=np.int64)
-    for i in range(labels.size):
-        row = cdf_cells[int(labels[i])]
-        j = 0
-        while row[j] <= words[i]:
-            j += 1
-        out[i] = j
-    return out
-
-
-def draw_words(size: int, rng: np.random.Generator, bits: int = CELL_BITS) -> np.ndarray:
-    """Uniform integers in [0, 2^bits) from the caller's generator (exact, any bit generator)."""
-    return rng.integers(0, 1 << bits, size=size, dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------- mechanisms
@@ -329,6 +283,14 @@ class _CategoricalMechanism:
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit() first")
         return self.matrix_
 
+    def sampler(self) -> TableSampler:
+        """The exact table sampler of ``cells_`` (built on first use, rebuilt if the cells change)."""
+        cached = getattr(self, "_sampler", None)
+        if cached is None or cached[0] is not self.cells_:
+            cached = (self.cells_, TableSampler.from_cumulative(self.cells_, CELL_BITS))
+            self._sampler = cached
+        return cached[1]
+
     # -- the law ---------------------------------------------------------------
 
     def transition_matrix(self) -> np.ndarray:
@@ -354,11 +316,13 @@ class _CategoricalMechanism:
     # -- sampling --------------------------------------------------------------
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One draw per label from its row (int64 class indices), exact to 2^−63."""
+        """One draw per label from its row (int64 class indices), exact to 2^−63.
+
+        The table kernel: the top 63 bits of one raw word per label pick the output.
+        """
         matrix = self._fitted()
         y = check_class_labels(labels, matrix.shape[0])
-        flat = y.ravel()
-        return sample_rows(self.cells_, flat, draw_words(flat.size, rng)).reshape(y.shape)
+        return kernels.rows(y, self.sampler(), rng)
 
     @property
     def guarantee(self) -> PrivacyGuarantee:
@@ -461,9 +425,7 @@ class RRWithPrior(_CategoricalMechanism):
         matrix = rr_with_prior_matrix(epsilon, n_classes, top_k)
         self.top_k_ = np.asarray(top_k, dtype=np.int64)
         self.k_ = int(self.top_k_.size)
-        t = math.exp(-epsilon)
-        self.keep_probability_ = 1.0 / (1.0 + (self.k_ - 1) * t)
-        self.other_probability_ = t / (1.0 + (self.k_ - 1) * t)
+        self.keep_probability_, self.other_probability_ = rr_probabilities(epsilon, self.k_)
         self.outside_probability_ = 1.0 / self.k_
         self._set_matrix(matrix)
 

@@ -30,9 +30,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labeldp.mechanisms.laplace import REAL_DOMAIN_STEPS
+from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
 from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RPWithPriorSpec
 
@@ -291,42 +292,14 @@ def optimal_interval_points(positions: np.ndarray, masses: np.ndarray, epsilon: 
 # -- the public lattice ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Lattice:
-    """low + step·t; labels snap to t ∈ [0, J] (outside the domain: the nearest end)."""
-
-    low: float
-    high: float
-    n_steps: int
-
-    @property
-    def step(self) -> float:
-        return (self.high - self.low) / self.n_steps
-
-    @classmethod
-    def for_domain(cls, domain: LabelDomain, step: float | None) -> _Lattice:
-        if step is None:
-            step = 1.0 if domain.kind == "integer" else domain.width / REAL_DOMAIN_STEPS
-        step = float(step)
-        if not (math.isfinite(step) and step > 0):
-            raise ValueError("step must be a finite number > 0")
-        return cls(domain.low, domain.high, max(1, int(round(domain.width / step))))
-
-    def index(self, labels: np.ndarray) -> np.ndarray:
-        labels = check_labels(labels)
-        return np.clip(np.rint((labels - self.low) / self.step), 0, self.n_steps).astype(np.int64)
-
-    def value(self, index: np.ndarray) -> np.ndarray:
-        """A function of the integer index alone; t = J maps to exactly ``high``."""
-        index = np.asarray(index, dtype=np.int64)
-        values = self.low + self.step * index.astype(np.float64)
-        return np.where(index == self.n_steps, self.high, values)
+_Lattice = Lattice
+"""The lattice RPWithPrior lives on (``lattice.Lattice``, "discrete" defaults); old name kept."""
 
 
 # -- Alg. 3: the histogram prior from noised labels ----------------------------
 
 
-def laplace_noised_indices(labels: np.ndarray, lattice: _Lattice, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def laplace_noised_indices(labels: np.ndarray, lattice: Lattice, epsilon: float, rng: np.random.Generator) -> np.ndarray:
     """ε-DP per label: snap to the lattice, add two-sided geometric noise P(k) ∝ e^{−ε|k|/J}.
 
     Snapped indices of two labels differ by at most J, so each noised index has
@@ -386,7 +359,7 @@ class NoisyLabelHistogramPrior:
         self.step = step
 
     def fit(self, labels: np.ndarray, rng: np.random.Generator) -> NoisyLabelHistogramPrior:
-        lattice = _Lattice.for_domain(self.domain, self.step)
+        lattice = Lattice.for_domain(self.domain, self.step)
         noised = laplace_noised_indices(labels, lattice, self.epsilon, rng)
         sigma_steps = None if self.sigma is None else float(self.sigma) / lattice.step
         nodes, counts, sigma_used = histogram_from_noised(noised, sigma_steps)
@@ -455,9 +428,9 @@ class RPWithPrior:
 
     # -- fitting ------------------------------------------------------------------
 
-    def _prepare(self) -> tuple[float, _Lattice, float, int]:
+    def _prepare(self) -> tuple[float, Lattice, float, int]:
         epsilon = check_epsilon(self.epsilon)
-        lattice = _Lattice.for_domain(self.domain, self.step)
+        lattice = Lattice.for_domain(self.domain, self.step)
         zeta = DEFAULT_ZETA_FRACTION * self.domain.width if self.zeta is None else float(self.zeta)
         if not (math.isfinite(zeta) and zeta > 0):
             raise ValueError("zeta must be a finite number > 0")
@@ -521,7 +494,7 @@ class RPWithPrior:
         self.prior_estimator_ = estimator
         return self
 
-    def _set_interval(self, epsilon: float, lattice: _Lattice, zeta: float, z: int, a1: int, a2: int) -> None:
+    def _set_interval(self, epsilon: float, lattice: Lattice, zeta: float, z: int, a1: int, a2: int) -> None:
         if not 0 <= a1 <= a2 <= lattice.n_steps:
             raise ValueError("interval must lie on the domain lattice")
         near = 2 * z + 1
@@ -552,7 +525,7 @@ class RPWithPrior:
         """Rebuild the public mechanism from its wire form (no prior needed)."""
         domain = LabelDomain.from_spec(spec.domain)
         mech = cls(spec.epsilon, domain, zeta=spec.zeta, sigma=spec.sigma, step=domain.width / spec.n_steps)
-        lattice = _Lattice(domain.low, domain.high, spec.n_steps)
+        lattice = Lattice(domain.low, domain.high, spec.n_steps)
         mech._set_interval(check_epsilon(spec.epsilon), lattice, spec.zeta, spec.zeta_steps, spec.a1_index, spec.a2_index)
         if mech.keep_numerator_ != spec.keep_numerator:  # the receiver trusts the wire's exact law
             mech.keep_numerator_ = int(spec.keep_numerator)
@@ -569,16 +542,14 @@ class RPWithPrior:
         return np.clip(self._lattice.index(labels), self.a1_index_, self.a2_index_)
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One draw per label; every output is an element of ``outputs_``."""
-        c = self.projected_index(labels)
-        z, far_count = self.zeta_steps_, self.a2_index_ - self.a1_index_
-        keep = rng.integers(0, KEEP_DENOMINATOR, size=c.shape, dtype=np.int64) < self.keep_numerator_
-        out = c - z + rng.integers(0, 2 * z + 1, size=c.shape, dtype=np.int64)
-        if far_count > 0:
-            u = self.a1_index_ - z + rng.integers(0, far_count, size=c.shape, dtype=np.int64)
-            u += (2 * z + 1) * (u >= c - z)  # skip the near block: uniform over the far points
-            out = np.where(keep, out, u)
-        return self._lattice.value(out)
+        """One draw per label; every output is an element of ``outputs_``.
+
+        The fused kernel: keep iff the top 53 bits of a raw word are below T, then an
+        exactly uniform near or far point (Lemire's method, rejection on 32-bit halves).
+        """
+        return kernels.rp_with_prior(
+            labels, self._lattice, self.a1_index_, self.a2_index_, self.zeta_steps_, self.keep_numerator_, rng
+        )
 
     # -- the output law -----------------------------------------------------------------
 

@@ -16,7 +16,6 @@ absolute loss and logarithmic means for Poisson loss (``cut_points``).
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -25,17 +24,10 @@ from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.rr_on_bins_kernels import cut_points, loss_code, optimal_bins
-from labeldp.mechanisms.rr_sampling import privatize_values
+from labeldp.mechanisms.rr_sampling import privatize_values, rr_probabilities
 from labeldp.specs.rr_on_bins import RROnBinsSpec
 
 Loss = Literal["squared", "absolute", "poisson"]
-
-
-def _rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
-    """(p, q) of ε-RR over m outputs, via t = e^{−ε} so large ε cannot overflow."""
-    t = math.exp(-epsilon)
-    denominator = 1.0 + (m - 1) * t
-    return 1.0 / denominator, t / denominator
 
 
 def _sum_of_losses(outputs: np.ndarray, labels: np.ndarray, loss: str) -> np.ndarray:
@@ -92,7 +84,7 @@ class RROnBins:
     def _set_outputs(self, epsilon: float, outputs: np.ndarray) -> None:
         outputs = np.asarray(outputs, dtype=np.float64)
         m = outputs.size
-        p, q = _rr_probabilities(epsilon, m)
+        p, q = rr_probabilities(epsilon, m)
         self.outputs_ = outputs
         self.cut_points_ = cut_points(outputs, self.loss)
         self.keep_probability_ = p

@@ -31,14 +31,24 @@ speed benchmark.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numba
 import numpy as np
 
-WORD_BITS = 64
-# Labels per chunk: words for one chunk (8 B each) stay in L2 cache.
-CHUNK = 1 << 15
+from labeldp.mechanisms.sampling import CHUNK, WORD_BITS, raw_words
+
+
+def rr_probabilities(epsilon: float, m: int) -> tuple[float, float]:
+    """(p, q) of ε-RR over m outputs: p = e^ε/(e^ε + m − 1), q = 1/(e^ε + m − 1).
+
+    The one RR law (RR-on-Bins, randomized response, RRWithPrior's top-k block),
+    computed via t = e^{−ε} so a large ε cannot overflow: p = 1/(1 + (m − 1)t), q = t·p.
+    """
+    t = math.exp(-epsilon)
+    denominator = 1.0 + (m - 1) * t
+    return 1.0 / denominator, t / denominator
 
 
 def probability_cells(m: int, keep_probability: float, bits: int = WORD_BITS) -> tuple[int, int]:
@@ -152,11 +162,6 @@ def _bin_and_rr_kernel(labels, cuts, padded, top, words, span, other_width, tabl
 # --------------------------------------------------------------------------- public API
 
 
-def _words(rng: np.random.Generator, size: int) -> np.ndarray:
-    """``size`` raw 64-bit outputs of the caller's bit generator (uniform on [0, 2^64))."""
-    return rng.bit_generator.random_raw(size)
-
-
 def _cells(m: int, keep_probability: float) -> tuple[np.uint64, np.uint64]:
     span, other_width = probability_cells(m, keep_probability)
     return np.uint64(span), np.uint64(max(other_width, 1))
@@ -187,7 +192,7 @@ def randomized_response(
     out = np.empty(flat.size, dtype=np.int64)
     for start in range(0, flat.size, CHUNK):
         stop = min(start + CHUNK, flat.size)
-        bad = _rr_kernel(flat[start:stop], int(m), _words(rng, stop - start), span, other_width, out[start:stop])
+        bad = _rr_kernel(flat[start:stop], int(m), raw_words(rng, stop - start), span, other_width, out[start:stop])
         if bad >= 0:
             raise ValueError("bin_index must lie in [0, m)")
     return out.reshape(bins.shape)
@@ -211,7 +216,7 @@ def _bin_and_respond(labels, cut_points, table: np.ndarray, keep_probability: fl
     out = np.empty(flat.size, dtype=table.dtype)
     for start in range(0, flat.size, CHUNK):
         stop = min(start + CHUNK, flat.size)
-        words = _words(rng, stop - start)
+        words = raw_words(rng, stop - start)
         bad = _bin_and_rr_kernel(flat[start:stop], cuts, padded, top, words, span, other_width, table, out[start:stop])
         if bad >= 0:
             raise ValueError("labels must be finite")

@@ -54,9 +54,11 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
+from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_grid, check_labels
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import LabelDomain
+from labeldp.mechanisms.sampling import TableSampler
 from labeldp.specs.unbiased import TRANSITION_DENOMINATOR, UnbiasedSpec
 
 DEFAULT_GRID_SIZE = 33
@@ -366,29 +368,13 @@ def max_log_ratio(table: np.ndarray) -> float:
 # -- sampling -------------------------------------------------------------------
 
 
-def flat_cumulative(counts: np.ndarray) -> np.ndarray:
-    """Row-wise cumulative counts, row i shifted by i·2^53, flattened (one sorted array)."""
-    k = counts.shape[0]
-    return (np.cumsum(counts, axis=1) + (np.arange(k, dtype=np.int64) * ONE)[:, None]).ravel()
+TABLE_BITS = 53
+"""Transition counts are cells out of 2^53 = ``ONE``: the table sampler draws them exactly."""
 
 
-def sample_rows(flat_cum: np.ndarray, n_outputs: int, rows: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Inverse CDF per row: the first j with cum[row, j] > word, for words uniform in [0, 2^53).
-
-    Pr[j | row] = N[row, j] / 2^53 exactly: word w maps to j iff cum[j−1] ≤ w < cum[j].
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    keys = rows * ONE + np.asarray(words, dtype=np.int64)
-    return np.searchsorted(flat_cum, keys, side="right") - rows * n_outputs
-
-
-def sample_rows_reference(counts: np.ndarray, rows: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Plain loop version of ``sample_rows`` (tests only)."""
-    cum = np.cumsum(counts, axis=1)
-    out = np.empty(np.shape(rows), dtype=np.int64)
-    for t, (r, w) in enumerate(zip(np.ravel(rows), np.ravel(words))):
-        out.flat[t] = int(np.nonzero(cum[r] > w)[0][0])
-    return out
+def transition_sampler(counts: np.ndarray) -> TableSampler:
+    """The exact table sampler of a count table (rows sum to 2^53): Pr[j | row] = N[row, j] / 2^53."""
+    return TableSampler.from_cumulative(np.cumsum(np.asarray(counts, dtype=np.int64), axis=1), TABLE_BITS)
 
 
 # -- the mechanism ------------------------------------------------------------
@@ -495,17 +481,17 @@ class UnbiasedRandomizer:
         if not hasattr(self, "weights_"):
             self.weights_ = np.full(grid.size, 1.0 / grid.size)
         self.variance_ = float(self.weights_ @ self.row_variances_)
-        self._flat_cum = flat_cumulative(counts)
+        self._table = transition_sampler(counts)
 
     # -- the mechanism --------------------------------------------------------
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Round each label (unbiased), then draw its output from that grid point's row."""
-        labels = check_labels(labels)
-        lower, p_up = rounding_probabilities(labels, self.grid_)
-        rows = lower + (rng.random(labels.shape) < p_up)
-        words = rng.integers(0, ONE, size=labels.shape, dtype=np.int64)
-        return self.outputs_[sample_rows(self._flat_cum, self.outputs_.size, rows, words)]
+        """Round each label (unbiased), then draw its output from that grid point's row.
+
+        The fused kernel, two raw words per label: the rounding coin (top 53 bits as a
+        double, as ``Generator.random``) and the row's exact draw (top 53 bits).
+        """
+        return kernels.unbiased(labels, self.grid_, self.outputs_, self._table, rng)
 
     def output_probabilities(self, label: float) -> np.ndarray:
         """Exact Pr[ŷ = outputs_[j] | y = label]: the rounding mixture of two rows."""

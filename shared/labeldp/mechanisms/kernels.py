@@ -1,0 +1,254 @@
+"""Fused privatize kernels: snap, draw from the exact table, map back, in one pass per label.
+
+Each kernel is a small pure function over arrays; its plain-numpy twin lives in
+``labeldp.mechanisms.reference`` and the unit tests compare the two (identical
+outputs where the words are consumed the same way, the same law otherwise).
+Words are raw 64-bit outputs of the caller's secure generator
+(``sampling.raw_words``); the drivers here hand them to the kernels in chunks.
+
+* ``clipped_additive``: one word per label; bit 0 is the sign, the top 63 bits draw
+  the noise magnitude from the folded clipped law (``sampling.TableSampler``, alias).
+* ``exponential``: the same with a rejection step (index outside [0, J] → the next
+  word). Each attempt is one whole word and a rejected attempt leaves no state, so
+  a chunk ending mid-label simply retries that label with fresh words: exact.
+* ``rp_with_prior``: one word per label for the keep decision (top 53 bits
+  against T), then an exactly uniform integer by Lemire's method on 32-bit halves
+  from a second word stream (rejection; the keep word is kept across refills so
+  nothing is conditioned on the number of attempts).
+* ``unbiased``: two words per label: the rounding coin (the top 53 bits as a
+  double in [0, 1), exactly numpy's ``Generator.random``) and the row draw (top 53 bits).
+* ``rows``: one word per label, a table row per label (categorical mechanisms).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from labeldp.mechanisms.lattice import Lattice, index_value, snap_index
+from labeldp.mechanisms.sampling import CHUNK, TableSampler, raw_words, table_draw
+
+_DOUBLE = 1.0 / 9007199254740992.0  # 2^-53
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+def finite_labels(labels: np.ndarray) -> np.ndarray:
+    """Labels as a flat contiguous float64 array; ValueError if any is NaN or ±inf."""
+    flat = np.ascontiguousarray(labels, dtype=np.float64).reshape(-1)
+    if not np.isfinite(flat).all():
+        raise ValueError("labels must be finite")
+    return flat
+
+
+# --------------------------------------------------------------------------- additive noise
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _clipped_additive_kernel(labels, low, high, step, n_steps, table, g, words, out):
+    one = np.uint64(1)
+    for i in range(labels.size):
+        j = snap_index(labels[i], low, step, n_steps)
+        w = words[i]
+        m = table_draw(table, g, 63, 0, w >> one)
+        t = j - m if (w & one) else j + m
+        if t < 0:
+            t = 0
+        elif t > n_steps:
+            t = n_steps
+        out[i] = index_value(t, low, high, step, n_steps)
+
+
+def clipped_additive(labels: np.ndarray, lattice: Lattice, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
+    """clip(t + N, 0, J) mapped to the lattice, N = ±(magnitude from ``table``), one word per label."""
+    flat = finite_labels(labels)
+    out = np.empty(flat.size)
+    for start in range(0, flat.size, CHUNK):
+        stop = min(start + CHUNK, flat.size)
+        _clipped_additive_kernel(
+            flat[start:stop], lattice.low, lattice.high, lattice.step, lattice.n_steps,
+            table.table, table.g, raw_words(rng, stop - start), out[start:stop],
+        )  # fmt: skip
+    return out.reshape(np.shape(labels))
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _exponential_kernel(labels, start, low, high, step, n_steps, table, g, words, out):
+    """Labels from ``start`` on until the words run out; returns the first label not done."""
+    one = np.uint64(1)
+    k = 0
+    i = start
+    while i < labels.size:
+        j = snap_index(labels[i], low, step, n_steps)
+        while True:
+            if k >= words.size:
+                return i
+            w = words[k]
+            k += 1
+            m = table_draw(table, g, 63, 0, w >> one)
+            t = j - m if (w & one) else j + m
+            if 0 <= t <= n_steps:
+                break
+        out[i] = index_value(t, low, high, step, n_steps)
+        i += 1
+    return i
+
+
+def exponential(labels: np.ndarray, lattice: Lattice, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
+    """t + N with N = ±(magnitude from ``table``), redrawn until it lands in [0, J]."""
+    flat = finite_labels(labels)
+    out = np.empty(flat.size)
+    done = 0
+    while done < flat.size:
+        done = _exponential_kernel(
+            flat, done, lattice.low, lattice.high, lattice.step, lattice.n_steps,
+            table.table, table.g, raw_words(rng, CHUNK), out,
+        )  # fmt: skip
+    return out.reshape(np.shape(labels))
+
+
+# --------------------------------------------------------------------------- RPWithPrior
+
+
+@numba.njit(cache=True, inline="always")
+def lemire_threshold(s):
+    """(2^32 − s) mod s: a 32-bit product's low half below it is rejected (Lemire 2019)."""
+    return (np.uint64(4294967296) - s) % s
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, keep_words, words, out):
+    """Labels start..stop−1 (keep word of label i: keep_words[i − start]); returns the first not done."""
+    near = np.uint64(2 * z + 1)
+    far = np.uint64(max(a2 - a1, 1))
+    near_t = lemire_threshold(near)
+    far_t = lemire_threshold(far)
+    k = 0
+    drop = np.uint64(11)
+    half = np.uint64(32)
+    i = start
+    while i < stop:
+        c = snap_index(labels[i], low, step, n_steps)
+        if c < a1:
+            c = a1
+        elif c > a2:
+            c = a2
+        kept = (keep_words[i - start] >> drop) < keep
+        s = near if kept else far
+        threshold = near_t if kept else far_t
+        while True:
+            if k >= words.size:
+                return i
+            product = (words[k] >> half) * s
+            k += 1
+            if (product & _LOW32) >= threshold:
+                break
+        u = np.int64(product >> half)
+        if kept:
+            t = c - z + u
+        else:
+            t = a1 - z + u
+            if t >= c - z:
+                t += 2 * z + 1
+        out[i] = index_value(t, low, high, step, n_steps)
+        i += 1
+    return i
+
+
+def rp_with_prior(
+    labels: np.ndarray, lattice: Lattice, a1: int, a2: int, z: int, keep_numerator: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Near block (2z + 1 points around clip(t, a1, a2)) w.p. T/2^53, else a uniform far point."""
+    flat = finite_labels(labels)
+    out = np.empty(flat.size)
+    if max(2 * z + 1, a2 - a1) >= 1 << 32:
+        raise ValueError("the RPWithPrior kernel needs fewer than 2^32 outputs")
+    keep = np.uint64(keep_numerator) if a2 > a1 else np.uint64(1 << 53)  # no far point: always near
+    for start in range(0, flat.size, CHUNK):
+        stop = min(start + CHUNK, flat.size)
+        keep_words = raw_words(rng, stop - start)
+        done = start
+        while done < stop:
+            done = _rp_kernel(
+                flat, done, stop, lattice.low, lattice.high, lattice.step, lattice.n_steps,
+                a1, a2, z, keep, keep_words, raw_words(rng, stop - done + 16), out,
+            )  # fmt: skip
+    return out.reshape(np.shape(labels))
+
+
+# --------------------------------------------------------------------------- unbiased randomizer
+
+
+@numba.njit(cache=True, inline="always")
+def _rounding_row(y, grid, coin):
+    """Row of the rounded label: lower grid index + 1{coin < Pr[up]} (``unbiased.rounding_probabilities``)."""
+    k = grid.size
+    if y < grid[0]:
+        y = grid[0]
+    elif y > grid[k - 1]:
+        y = grid[k - 1]
+    lo = 0
+    hi = k
+    while lo < hi:  # np.searchsorted(grid, y, side="right")
+        mid = (lo + hi) >> 1
+        if grid[mid] <= y:
+            lo = mid + 1
+        else:
+            hi = mid
+    lower = lo - 1
+    if lower < 0:
+        lower = 0
+    elif lower > k - 2:
+        lower = k - 2
+    p_up = (y - grid[lower]) / (grid[lower + 1] - grid[lower])
+    if p_up < 0.0:
+        p_up = 0.0
+    elif p_up > 1.0:
+        p_up = 1.0
+    return lower + np.int64(coin < p_up)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _unbiased_kernel(labels, grid, outputs, table, g, words, out):
+    drop = np.uint64(11)
+    for i in range(labels.size):
+        coin = np.float64(words[2 * i] >> drop) * _DOUBLE
+        row = _rounding_row(labels[i], grid, coin)
+        out[i] = outputs[table_draw(table, g, 53, row, words[2 * i + 1] >> drop)]
+
+
+def unbiased(
+    labels: np.ndarray, grid: np.ndarray, outputs: np.ndarray, table: TableSampler, rng: np.random.Generator
+) -> np.ndarray:
+    """Unbiased rounding to ``grid`` then the row's exact output draw (table of 53-bit cells)."""
+    if table.bits != 53:
+        raise ValueError("the unbiased table holds counts out of 2^53")
+    flat = finite_labels(labels)
+    out = np.empty(flat.size)
+    for start in range(0, flat.size, CHUNK):
+        stop = min(start + CHUNK, flat.size)
+        _unbiased_kernel(
+            flat[start:stop], grid, outputs, table.table, table.g, raw_words(rng, 2 * (stop - start)), out[start:stop],
+        )  # fmt: skip
+    return out.reshape(np.shape(labels))
+
+
+# --------------------------------------------------------------------------- one row per label
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rows_kernel(rows, table, g, bits, words, out):
+    drop = np.uint64(64 - bits)
+    for i in range(rows.size):
+        out[i] = table_draw(table, g, bits, rows[i], words[i] >> drop)
+
+
+def rows(row_index: np.ndarray, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
+    """One draw from row ``row_index[i]`` per label (int64 outputs); rows must be valid indices."""
+    flat = np.ascontiguousarray(row_index, dtype=np.int64).reshape(-1)
+    out = np.empty(flat.size, dtype=np.int64)
+    for start in range(0, flat.size, CHUNK):
+        stop = min(start + CHUNK, flat.size)
+        _rows_kernel(
+            flat[start:stop], table.table, table.g, table.bits, raw_words(rng, stop - start), out[start:stop],
+        )  # fmt: skip
+    return out.reshape(np.shape(row_index))
