@@ -130,7 +130,7 @@ def retry_transient(
 
 
 def ping(engine: Engine) -> None:
-    """``SELECT 1`` on a fresh checkout; raises what the database raises."""
+    """``SELECT 1`` through the pool; raises what the database raises."""
     with engine.connect() as connection:
         connection.execute(text("SELECT 1"))
 
