@@ -19,6 +19,7 @@ The moves are a few cells out of 2^63: the law changes by ~10⁻¹⁸.
 from __future__ import annotations
 
 import decimal
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -29,6 +30,7 @@ _DIGITS = 80
 _MAX_CELL = (1 << 64) - 1
 
 
+@functools.lru_cache(maxsize=256)  # a release fits a few tables at one ε: compute the bound once
 def exp_lower_bound(epsilon: float) -> Fraction:
     """A rational r with r ≤ e^ε (within 10⁻⁷⁰ relative), from the float ε taken exactly.
 
@@ -43,7 +45,8 @@ def exp_lower_bound(epsilon: float) -> Fraction:
 
 def column_caps(cells: np.ndarray, epsilon: float) -> list[int | None]:
     """⌊min_y cells[y, j] · e^ε⌋ per column (exact, at most 2^64 − 1); None for an all-zero column."""
-    bound = exp_lower_bound(epsilon)
+    bound = exp_lower_bound(float(epsilon))
+    num, den = bound.numerator, bound.denominator
     caps: list[int | None] = []
     for j in range(cells.shape[1]):
         low = int(cells[:, j].min())
@@ -52,7 +55,7 @@ def column_caps(cells: np.ndarray, epsilon: float) -> list[int | None]:
         elif low == 0:
             raise ValueError("a column mixes zero and positive cells: infinite privacy loss")
         else:
-            caps.append(min(low * bound.numerator // bound.denominator, _MAX_CELL))
+            caps.append(min(low * num // den, _MAX_CELL))
     return caps
 
 
