@@ -33,7 +33,7 @@ from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_finger
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.settings import Settings
+from labeldp.settings import Settings, require_secrets
 
 log = logging.getLogger("labeldp.features")
 
@@ -92,6 +92,7 @@ def _context(settings: Settings) -> AppContext:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; the training worker lives as long as the app's lifespan."""
     settings = settings or Settings()
+    require_secrets(settings, "features_api_key", "exchange_secret")
     configure_logging(settings.log_level)
     ctx = _context(settings)
 

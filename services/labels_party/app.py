@@ -18,7 +18,7 @@ from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_log
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
-from labeldp.settings import Settings
+from labeldp.settings import Settings, require_secrets
 
 from . import label_sets, privacy_domains, releases, uploads
 from .context import LabelsContext
@@ -49,6 +49,7 @@ class _ReleaseStatusCollector:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    require_secrets(settings, "labels_api_key")
     configure_logging(settings.log_level)
     engine = open_database(settings.labels_database_url, SERVICES["labels"], settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)

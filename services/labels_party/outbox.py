@@ -29,8 +29,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from labeldp.database import backoff_seconds, is_transient, make_session_factory, open_database, retry_transient
 from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.settings import Settings
-from labeldp.signing import sign_file
+from labeldp.settings import Settings, require_secrets
+from labeldp.signing import sign_file, signing_secret
 
 from .store import ReleaseRow
 
@@ -72,7 +72,7 @@ def deliver_one(
     headers = {
         "content-type": "application/json",
         "content-length": str(path.stat().st_size),
-        SIGNATURE_HEADER: sign_file(path, settings.exchange_secret),
+        SIGNATURE_HEADER: sign_file(path, signing_secret(settings.exchange_secret)),
     }
     status, error = "pending", None
     try:
@@ -116,6 +116,7 @@ def _error_code(response: httpx.Response) -> str:
 
 def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
     """Deliver until ``stop`` is set (or after one pass when ``once``); never exits on a database error."""
+    require_secrets(settings, "exchange_secret")
     stop = stop or threading.Event()
     try:
         engine = open_database(

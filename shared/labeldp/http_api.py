@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp.database import is_transient
+from labeldp.settings import split_secrets
 
 log = logging.getLogger("labeldp.http")
 
@@ -129,13 +130,23 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, "internal_error", "internal error")
 
 
-def bearer_auth(expected_key: str) -> Callable[[Request], None]:
-    """A dependency that admits requests with ``Authorization: Bearer <key>``."""
+def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
+    """A dependency that admits ``Authorization: Bearer <key>`` for any of the comma-separated keys.
+
+    Several keys let a client move to a new key before the old one is removed. Keys are
+    compared as bytes in constant time, so a header with non-ASCII characters is simply a
+    wrong key (401), never an error. An empty key list admits no one.
+    """
+    keys = [k.encode("utf-8") for k in split_secrets(expected_keys)]
 
     def check(request: Request) -> None:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected_key):
+        offered = token.strip().encode("utf-8", "surrogateescape")
+        matched = False
+        for key in keys:  # every key is compared: the time taken does not tell which one matched
+            matched |= hmac.compare_digest(offered, key)
+        if scheme.lower() != "bearer" or not offered or not matched:
             raise ApiError(
                 401, "unauthorized", "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"}
             )

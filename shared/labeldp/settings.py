@@ -13,6 +13,20 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
+MIN_SECRET_LENGTH = 16
+SECRET_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+class InsecureSettings(ValueError):
+    """A key or secret left empty or at a development value: the service refuses to start."""
+
+
+def split_secrets(value: str) -> list[str]:
+    """A comma-separated list of keys (several are accepted while one is rotated out)."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LABELDP_", extra="ignore")
 
@@ -53,6 +67,11 @@ class Settings(BaseSettings):
     exchange_secret: str = Field(
         "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
     )
+    allow_dev_secrets: bool = Field(
+        False,
+        description="accept the built-in dev keys and secrets shorter than 16 characters: a laptop only, never a "
+        "deployment (every service refuses to start with them otherwise)",
+    )
     max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
     log_level: str = Field("INFO", description="log level of both services")
     sqlite_busy_timeout_seconds: float = Field(
@@ -83,3 +102,20 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process's settings (read once; tests build their own Settings)."""
     return Settings()
+
+
+def require_secrets(settings: Settings, *fields: str) -> None:
+    """Refuse to start with an empty key, a dev key or a short secret (unless ``allow_dev_secrets``)."""
+    for name in fields:
+        env = f"LABELDP_{name.upper()}"
+        values = split_secrets(str(getattr(settings, name)))
+        if not values:
+            raise InsecureSettings(f"{env} is empty: set it to a secret, e.g. the output of {SECRET_HINT}")
+        if settings.allow_dev_secrets:
+            continue
+        for value in values:
+            if value in DEV_SECRETS or value.startswith("change-me") or len(value) < MIN_SECRET_LENGTH:
+                raise InsecureSettings(
+                    f"{env} holds a development value or a secret shorter than {MIN_SECRET_LENGTH} characters: set "
+                    f"it to a secret (e.g. {SECRET_HINT}); on a laptop only, LABELDP_ALLOW_DEV_SECRETS=1 accepts it"
+                )

@@ -22,7 +22,21 @@ def sign_file(path: Path, secret: str, chunk: int = 1 << 20) -> str:
 
 
 def verify(body: bytes, secret: str, header: str | None) -> bool:
-    """Constant-time check of a signature header against ``body``."""
+    """Constant-time check of a signature header against ``body``.
+
+    ``secret`` may list several comma-separated secrets (rotation: the sender signs with
+    the first, the receiver accepts any). A header with non-ASCII characters is a wrong
+    signature, never an error.
+    """
     if not header:
         return False
-    return hmac.compare_digest(sign(body, secret), header.strip())
+    offered = header.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for one in [s.strip() for s in secret.split(",") if s.strip()]:
+        matched |= hmac.compare_digest(sign(body, one).encode("ascii"), offered)
+    return matched
+
+
+def signing_secret(secret: str) -> str:
+    """The secret a sender signs with: the first of a comma-separated list."""
+    return next((s.strip() for s in secret.split(",") if s.strip()), "")

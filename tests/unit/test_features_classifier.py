@@ -230,7 +230,7 @@ def client(tmp_path: Path):
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
         features_api_key=API_KEY,
-        exchange_secret="secret",
+        exchange_secret="test-exchange-secret",
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
     )
