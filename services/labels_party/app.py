@@ -17,6 +17,7 @@ from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
+from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.migrations import SERVICES
 from labeldp.settings import Settings, require_secrets
 
@@ -102,6 +103,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          lambda claim: label_sets.create_label_set(ctx, body, claim))
         log.info("label set created")
         return response
+
+    @api.get("/label-sets")
+    def list_label_sets(
+        limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT), cursor: str | None = Query(None, max_length=400)
+    ) -> dict[str, Any]:
+        return label_sets.list_label_sets(ctx, limit, cursor)
+
+    @api.delete("/label-sets/{label_set_id}/labels")
+    def delete_labels(label_set_id: str) -> dict[str, Any]:
+        out = label_sets.delete_labels(ctx, label_set_id)
+        log.info("label set %s: raw labels deleted", label_set_id)
+        return out
+
+    @api.get("/releases")
+    def list_releases(
+        label_set_id: str | None = Query(None, max_length=40),
+        limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+        cursor: str | None = Query(None, max_length=400),
+    ) -> dict[str, Any]:
+        return releases.list_releases(ctx, label_set_id, limit, cursor)
 
     @api.get("/label-sets/{label_set_id}")
     def get_label_set(label_set_id: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from labeldp.epsilon import InvalidEpsilon, exact_micro, from_delta_units, from_micro
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.pagination import after, check_limit, encode_cursor
 
 from . import ledger
 from .columnar import read_array, read_table, write_table
@@ -35,6 +36,7 @@ MAX_ID_LENGTH = 128
 MAX_CLASSES = 1000
 MAX_INLINE_IDS = 1_000_000
 MAX_REPORTED = 100
+LABELS_DELETED = -1  # labels_version of a set whose raw labels were deleted
 
 
 class DomainIn(BaseModel):
@@ -213,6 +215,8 @@ def labels_path(ctx: LabelsContext, label_set_id: str, version: int):  # type: i
 
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     """float64 labels aligned with the sorted ids; NaN where no label was uploaded yet."""
+    if row.labels_version == LABELS_DELETED:
+        raise ApiError(409, "labels_deleted", "this label set's raw labels were deleted")
     if row.labels_version == 0:
         return np.full(row.n_ids, np.nan)
     return read_array(labels_path(ctx, row.id, row.labels_version))
@@ -254,6 +258,7 @@ def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]
         "privacy_domain": spend["privacy_domain"],
         "counts": {"ids": row.n_ids, "labeled": row.labeled, "missing": row.n_ids - row.labeled},
         "ids_ready": bool(row.ids_ready),
+        "labels_deleted": row.labels_version == LABELS_DELETED,
         "budget": spend,
         "releases": [
             {"id": r.id, "status": r.status, "mechanism": r.mechanism, "epsilon": from_micro(r.epsilon_micro)}
@@ -266,3 +271,50 @@ def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]
 def get_label_set(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
     with ctx.sessions() as s:
         return describe(ctx, s, load_label_set(s, label_set_id))
+
+
+def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of label sets, oldest first: catalogue facts only (no file is read)."""
+    limit = check_limit(limit)
+    stmt = select(LabelSetRow, PrivacyDomainRow.name).join(
+        PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
+    )
+    where = after(LabelSetRow.created_at, LabelSetRow.id, cursor)
+    if where is not None:
+        stmt = stmt.where(where)
+    with ctx.sessions() as s:
+        rows = s.execute(stmt.order_by(LabelSetRow.created_at, LabelSetRow.id).limit(limit + 1)).all()
+    items = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "label_type": r.label_type,
+            "privacy_domain": domain,
+            "counts": {"ids": r.n_ids, "labeled": r.labeled, "missing": r.n_ids - r.labeled},
+            "labels_deleted": r.labels_version == LABELS_DELETED,
+            "spent_epsilon": from_micro(r.spent_micro),
+            "created_at": r.created_at.isoformat() if r.created_at else None,
+        }
+        for r, domain in rows[:limit]
+    ]
+    last = rows[limit - 1][0] if len(rows) > limit else None
+    return {"items": items, "next_cursor": encode_cursor(last.created_at, last.id) if last else None}
+
+
+def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
+    """Delete a label set's raw labels once they are spent; the ids, ledger and releases stay.
+
+    Raw labels need not be kept once released: what the features party holds is the
+    privatized message, and the per-id ledger keeps every id's spend. The set can make no
+    further release or upload.
+    """
+    with ctx.sessions.begin() as s:
+        row = load_label_set(s, label_set_id, for_update=True)
+        if row.labels_version == LABELS_DELETED:
+            raise ApiError(409, "labels_deleted", "this label set's raw labels were already deleted")
+        row.labels_version = LABELS_DELETED
+        s.flush()
+        out = describe(ctx, s, row)
+    for path in ctx.label_set_dir(label_set_id).glob("labels-*.npy"):
+        path.unlink(missing_ok=True)
+    return out

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
@@ -247,3 +248,21 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
 def status_counts(ctx: LabelsContext) -> dict[str, int]:
     with ctx.sessions() as s:
         return {k: int(v) for k, v in s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all()}
+
+
+def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of releases, oldest first, optionally of one label set; never reads message bytes."""
+    limit = check_limit(limit)
+    stmt = select(ReleaseRow)
+    if label_set_id is not None:
+        stmt = stmt.where(ReleaseRow.label_set_id == label_set_id)
+    where = after(ReleaseRow.created_at, ReleaseRow.id, cursor)
+    if where is not None:
+        stmt = stmt.where(where)
+    with ctx.sessions() as s:
+        rows = s.scalars(stmt.order_by(ReleaseRow.created_at, ReleaseRow.id).limit(limit + 1)).all()
+    last = rows[limit - 1] if len(rows) > limit else None
+    return {
+        "items": [describe(r) for r in rows[:limit]],
+        "next_cursor": encode_cursor(last.created_at, last.id) if last else None,
+    }

@@ -360,10 +360,10 @@ def upload_labels(
         row = load_label_set(s, label_set_id)
     if not row.ids_ready:
         raise ApiError(409, "ids_missing", "upload the label set's ids first")
+    labels = read_labels(ctx, row)  # 409 labels_deleted before any parsing
     upload = parse_label_upload(body, kind, rules_of(row))
     if len(upload.ids) == 0:
         raise ApiError(422, "empty_upload", "upload has no rows")
-    labels = read_labels(ctx, row)
     positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
     if n_bad:
         raise ApiError(
