@@ -476,14 +476,15 @@ def test_prior_split_is_a_function_of_the_row_count_only() -> None:
 
 
 def test_split_randomizes_each_row_exactly_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, np.ndarray]] = []
-    original = cat._CategoricalMechanism.privatize
+    """Two draws over complementary rows: the first stage's RR table, then the fitted mechanism's."""
+    calls: list[tuple[bool, np.ndarray, object]] = []
+    original = cat.kernels.rows_where
 
-    def recording(self, labels, rng):
-        calls.append((type(self).name, np.asarray(labels).copy()))
-        return original(self, labels, rng)
+    def recording(row_index, mask, select, table, rng, out):
+        calls.append((select, np.asarray(row_index)[np.asarray(mask) == select].copy(), table))
+        return original(row_index, mask, select, table, rng, out)
 
-    monkeypatch.setattr(cat._CategoricalMechanism, "privatize", recording)
+    monkeypatch.setattr(cat.kernels, "rows_where", recording)
     rng = np.random.default_rng(2)
     labels = rng.choice(10, size=3000, p=imbalanced_prior())
     for mechanism_cls in [RRWithPrior, BlockRR]:
@@ -491,7 +492,8 @@ def test_split_randomizes_each_row_exactly_once(monkeypatch: pytest.MonkeyPatch)
         split = SplitPriorRandomizer(mechanism_cls, 1.0, 10, prior_fraction=0.1)
         out = split.privatize(labels, rng)
         assert out.shape == labels.shape and out.dtype == np.int64
-        assert [name for name, _ in calls] == ["randomized_response", mechanism_cls.name]
+        assert [select for select, _, _ in calls] == [True, False]
+        assert calls[0][2] is split.first_stage_.sampler() and calls[1][2] is split.mechanism_.sampler()
         np.testing.assert_array_equal(calls[0][1], labels[split.prior_mask_])
         np.testing.assert_array_equal(calls[1][1], labels[~split.prior_mask_])
         assert calls[0][1].size + calls[1][1].size == labels.size

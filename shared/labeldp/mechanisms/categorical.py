@@ -70,7 +70,7 @@ def check_class_labels(labels: np.ndarray, n_classes: int) -> np.ndarray:
     """Class indices as int64; integral floats (the wire's label column) are accepted."""
     arr = np.asarray(labels)
     if arr.dtype.kind in "iu":
-        out = arr.astype(np.int64)
+        out = arr.astype(np.int64, copy=False)
     elif arr.dtype.kind == "f" or arr.size == 0:
         as_float = arr.astype(np.float64)
         if not np.all(np.isfinite(as_float)) or np.any(as_float != np.floor(as_float)):
@@ -675,10 +675,12 @@ class SplitPriorRandomizer:
         mask = prior_split_mask(n, self.prior_fraction, self.split)
         first = RandomizedResponse(epsilon, classes).fit()
         out = np.empty(n, dtype=np.int64)
-        out[mask] = first.privatize(y[mask], rng)
+        # Each stage draws in place over its own rows (one word each, in row order): the
+        # same draws as privatize(y[mask]) then privatize(y[~mask]), without the copies.
+        kernels.rows_where(y, mask, True, first.sampler(), rng, out)
         prior = first.estimate_prior(out[mask])
         mechanism = self.mechanism_for_prior(prior)
-        out[~mask] = mechanism.privatize(y[~mask], rng)
+        kernels.rows_where(y, mask, False, mechanism.sampler(), rng, out)
         self.n_rows_ = n
         self.prior_mask_ = mask
         self.prior_rows_ = np.flatnonzero(mask)

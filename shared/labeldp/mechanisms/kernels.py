@@ -43,19 +43,20 @@ def finite_labels(labels: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- additive noise
 
 
+@numba.njit(cache=True, inline="always")
+def signed(m, w):
+    """−m if the word's low bit is set, else m (branch-free: the bit is a coin flip)."""
+    return m - 2 * np.int64(w & np.uint64(1)) * m
+
+
 @numba.njit(cache=True, boundscheck=False)
 def _clipped_additive_kernel(labels, low, high, step, n_steps, table, g, words, out):
     one = np.uint64(1)
     for i in range(labels.size):
         j = snap_index(labels[i], low, step, n_steps)
         w = words[i]
-        m = table_draw(table, g, 63, 0, w >> one)
-        t = j - m if (w & one) else j + m
-        if t < 0:
-            t = 0
-        elif t > n_steps:
-            t = n_steps
-        out[i] = index_value(t, low, high, step, n_steps)
+        t = j + signed(table_draw(table, g, 63, 0, w >> one), w)
+        out[i] = index_value(min(max(t, 0), n_steps), low, high, step, n_steps)
 
 
 def clipped_additive(labels: np.ndarray, lattice: Lattice, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
@@ -84,8 +85,7 @@ def _exponential_kernel(labels, start, low, high, step, n_steps, table, g, words
                 return i
             w = words[k]
             k += 1
-            m = table_draw(table, g, 63, 0, w >> one)
-            t = j - m if (w & one) else j + m
+            t = j + signed(table_draw(table, g, 63, 0, w >> one), w)
             if 0 <= t <= n_steps:
                 break
         out[i] = index_value(t, low, high, step, n_steps)
@@ -127,11 +127,7 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
     half = np.uint64(32)
     i = start
     while i < stop:
-        c = snap_index(labels[i], low, step, n_steps)
-        if c < a1:
-            c = a1
-        elif c > a2:
-            c = a2
+        c = min(max(snap_index(labels[i], low, step, n_steps), a1), a2)
         kept = (keep_words[i - start] >> drop) < keep
         s = near if kept else far
         threshold = near_t if kept else far_t
@@ -143,13 +139,9 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
             if (product & _LOW32) >= threshold:
                 break
         u = np.int64(product >> half)
-        if kept:
-            t = c - z + u
-        else:
-            t = a1 - z + u
-            if t >= c - z:
-                t += 2 * z + 1
-        out[i] = index_value(t, low, high, step, n_steps)
+        far_t = a1 - z + u
+        far_t += (2 * z + 1) * np.int64(far_t >= c - z)  # skip the near block
+        out[i] = index_value(c - z + u if kept else far_t, low, high, step, n_steps)
         i += 1
     return i
 
@@ -179,40 +171,31 @@ def rp_with_prior(
 
 
 @numba.njit(cache=True, inline="always")
-def _rounding_row(y, grid, coin):
-    """Row of the rounded label: lower grid index + 1{coin < Pr[up]} (``unbiased.rounding_probabilities``)."""
+def _rounding_row(y, grid, inverse_spacing, coin):
+    """Row of the rounded label: lower grid index + 1{coin < Pr[up]} (``unbiased.rounding_probabilities``).
+
+    lower = min(searchsorted(grid, y, "right") − 1, K − 2) for y clipped to the grid:
+    guessed from the mean spacing, then corrected by comparisons, so it is exact for
+    any ascending grid and takes one or two steps on the (equally spaced) default one.
+    """
     k = grid.size
-    if y < grid[0]:
-        y = grid[0]
-    elif y > grid[k - 1]:
-        y = grid[k - 1]
-    lo = 0
-    hi = k
-    while lo < hi:  # np.searchsorted(grid, y, side="right")
-        mid = (lo + hi) >> 1
-        if grid[mid] <= y:
-            lo = mid + 1
-        else:
-            hi = mid
-    lower = lo - 1
-    if lower < 0:
-        lower = 0
-    elif lower > k - 2:
-        lower = k - 2
-    p_up = (y - grid[lower]) / (grid[lower + 1] - grid[lower])
-    if p_up < 0.0:
-        p_up = 0.0
-    elif p_up > 1.0:
-        p_up = 1.0
+    y = min(max(y, grid[0]), grid[k - 1])
+    lower = min(max(np.int64((y - grid[0]) * inverse_spacing), 0), k - 2)
+    while lower < k - 2 and grid[lower + 1] <= y:
+        lower += 1
+    while lower > 0 and grid[lower] > y:
+        lower -= 1
+    p_up = min(max((y - grid[lower]) / (grid[lower + 1] - grid[lower]), 0.0), 1.0)
     return lower + np.int64(coin < p_up)
 
 
 @numba.njit(cache=True, boundscheck=False)
 def _unbiased_kernel(labels, grid, outputs, table, g, words, out):
     drop = np.uint64(11)
+    inverse_spacing = (grid.size - 1) / (grid[grid.size - 1] - grid[0])
     for i in range(labels.size):
-        coin = np.float64(words[2 * i] >> drop) * _DOUBLE
-        row = _rounding_row(labels[i], grid, coin)
+        coin = np.float64(np.int64(words[2 * i] >> drop)) * _DOUBLE
+        row = _rounding_row(labels[i], grid, inverse_spacing, coin)
         out[i] = outputs[table_draw(table, g, 53, row, words[2 * i + 1] >> drop)]
 
 
@@ -252,3 +235,33 @@ def rows(row_index: np.ndarray, table: TableSampler, rng: np.random.Generator) -
             flat[start:stop], table.table, table.g, table.bits, raw_words(rng, stop - start), out[start:stop],
         )  # fmt: skip
     return out.reshape(np.shape(row_index))
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rows_where_kernel(rows, mask, select, start, table, g, bits, words, out):
+    """Rows i >= start with mask[i] == select, one word each, until the words run out; next i."""
+    drop = np.uint64(64 - bits)
+    k = 0
+    i = start
+    while i < rows.size and k < words.size:
+        if mask[i] == select:
+            out[i] = table_draw(table, g, bits, rows[i], words[k] >> drop)
+            k += 1
+        i += 1
+    return i
+
+
+def rows_where(
+    row_index: np.ndarray, mask: np.ndarray, select: bool, table: TableSampler, rng: np.random.Generator, out: np.ndarray
+) -> None:
+    """``out[mask == select] = rows(row_index[mask == select], table, rng)``, in place, same words."""
+    flat = np.ascontiguousarray(row_index, dtype=np.int64).reshape(-1)
+    where = np.ascontiguousarray(mask, dtype=np.bool_).reshape(-1)
+    if where.size != flat.size or out.shape != flat.shape:
+        raise ValueError("mask and out must match the labels")
+    left = int(np.count_nonzero(where == select))
+    i = 0
+    while left > 0:
+        words = raw_words(rng, min(CHUNK, left))
+        i = _rows_where_kernel(flat, where, select, i, table.table, table.g, table.bits, words, out)
+        left -= words.size

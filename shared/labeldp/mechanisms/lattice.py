@@ -84,23 +84,13 @@ class Lattice:
 @numba.njit(cache=True, inline="always")
 def snap_index(y, low, step, n_steps):
     """``Lattice.index`` for one finite label."""
-    t = np.rint((y - low) / step)
-    if t < 0.0:
-        t = 0.0
-    elif t > n_steps:
-        t = np.float64(n_steps)
-    return np.int64(t)
+    return np.int64(min(max(np.rint((y - low) / step), 0.0), np.float64(n_steps)))
 
 
 @numba.njit(cache=True, inline="always")
 def index_value(t, low, high, step, n_steps):
     """``Lattice.value`` for one integer index."""
-    if t == n_steps:
-        return high
     v = low + step * np.float64(t)
     if 0 <= t <= n_steps:
-        if v < low:
-            v = low
-        elif v > high:
-            v = high
-    return v
+        v = min(max(v, low), high)
+    return high if t == n_steps else v

@@ -92,6 +92,23 @@ def rows(row_index: np.ndarray, table: TableSampler, rng: np.random.Generator) -
     return _draw(table, flat, raw_words(rng, flat.size)).reshape(np.shape(row_index))
 
 
+def rr_on_bins(
+    labels: np.ndarray, cut_points: np.ndarray, outputs: np.ndarray, keep_probability: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Twin of ``rr_sampling.privatize_values`` (identical outputs): the same exact cells, vectorized."""
+    from labeldp.mechanisms.rr_sampling import probability_cells
+
+    own = np.searchsorted(cut_points, check_labels(labels), side="left").astype(np.int64)
+    m = outputs.size
+    if m == 1:
+        return np.full(own.shape, outputs[0])
+    span, other_width = probability_cells(m, keep_probability)
+    u = raw_words(rng, own.size).reshape(own.shape)
+    other = (u // np.uint64(other_width)).astype(np.int64)
+    other += other >= own
+    return outputs[np.where(u >= np.uint64(span), own, other)]
+
+
 def privatize_reference(mech: Any, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``mech.privatize(labels, rng)`` through the numpy twins (same law; see the module docstring)."""
     from labeldp.mechanisms.additive import AdditiveLatticeMechanism, Exponential
@@ -103,13 +120,10 @@ def privatize_reference(mech: Any, labels: np.ndarray, rng: np.random.Generator)
     )
     from labeldp.mechanisms.rp_with_prior import RPWithPrior
     from labeldp.mechanisms.rr_on_bins import RROnBins
-    from labeldp.mechanisms.rr_sampling import randomized_response_reference
     from labeldp.mechanisms.unbiased import UnbiasedRandomizer
 
     if isinstance(mech, RROnBins):
-        idx = mech.bin_index(labels)
-        keep = mech.keep_probability_ * (1.0 - 1e-12)
-        return mech.outputs_[randomized_response_reference(idx, mech.outputs_.size, keep, rng)]
+        return rr_on_bins(labels, mech.cut_points_, mech.outputs_, mech.keep_probability_ * (1.0 - 1e-12), rng)
     if isinstance(mech, Exponential):
         return exponential(labels, mech._lattice, mech.noise_table(), rng)
     if isinstance(mech, AdditiveLatticeMechanism):

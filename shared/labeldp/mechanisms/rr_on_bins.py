@@ -121,17 +121,6 @@ class RROnBins:
         out = privatize_values(flat, self.cut_points_, self.outputs_, keep, rng)
         return out.reshape(shape)
 
-    def privatize_reference(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Plain-numpy version of :meth:`privatize` (same law), kept for tests and benchmarks."""
-        idx = self.bin_index(labels)
-        m = self.outputs_.size
-        if m == 1:
-            return np.full(idx.shape, self.outputs_[0])
-        keep = rng.random(idx.shape) < self.keep_probability_
-        other = rng.integers(0, m - 1, size=idx.shape)
-        other += other >= idx  # uniform over the m − 1 bins that are not Φ(y)
-        return self.outputs_[np.where(keep, idx, other)]
-
     def output_probabilities(self, label: float) -> np.ndarray:
         """Exact Pr[ŷ = outputs_[j] | y = label] for every j."""
         probs = np.full(self.outputs_.size, self.other_probability_)

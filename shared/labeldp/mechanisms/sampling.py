@@ -197,14 +197,16 @@ class TableSampler:
 
 @numba.njit(cache=True, inline="always")
 def table_draw(table, g, bits, row, x):
-    """Output of ``row`` for x uniform on [0, 2^bits): x's bucket, or its alias past the threshold."""
+    """Output of ``row`` for x uniform on [0, 2^bits): x's bucket, or its alias past the threshold.
+
+    Branch-free (the keep test is a coin flip for the branch predictor).
+    """
     shift = np.uint64(bits - g)
-    bucket = x >> shift
-    packed = table[(row << g) + np.int64(bucket)]
-    low = x & ((np.uint64(1) << shift) - np.uint64(1))
-    if low < (packed >> np.uint64(g)):
-        return np.int64(bucket)
-    return np.int64(packed & ((np.uint64(1) << np.uint64(g)) - np.uint64(1)))
+    bucket = np.int64(x >> shift)
+    packed = table[(row << g) + bucket]
+    keep = np.int64((x & ((np.uint64(1) << shift) - np.uint64(1))) < (packed >> np.uint64(g)))
+    alias = np.int64(packed & ((np.uint64(1) << np.uint64(g)) - np.uint64(1)))
+    return alias + keep * (bucket - alias)
 
 
 @numba.njit(cache=True, boundscheck=False)
