@@ -18,6 +18,17 @@ and J = 1024 on real domains (the historical ``DiscreteLaplace`` default).
 ``variant=None`` picks discrete for integer domains and continuous for real ones,
 as the paper does (App. E).
 
+The lattice itself is ``lattice.Lattice`` (shared with RPWithPrior).
+
+Sampling. Clipped, every output is clip(j + N, 0, J), which depends on N only
+through its sign and min(|N|, J): ``privatize`` draws that magnitude from an exact
+integer table of its law (``folded_clipped_noise``, cells out of 2^63,
+``sampling.TableSampler``) and the sign from one more bit of the same raw word, in
+the fused kernel ``kernels.clipped_additive``. The exponential mechanism draws from
+the truncated two-sided geometric the same way and rejects draws that leave [0, J].
+Unclipped noise, or lattices of more than ``MAX_TABLE_SIZE`` points, use the numpy
+samplers (``_sample_noise``).
+
 Exact laws. Each additive noise exposes its pmf and survival S(t) = P(N > t) in
 closed form. Clipping index j + N to [0, J] then has, in index units,
 E[clip − j] = H(J − j) − H(j) and E[(clip − j)²] = G(j) + G(J − j) with

@@ -13,8 +13,8 @@ Words are raw 64-bit outputs of the caller's secure generator
   a chunk ending mid-label simply retries that label with fresh words: exact.
 * ``rp_with_prior``: one word per label for the keep decision (top 53 bits
   against T), then an exactly uniform integer by Lemire's method on 32-bit halves
-  from a second word stream (rejection; the keep word is kept across refills so
-  nothing is conditioned on the number of attempts).
+  of a second word stream, one half per attempt (rejection; the keep word is kept
+  across refills so nothing is conditioned on the number of attempts).
 * ``unbiased``: two words per label: the rounding coin (the top 53 bits as a
   double in [0, 1), exactly numpy's ``Generator.random``) and the row draw (top 53 bits).
 * ``rows``: one word per label, a table row per label (categorical mechanisms).
@@ -116,13 +116,18 @@ def lemire_threshold(s):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, keep_words, words, out):
-    """Labels start..stop−1 (keep word of label i: keep_words[i − start]); returns the first not done."""
+def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, keep_words, halves, out):
+    """Labels start..stop−1 (keep word of label i: keep_words[i − start]); returns the first not done.
+
+    Uniform integers come from ``halves``, read as a stream of 32-bit halves (high half
+    first), one half per Lemire attempt.
+    """
     near = np.uint64(2 * z + 1)
     far = np.uint64(max(a2 - a1, 1))
     near_t = lemire_threshold(near)
     far_t = lemire_threshold(far)
-    k = 0
+    h = 0
+    n_halves = 2 * halves.size
     drop = np.uint64(11)
     half = np.uint64(32)
     i = start
@@ -132,10 +137,12 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
         s = near if kept else far
         threshold = near_t if kept else far_t
         while True:
-            if k >= words.size:
+            if h >= n_halves:
                 return i
-            product = (words[k] >> half) * s
-            k += 1
+            word = halves[h >> 1]
+            bits32 = (word >> half) if (h & 1) == 0 else (word & _LOW32)
+            h += 1
+            product = bits32 * s
             if (product & _LOW32) >= threshold:
                 break
         u = np.int64(product >> half)
@@ -162,7 +169,7 @@ def rp_with_prior(
         while done < stop:
             done = _rp_kernel(
                 flat, done, stop, lattice.low, lattice.high, lattice.step, lattice.n_steps,
-                a1, a2, z, keep, keep_words, raw_words(rng, stop - done + 16), out,
+                a1, a2, z, keep, keep_words, raw_words(rng, (stop - done) // 2 + 8), out,
             )  # fmt: skip
     return out.reshape(np.shape(labels))
 
