@@ -17,17 +17,18 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.http_api import ApiError
-from labeldp.schema import LabelRelease, decode_payload, payload_digest
+from labeldp.schema import LabelRelease, decode_columns, payload_digest
 from labeldp.signing import verify
 
 log = logging.getLogger("labeldp.features")
@@ -57,8 +58,12 @@ def _invalid(message: str) -> ApiError:
     return ApiError(422, "invalid_message", message)
 
 
-def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
-    """Parse and check a message's internal consistency; returns it with its columns."""
+def parse_release(body: bytes) -> tuple[LabelRelease, pa.Array, np.ndarray]:
+    """Parse and check a message's internal consistency; returns it with its columns.
+
+    The checks run on the Arrow columns (vectorized): a 10⁷-row message never becomes
+    10⁷ Python strings.
+    """
     try:
         release = LabelRelease.model_validate_json(body)
     except ValidationError as exc:
@@ -66,7 +71,7 @@ def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
         details = [{"loc": [str(p) for p in e.get("loc", ())], "type": e.get("type")} for e in exc.errors()]
         raise ApiError(422, "invalid_message", "the message does not match the LabelRelease schema", details) from None
     try:
-        ids, labels = decode_payload(release.payload)
+        ids, labels = decode_columns(release.payload)
         digest = payload_digest(ids, labels)
     except Exception:  # a malformed Arrow payload fails in many ways
         raise _invalid("the payload cannot be decoded into id and label columns") from None
@@ -74,9 +79,9 @@ def parse_release(body: bytes) -> tuple[LabelRelease, list[str], np.ndarray]:
         raise ApiError(422, "digest_mismatch", "payload_digest does not match the payload")
     if len(ids) != release.row_count or len(labels) != len(ids):
         raise _invalid("row_count does not match the payload")
-    if any(not isinstance(i, str) or not i for i in ids):
+    if ids.null_count or (len(ids) and pc.min(pc.utf8_length(ids)).as_py() == 0):
         raise _invalid("ids must be non-empty strings")
-    if any(a >= b for a, b in pairwise(ids)):
+    if len(ids) > 1 and not pc.all(pc.less(ids.slice(0, len(ids) - 1), ids.slice(1))).as_py():
         raise _invalid("ids must be unique and in sorted order")
     if not np.all(np.isfinite(labels)):
         raise _invalid("labels must be finite numbers")

@@ -172,6 +172,19 @@ def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: n
     out.write(b'"}}')
 
 
+def decode_columns(payload: JsonPayload | ArrowPayload) -> tuple[pa.Array, np.ndarray]:
+    """The payload's ids as an Arrow string array and its labels: no Python object per row."""
+    import pyarrow as pa
+
+    if isinstance(payload, JsonPayload):
+        return pa.array(payload.ids, pa.string()), np.asarray(payload.labels, dtype=np.float64)
+    table = pa.ipc.open_stream(base64.b64decode(payload.data)).read_all()
+    ids = table.column("id").combine_chunks()
+    if ids.type != pa.string():
+        raise ValueError("the id column is not a string column")
+    return ids, table.column("label").to_numpy().astype(np.float64)
+
+
 def decode_payload(payload: JsonPayload | ArrowPayload) -> tuple[list[str], np.ndarray]:
     if isinstance(payload, JsonPayload):
         return list(payload.ids), np.asarray(payload.labels, dtype=np.float64)
