@@ -8,6 +8,8 @@ side. There is deliberately no route or client that reaches the labels party.
 
 from __future__ import annotations
 
+import asyncio
+
 import hashlib
 import json
 import logging
@@ -34,6 +36,7 @@ from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
+from labeldp.spool import spool_body
 
 log = logging.getLogger("labeldp.features")
 
@@ -107,7 +110,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="labeldp features party", version="1", lifespan=lifespan)
     app.state.ctx = ctx
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}
+    )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
     mount_metrics(app, ctx.registry)
@@ -131,18 +136,28 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
     """Authenticated by the message signature, not by the publisher's API key."""
     router = APIRouter()
 
+    slots = asyncio.Semaphore(ctx.settings.inbox_max_concurrent)
+
     @router.post("/v1/releases", status_code=201)
     async def receive(request: Request) -> JSONResponse:
-        body = await request.body()
-        signature = request.headers.get(SIGNATURE_HEADER)
-        try:
-            result = await run_in_threadpool(
-                inbox.receive_release, ctx.sessions, ctx.settings.exchange_secret, body, signature
-            )
-        except ApiError as exc:
-            ctx.inbox_messages.labels(result=exc.code).inc()
-            log.info("release message rejected: %s", exc.code)
-            raise
+        # Unauthenticated bytes never sit in memory: the body goes to disk, the signature is
+        # checked over the file, and only a signed message is parsed; a bounded number at once.
+        if slots.locked():
+            ctx.inbox_messages.labels(result="inbox_busy").inc()
+            raise ApiError(503, "inbox_busy", "the inbox is receiving other messages", headers={"Retry-After": "2"})
+        async with slots:
+            body = await spool_body(request, ctx.data_dir / "spool")
+            signature = request.headers.get(SIGNATURE_HEADER)
+            try:
+                result = await run_in_threadpool(
+                    inbox.receive_release, ctx.sessions, ctx.settings.exchange_secret, body.path, signature
+                )
+            except ApiError as exc:
+                ctx.inbox_messages.labels(result=exc.code).inc()
+                log.info("release message rejected: %s", exc.code)
+                raise
+            finally:
+                body.discard()
         ctx.inbox_messages.labels(result=result.status).inc()
         return JSONResponse(result.body(), status_code=result.http_status)
 

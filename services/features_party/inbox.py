@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.schema import LabelRelease, decode_columns, payload_digest
-from labeldp.signing import verify
+from labeldp.signing import verify, verify_file
 
 log = logging.getLogger("labeldp.features")
 
@@ -91,11 +92,19 @@ def parse_release(body: bytes) -> tuple[LabelRelease, pa.Array, np.ndarray]:
 def receive_release(
     session_factory: sessionmaker[Session],
     secret: str,
-    body: bytes,
+    body: bytes | Path,
     signature: str | None,
 ) -> InboxResult:
-    """Verify, validate, deduplicate and store one message (or raise ApiError)."""
-    if not verify(body, secret, signature):
+    """Verify, validate, deduplicate and store one message (or raise ApiError).
+
+    ``body`` is the message bytes or the path of a file holding them (the route spools
+    the request to disk and verifies the signature there before anything is parsed).
+    """
+    if isinstance(body, Path):
+        if not verify_file(body, secret, signature):
+            raise ApiError(401, "bad_signature", "missing or wrong message signature")
+        body = body.read_bytes()
+    elif not verify(body, secret, signature):
         raise ApiError(401, "bad_signature", "missing or wrong message signature")
     release, _ids, _labels = parse_release(body)
     sha = hashlib.sha256(body).hexdigest()

@@ -20,11 +20,11 @@ from labeldp.metrics import mount_metrics
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.migrations import SERVICES
 from labeldp.settings import Settings, require_secrets
+from labeldp.spool import spool_body
 
 from . import label_sets, privacy_domains, releases, uploads
 from .context import LabelsContext
 from .randomizer import MECHANISMS
-from .spool import spool_body
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")

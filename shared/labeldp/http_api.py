@@ -157,13 +157,18 @@ def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
 class BodySizeLimit:
     """ASGI middleware: 413 ``payload_too_large`` before a large body is buffered."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, limits: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.limits = limits or {}  # path -> its own limit (the inbox streams large releases to disk)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        limit = self.limits.get(scope.get("path", ""), self.max_bytes)
+        if limit != self.max_bytes:
+            await BodySizeLimit(self.app, limit)(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length":

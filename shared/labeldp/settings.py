@@ -67,6 +67,14 @@ class Settings(BaseSettings):
     exchange_secret: str = Field(
         "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
     )
+    inbox_max_body_bytes: int = Field(
+        8 * 1024**3,
+        gt=0,
+        description="largest release message the inbox accepts (streamed to disk and verified before parsing)",
+    )
+    inbox_max_concurrent: int = Field(
+        2, ge=1, le=64, description="messages the inbox receives at once; more get 503 inbox_busy with Retry-After"
+    )
     allow_dev_secrets: bool = Field(
         False,
         description="accept the built-in dev keys and secrets shorter than 16 characters: a laptop only, never a "
