@@ -28,6 +28,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, MetaData, text
 
 SERVICES = {"labels": "labels_party.migrations", "features": "features_party.migrations"}
@@ -50,6 +51,14 @@ def alembic_config(migrations_package: str, connection: Connection | None = None
     config.set_main_option("script_location", str(package_dir(migrations_package)))
     config.attributes["connection"] = connection
     return config
+
+
+def head_revision(migrations_package: str) -> str:
+    """The newest revision of a service's migrations (what :func:`upgrade_schema` brings a database to)."""
+    head = ScriptDirectory.from_config(alembic_config(migrations_package)).get_current_head()
+    if head is None:
+        raise ValueError(f"{migrations_package} has no revisions")
+    return head
 
 
 def _lock_key(migrations_package: str) -> int:

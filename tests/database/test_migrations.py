@@ -6,14 +6,18 @@ the models differ in Alembic's autogenerate comparison.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, MetaData, inspect, text
 
 from features_party.store import Base as FeaturesBase
 from labeldp.database import make_engine
-from labeldp.migrations import SERVICES, schema_differences, upgrade_schema
+from labeldp.migrations import SERVICES, head_revision, schema_differences, upgrade_schema
 from labels_party.store import Base as LabelsBase
 
 MODELS: dict[str, MetaData] = {"labels": LabelsBase.metadata, "features": FeaturesBase.metadata}
@@ -62,8 +66,25 @@ def test_concurrent_starters_upgrade_once(database_url: str) -> None:
     try:
         assert errors == []
         with engines[0].connect() as connection:
-            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0001"]
+            versions = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        assert versions == [head_revision(SERVICES["labels"])]
         assert schema_differences(engines[0], MODELS["labels"]) == []
     finally:
         for engine in engines:
             engine.dispose()
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_the_cli_upgrades_the_configured_database(database_url: str, service: str, tmp_path: Path) -> None:
+    env = {**os.environ, f"LABELDP_{service.upper()}_DATABASE_URL": database_url}
+    done = subprocess.run([sys.executable, "-m", "labeldp.cli", "db", "upgrade", service], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        assert version == head_revision(SERVICES[service])
+        assert schema_differences(engine, MODELS[service]) == []
+    finally:
+        engine.dispose()
