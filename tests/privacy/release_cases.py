@@ -126,7 +126,7 @@ def release_pairs() -> list[ReleasePair]:
         # -- noised-label prior (RPWithPrior, Liu & Huang Alg. 3), default ε₁
         ReleasePair(
             "rp_with_prior_noised_labels", "rp_with_prior", 2.0, _moved(REAL_LABELS, 0, 0.0), 0, 1.0,
-            domain=UNIT, sharpness=0.2, slow=True,
+            domain=UNIT, n_draws=800, n_pilot=200, sharpness=0.15, slow=True,
         ),
         # -- label-independent split (Alg. 2): changed row inside the split, and outside it
         ReleasePair(
