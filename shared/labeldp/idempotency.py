@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.http_api import ApiError
+
+log = logging.getLogger("labeldp.idempotency")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replay"
@@ -252,7 +255,10 @@ class IdempotencyKeys:
             response = work(claimed)
         except BaseException:
             if not claimed.completed:
-                self.release(claimed)
+                try:
+                    self.release(claimed)
+                except Exception:  # the database is gone too: the claim's lease frees the key later
+                    log.warning("could not release an idempotency claim; its lease will expire")
             raise
         if not claimed.completed:
             with self.sessions.begin() as s:
