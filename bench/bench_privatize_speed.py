@@ -1,23 +1,25 @@
-"""RR-on-Bins privatization speed: plain numpy vs the fused numba kernel, one core.
+"""Privatization speed of every mechanism: the numba kernel vs its plain-numpy twin, one core.
 
 Usage:
-    python bench/bench_privatize_speed.py [--n 10000000] [--repeats 7]
-        [--housing /work/shared/data/california_housing.csv] [--out bench/results/privatize_speed.md]
+    python bench/bench_privatize_speed.py [--n 1000000,10000000] [--repeats 5]
+        [--only name,name] [--fast-only] [--out bench/results/privatize_speed.md]
 
-Both sides privatize the same labels with the same (m, cut points, outputs, p)
-and a fresh cryptographically seeded generator (labeldp.randomness.secure_generator),
-from float labels to float outputs:
+For every mechanism of the catalogue (rr_on_bins, rp_with_prior, laplace continuous and
+discrete, staircase, gaussian, exponential, unbiased, randomized_response, rr_with_prior,
+block_rr) in its default configuration (clipped, default lattice), both sides privatize
+the same labels with a fresh cryptographically seeded generator
+(labeldp.randomness.secure_generator), labels in → released labels out:
 
-* numpy — what RROnBins.privatize did before the kernel: check_labels,
-  np.searchsorted on the cut points, rng.random < p, rng.integers for the other
-  bin, np.where, then the gather outputs[idx]
-  (labeldp.mechanisms.rr_sampling.randomized_response_reference);
-* numba — labeldp.mechanisms.rr_sampling.privatize_values: binning and RR fused in
-  one serial pass, one raw 64-bit word of the same generator per label.
+* kernel — ``mech.privatize`` (what a release runs);
+* numpy  — ``labeldp.mechanisms.reference.privatize_reference(mech, …)``: the same law in
+  plain vectorized numpy (the twin the unit tests compare the kernels against).
 
-The process is pinned to one CPU and NUMBA_NUM_THREADS=1 (the kernel is serial
-anyway); numpy's element-wise ops are single-threaded. Reported: the median
-over ``repeats`` interleaved runs after one warm-up, labels per second, and the ratio.
+The process is pinned to one CPU and NUMBA_NUM_THREADS=1. Time is the thread's CPU
+time (``time.thread_time``), so on a shared machine the time other processes hold the
+core does not count (their cache pressure still does). Reported: the median over
+``repeats`` interleaved runs after one warm-up, labels per CPU-second, and the ratio.
+``--fast-only`` times ``mech.privatize`` alone (used for the "before" column, when no
+numpy twin existed).
 """
 
 from __future__ import annotations
@@ -29,66 +31,132 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ["NUMBA_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
+import numba
+import numpy as np
 
-from labeldp.mechanisms import RROnBins  # noqa: E402
-from labeldp.mechanisms.checks import check_labels  # noqa: E402
-from labeldp.mechanisms.prior import LabelDomain, default_grid, snap_to_grid  # noqa: E402
-from labeldp.mechanisms.rr_sampling import privatize_values, randomized_response_reference  # noqa: E402
-from labeldp.randomness import secure_generator  # noqa: E402
+from labeldp.mechanisms import (
+    BlockRR,
+    Exponential,
+    Gaussian,
+    LabelDomain,
+    Laplace,
+    RandomizedResponse,
+    RPWithPrior,
+    RROnBins,
+    RRWithPrior,
+    SplitPriorRandomizer,
+    Staircase,
+    UnbiasedRandomizer,
+)
+from labeldp.randomness import secure_generator
+
+REAL = LabelDomain("real", 0.0, 5.0)
+INTEGER = LabelDomain("integer", 0.0, 100.0)
+EPSILON = 1.0
+CLASSES = 10
 
 
-def numpy_privatize(labels, cuts, outputs, p, rng):
-    """The plain numpy vectorized version (RROnBins.privatize before the kernel)."""
-    idx = np.searchsorted(cuts, check_labels(labels), side="left").astype(np.int64)
-    return outputs[randomized_response_reference(idx, outputs.size, p, rng)]
+def _real(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(0.0, 5.0, n)
 
 
-def numba_privatize(labels, cuts, outputs, p, rng):
-    return privatize_values(labels, cuts, outputs, p, rng)
+def _integer(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.integers(0, 101, n).astype(np.float64)
 
 
-def timed_pair(labels, cuts, outputs, p, repeats: int) -> tuple[float, float]:
-    """Median seconds of (numpy, numba), runs interleaved so load drift hits both alike."""
-    for fn in (numpy_privatize, numba_privatize):
-        fn(labels[:1000], cuts, outputs, p, secure_generator())  # warm-up (and JIT)
-    times: dict = {numpy_privatize: [], numba_privatize: []}
+def _classes(n: int, rng: np.random.Generator) -> np.ndarray:
+    # A skewed class prior, so the prior-based mechanisms pick a proper subset.
+    p = 0.6 ** np.arange(CLASSES)
+    return rng.choice(CLASSES, size=n, p=p / p.sum()).astype(np.int64)
+
+
+def _rr_on_bins() -> Any:
+    grid = np.linspace(0.0, 5.0, 64)
+    return RROnBins(8.0, REAL).fit(grid, np.ones(grid.size))
+
+
+def _split(cls: type) -> Any:
+    return SplitPriorRandomizer(cls, EPSILON, CLASSES)
+
+
+Case = tuple[str, Callable[[], Any], Callable[[int, np.random.Generator], np.ndarray]]
+
+CASES: list[Case] = [
+    ("rr_on_bins (ε = 8, m = 15)", _rr_on_bins, _real),
+    ("rp_with_prior", lambda: RPWithPrior(EPSILON, REAL).fit(), _real),
+    ("laplace continuous", lambda: Laplace(EPSILON, REAL, "continuous").fit(), _real),
+    ("laplace discrete (integer 0..100)", lambda: Laplace(EPSILON, INTEGER, "discrete").fit(), _integer),
+    ("staircase continuous", lambda: Staircase(EPSILON, REAL).fit(), _real),
+    ("staircase discrete (integer 0..100)", lambda: Staircase(EPSILON, INTEGER).fit(), _integer),
+    ("gaussian (δ = 1e-6)", lambda: Gaussian(EPSILON, REAL, 1e-6).fit(), _real),
+    ("exponential", lambda: Exponential(EPSILON, REAL).fit(), _real),
+    ("unbiased (K = 33)", lambda: UnbiasedRandomizer(EPSILON, REAL).fit(), _real),
+    ("randomized_response (K = 10)", lambda: RandomizedResponse(EPSILON, CLASSES).fit(), _classes),
+    ("rr_with_prior (split prior)", lambda: _split(RRWithPrior), _classes),
+    ("block_rr (split prior)", lambda: _split(BlockRR), _classes),
+]
+
+
+NOTES = [
+    "numpy: `labeldp.mechanisms.reference.privatize_reference`, the plain-numpy twin of each kernel (the same",
+    "alias-table lookups, lattice arithmetic and rejection steps, vectorized). Where a kernel reads its raw words in",
+    "a fixed pattern (clipped additive noise, unbiased, categorical, RR-on-Bins) the twin returns identical outputs",
+    "for the same generator state (tests/unit/test_sampling.py checks this); exponential and RPWithPrior's uniform",
+    "integers consume words in a different order there, same law. `before`: `mech.privatize` of the code before this",
+    "change, timed the same way (`--fast-only`), where laplace, staircase, gaussian and exponential drew float",
+    "geometric / normal variates from numpy and categorical mechanisms sorted the labels by class.",
+    "",
+    "Laws. Every output law is the one the mechanism states: the same lattice, the same pmf (clipped additive noise:",
+    "the folded pmf of the noise; exponential: α^|i−j| on the lattice), the same cells where cells were already",
+    "used (categorical cells_ out of 2^63, unbiased counts out of 2^53, RR-on-Bins, RPWithPrior's T/2^53). What",
+    "changed is how the randomness is consumed: one raw 64-bit word of the same secure PCG64DXSM stream per draw,",
+    "mapped through an integer alias table in which each output owns exactly its cells, instead of numpy's float",
+    "samplers — for the additive mechanisms the realized law is now the stated pmf rounded to cells of 2^-63 (small",
+    "entries rounded up) rather than the float error of numpy's inversion and ziggurat samplers. The committed",
+    "utility tables were computed with the old samplers: same laws, a different random stream, so they remain valid",
+    "as they are (a rerun differs by sampling noise only, as it would with another seed).",
+]
+
+
+def _reference() -> Callable[[Any, np.ndarray, np.random.Generator], np.ndarray]:
+    from labeldp.mechanisms.reference import privatize_reference
+
+    return privatize_reference
+
+
+CLOCK = time.thread_time
+"""CPU time of this thread: on a shared machine, time spent waiting for the core does not count."""
+
+
+def timed(fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]], labels: np.ndarray, repeats: int) -> dict:
+    """Median seconds per function, runs interleaved so load drift hits all alike."""
+    for fn in fns.values():
+        fn(labels[:1000], secure_generator())  # warm-up (and JIT)
+    times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
-        for fn in times:
+        for key, fn in fns.items():
             rng = secure_generator()
-            start = time.perf_counter()
-            fn(labels, cuts, outputs, p, rng)
-            times[fn].append(time.perf_counter() - start)
-    return statistics.median(times[numpy_privatize]), statistics.median(times[numba_privatize])
+            start = CLOCK()
+            fn(labels, rng)
+            times[key].append(CLOCK() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
-def synthetic_case(m: int, epsilon: float, n: int, rng) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, float]:
-    outputs = np.linspace(0.0, 5.0, m)
-    cuts = 0.5 * (outputs[:-1] + outputs[1:])
-    p = 1.0 / (1.0 + (m - 1) * np.exp(-epsilon))
-    return f"uniform labels, m = {m}", rng.uniform(0.0, 5.0, n), cuts, outputs, float(p)
-
-
-def housing_cases(path: str, n: int, rng, epsilons=(0.5, 2.0, 8.0)):
-    """RR-on-Bins fitted to the (non-private, for timing only) Housing histogram; labels resampled to n."""
-    import csv
-
-    with open(path, newline="") as fh:
-        values = np.array([float(r["median_house_value"]) / 100_000 for r in csv.DictReader(fh)])
-    domain = LabelDomain("real", 0.0, 5.00001)
-    grid = default_grid(domain, values.size)
-    probs = np.bincount(snap_to_grid(values, grid), minlength=grid.size).astype(float)
-    labels = rng.choice(values, size=n)
-    for eps in epsilons:
-        mech = RROnBins(eps).fit(grid, probs)
-        m = mech.outputs_.size
-        yield f"Housing, RR-on-Bins ε = {eps:g} (m = {m})", labels, mech.cut_points_, mech.outputs_, mech.keep_probability_
+def _before_column(path: str) -> dict[tuple[str, str], str]:
+    """(mechanism, labels) → the kernel column of an earlier ``--fast-only`` results file."""
+    cells: dict[tuple[str, str], str] = {}
+    for line in Path(path).read_text().splitlines():
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        if len(parts) == 3 and parts[1].replace(",", "").isdigit():
+            cells[(parts[0], parts[1])] = parts[2]
+    return cells
 
 
 def machine_info() -> list[str]:
@@ -103,7 +171,7 @@ def machine_info() -> list[str]:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
     return [
-        f"- date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs (process pinned to one)",
         f"- python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}",
         f"- load average at start: {', '.join(f'{x:.2f}' for x in load)} (shared machine: timings are noisy)",
@@ -111,47 +179,70 @@ def machine_info() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=10_000_000)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--housing", default=None, help="path to california_housing.csv (optional)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--n", default="1000000,10000000", help="comma-separated label counts")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", default=None, help="comma-separated case-name prefixes")
+    ap.add_argument("--fast-only", action="store_true", help="time mech.privatize only")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "privatize_speed.md"))
     ap.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU")
+    ap.add_argument("--before", default=None, help="a --fast-only results file of older code: its column is added")
     args = ap.parse_args(argv)
 
     if not args.no_pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     info = machine_info()
+    sizes = [int(float(s)) for s in args.n.split(",")]
+    only = None if args.only is None else [s.strip() for s in args.only.split(",")]
+    reference = None if args.fast_only else _reference()
 
+    before = _before_column(args.before) if args.before else None
+    header = ["| mechanism | labels | kernel (labels/s) |"]
+    if reference is not None:
+        header = ["| mechanism | labels | numpy (labels/s) | kernel (labels/s) | ratio |"]
+    if before is not None:
+        header = [header[0] + " before (labels/s) |"]
+    rows = [*header, "|---|---:|" + "---:|" * (len(header[0].split("|")) - 4)]
     data_rng = np.random.default_rng(0)
-    cases = [synthetic_case(m, 1.0, args.n, data_rng) for m in (2, 5, 12, 40, 200)]
-    if args.housing:
-        cases += list(housing_cases(args.housing, args.n, data_rng))
+    for name, build, make_labels in CASES:
+        if only is not None and not any(name.startswith(p) for p in only):
+            continue
+        mech = build()
+        for n in sizes:
+            labels = make_labels(n, data_rng)
+            fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]] = {"kernel": mech.privatize}
+            if reference is not None:
+                fns["numpy"] = lambda y, rng, mech=mech: reference(mech, y, rng)
+            t = timed(fns, labels, args.repeats)
+            if reference is None:
+                row = f"| {name} | {n:,} | {n / t['kernel'] / 1e6:.1f} M |"
+            else:
+                row = (
+                    f"| {name} | {n:,} | {n / t['numpy'] / 1e6:.1f} M | {n / t['kernel'] / 1e6:.1f} M"
+                    f" | {t['numpy'] / t['kernel']:.1f}× |"
+                )
+            if before is not None:
+                row += f" {before.get((name, f'{n:,}'), '–')} |"
+            rows.append(row)
+            print(rows[-1], flush=True)
 
-    rows = [
-        f"{args.n:,} labels, float labels in → float outputs out, median of {args.repeats} interleaved runs, one core.",
-        "",
-        "| case | numpy (labels/s) | numba fused (labels/s) | ratio |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, labels, cuts, outputs, p in cases:
-        t_np, t_nb = timed_pair(labels, cuts, outputs, p, args.repeats)
-        rows.append(f"| {name} | {args.n / t_np / 1e6:.1f} M | {args.n / t_nb / 1e6:.1f} M | {t_np / t_nb:.1f}× |")
-        print(rows[-1], flush=True)
-
+    command = "`NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_privatize_speed.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     text = "\n".join(
         [
-            "# RR-on-Bins privatization speed",
+            "# Privatization speed, every mechanism",
             "",
-            "`python bench/bench_privatize_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`",
+            command.rstrip() + "`",
             "",
             *info,
             "",
+            f"ε = {EPSILON:g} (rr_on_bins: ε = 8), real labels on [0, 5], integer labels on 0..100, "
+            f"{CLASSES} classes; median of {args.repeats} interleaved runs, one core.",
+            "",
             *rows,
             "",
-            "numpy: check_labels + np.searchsorted + rng.random < p + rng.integers + np.where + gather.",
-            "numba: `labeldp.mechanisms.rr_sampling.privatize_values` (binning + RR in one serial pass,",
-            "one raw 64-bit word of the same PCG64DXSM generator, seeded from the OS CSPRNG, per label).",
+            *NOTES,
             "",
         ]
     )

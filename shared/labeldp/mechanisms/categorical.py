@@ -481,7 +481,7 @@ class BlockRR(_CategoricalMechanism):
         epsilon: float,
         classes: int | Sequence[str],
         sigma: float = 1.0,
-        l: int | Literal["auto"] | None = "auto",  # noqa: E741 — the paper's name
+        l: int | Literal["auto"] | None = "auto",
         outputs: Literal["all", "majority"] = "all",
     ) -> None:
         super().__init__(epsilon, classes)
@@ -512,9 +512,9 @@ class BlockRR(_CategoricalMechanism):
         majority = np.flatnonzero(majority_mask(prior, sigma))
         n_major = majority.size
         if self.l == "auto":
-            l = self._most_accurate_l(epsilon, prior, majority, k_classes)  # noqa: E741
+            l = self._most_accurate_l(epsilon, prior, majority, k_classes)
         else:
-            l = n_major if self.l is None else min(int(self.l), n_major)  # noqa: E741
+            l = n_major if self.l is None else min(int(self.l), n_major)
         ranked = majority[np.lexsort((majority, -prior[majority]))]
         self.prior_ = prior
         self._set_partition(epsilon, k_classes, majority, ranked[:l])
@@ -527,7 +527,7 @@ class BlockRR(_CategoricalMechanism):
         n_minor = n_classes - majority.size
         p_major = float(prior[majority].sum())
         best, best_accuracy = 0, -1.0
-        for l in range(majority.size + 1):  # noqa: E741
+        for l in range(majority.size + 1):
             _, _, keep_beta, keep_gamma = block_rr_coefficients(epsilon, majority.size, n_minor, l)
             accuracy = p_major * keep_beta + (1.0 - p_major) * keep_gamma
             if accuracy > best_accuracy * (1 + 1e-12):
@@ -564,7 +564,7 @@ class BlockRR(_CategoricalMechanism):
     @classmethod
     def from_spec(cls, spec: BlockRRSpec) -> BlockRR:
         """Rebuild from S₁ and Δ (β, γ recomputed, not read); ``prior_`` stays None."""
-        l = None if spec.outputs == "majority" else len(spec.delta)  # noqa: E741
+        l = None if spec.outputs == "majority" else len(spec.delta)
         mech = cls(spec.epsilon, list(spec.classes), sigma=spec.sigma, l=l, outputs=spec.outputs)
         epsilon, _ = mech._check_params()
         mech.prior_ = None

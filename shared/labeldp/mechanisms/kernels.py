@@ -259,7 +259,12 @@ def _rows_where_kernel(rows, mask, select, start, table, g, bits, words, out):
 
 
 def rows_where(
-    row_index: np.ndarray, mask: np.ndarray, select: bool, table: TableSampler, rng: np.random.Generator, out: np.ndarray
+    row_index: np.ndarray,
+    mask: np.ndarray,
+    select: bool,
+    table: TableSampler,
+    rng: np.random.Generator,
+    out: np.ndarray,
 ) -> None:
     """``out[mask == select] = rows(row_index[mask == select], table, rng)``, in place, same words."""
     flat = np.ascontiguousarray(row_index, dtype=np.int64).reshape(-1)

@@ -18,6 +18,7 @@ from typing import Literal
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 from labeldp.mechanisms.checks import check_labels
 from labeldp.mechanisms.prior import LabelDomain
@@ -62,12 +63,12 @@ class Lattice:
             raise ValueError("step must be a finite number > 0")
         return cls(domain.low, domain.high, max(1, int(round(domain.width / step))))
 
-    def index(self, labels: np.ndarray) -> np.ndarray:
+    def index(self, labels: npt.ArrayLike) -> np.ndarray:
         """Index t of the nearest lattice point (ties to even), clipped to [0, J]; int64."""
-        labels = check_labels(labels)
+        labels = check_labels(np.asarray(labels))
         return np.clip(np.rint((labels - self.low) / self.step), 0, self.n_steps).astype(np.int64)
 
-    def value(self, index: np.ndarray) -> np.ndarray:
+    def value(self, index: npt.ArrayLike) -> np.ndarray:
         """low + step·t for any integer t; t = J is exactly ``high``, 0..J never leave the domain."""
         index = np.asarray(index, dtype=np.int64)
         values = self.low + self.step * index.astype(np.float64)

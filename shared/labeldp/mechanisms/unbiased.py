@@ -28,7 +28,8 @@ then stored as integers: N[i, j] counts out of 2^53 per row. Each column gets a
 floor n_j and a cap ⌊n_j · e^ε⌋, every entry is clipped into [n_j, cap_j] and the
 few counts of rounding residue go to a row's largest entry. So the law that
 ``privatize`` samples — the exact alias table of the integer counts
-(``sampling.TableSampler``), driven by the top 53 bits of a raw word — is exactly N / 2^53 and satisfies the ε-DP ratio by
+(``sampling.TableSampler``), driven by the top 53 bits of a raw word — is
+exactly N / 2^53 and satisfies the ε-DP ratio by
 construction; rows stay unbiased to ~1e-15 (the residue is a few counts of 2^-53).
 
 Output grid. By default L = 2(K − 1) + 1 equally spaced points on [L_ε, U_ε] with
