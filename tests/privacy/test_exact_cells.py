@@ -41,7 +41,8 @@ def exp_taylor_lower(epsilon: float, terms: int = 80) -> Fraction:
 
 def exact_excess(cdf_cells: np.ndarray, epsilon: float) -> list[tuple[int, Fraction]]:
     """Columns whose largest cell exceeds e^ε × their smallest, with max/min − e^ε (a lower bound)."""
-    cells = np.diff(np.asarray(cdf_cells, dtype=np.uint64), axis=1, prepend=np.zeros((cdf_cells.shape[0], 1), np.uint64))
+    cdf = np.asarray(cdf_cells, dtype=np.uint64)
+    cells = np.diff(cdf, axis=1, prepend=np.zeros((cdf.shape[0], 1), np.uint64))
     bound = exp_taylor_lower(epsilon)
     bad = []
     for j in range(cells.shape[1]):
