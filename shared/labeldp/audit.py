@@ -30,8 +30,9 @@ n and α, and keep the best few — so the Bonferroni price stays small.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from functools import partial
 
 import numpy as np
 from scipy.stats import beta
@@ -174,7 +175,7 @@ def audit_epsilon_lower_bound(
         for i, e in enumerate(events)
     )
     both = np.stack([eps_ab, eps_ba])  # (direction, event)
-    d, i = np.unravel_index(int(np.argmax(both)), both.shape)
+    d, i = map(int, np.unravel_index(int(np.argmax(both)), both.shape))
     best = float(both[d, i])
     return AuditResult(
         epsilon_lower_bound=max(0.0, best),  # ε ≥ 0 always; a −inf bound says nothing
@@ -211,6 +212,16 @@ def _member_predicate(keys: np.ndarray, key: Key) -> Callable[[np.ndarray], np.n
         return chosen[pos] == k
 
     return predicate
+
+
+def _group_prefix(order: np.ndarray, ends: np.ndarray, j: int) -> np.ndarray:
+    """Atoms of the first ``j + 1`` tie groups of a likelihood-ratio order."""
+    return order[: ends[j]]
+
+
+def _head(idx: np.ndarray, j: int) -> np.ndarray:
+    """The first ``j + 1`` atoms of a half-line order."""
+    return idx[: j + 1]
 
 
 def _describe(keys: np.ndarray, label: str) -> str:
@@ -277,17 +288,17 @@ def events_from_law(
         gap |= np.isinf(s[:-1]) != np.isinf(s[1:])
         ends = np.flatnonzero(np.append(gap, True)) + 1  # prefix lengths at group ends
         score = expected_bound(np.cumsum(num[order])[ends - 1], np.cumsum(den[order])[ends - 1], n_draws, level, delta)
-        add(score, lambda j, order=order, ends=ends: order[: ends[j]], label)
+        add(score, partial(_group_prefix, order, ends), label)
 
     if ordered:
         for name, idx in (("out <= t", np.arange(support.size)), ("out >= t", np.arange(support.size)[::-1])):
             score = either_way(np.cumsum(p_a[idx]), np.cumsum(p_b[idx]))
-            add(score, lambda j, idx=idx: idx[: j + 1], name)
+            add(score, partial(_head, idx), name)
 
     candidates.sort(key=lambda c: -c[0])
     chosen: list[Event] = []
     seen: set[bytes] = set()
-    for score, members, label in candidates:
+    for expected, members, label in candidates:
         keys = np.sort(support[members])
         fingerprint = keys.tobytes()
         if fingerprint in seen:
@@ -298,7 +309,7 @@ def events_from_law(
             name = f"{label[:6]} {float(bound):.6g}"
         else:
             name = _describe(keys, label)
-        chosen.append(Event(f"{name} [expected bound {score:.4g}]", _member_predicate(keys, key)))
+        chosen.append(Event(f"{name} [expected bound {expected:.4g}]", _member_predicate(keys, key)))
         if len(chosen) == max_events:
             break
     return chosen

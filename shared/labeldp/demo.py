@@ -9,6 +9,7 @@ labels, so only it can score mechanism and test MSE.
 
 from __future__ import annotations
 
+import io
 import sys
 import tempfile
 import time
@@ -30,7 +31,9 @@ def _say(msg: str) -> None:
 
 def _expect(response: httpx.Response, *codes: int) -> dict:
     if response.status_code not in codes:
-        raise RuntimeError(f"{response.request.method} {response.request.url.path} -> {response.status_code}: {response.text[:300]}")
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url.path} -> {response.status_code}: {response.text[:300]}"
+        )
     return response.json()
 
 
@@ -169,7 +172,7 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
 
     _say("")
     _say(f"{'ε':>6} | {'mechanism':<20} | {'mechanism MSE':>13} | {'test MSE':>9} | {'non-private test MSE':>20}")
-    _say(f"{'-'*6}-+-{'-'*20}-+-{'-'*13}-+-{'-'*9}-+-{'-'*20}")
+    _say(f"{'-' * 6}-+-{'-' * 20}-+-{'-' * 13}-+-{'-' * 9}-+-{'-' * 20}")
     for eps, mech, mmse, tmse in rows:
         _say(f"{eps:>6g} | {mech:<20} | {mmse:>13.3f} | {tmse:>9.3f} | {nonprivate:>20.3f}")
     _say(f"\nlabel variance (train): {np.var(data.labels[train_idx]):.3f}; wall time {time.monotonic() - started:.0f}s")
@@ -190,7 +193,7 @@ def _nonprivate_test_mse(data, train_idx: np.ndarray, test_idx: np.ndarray, epoc
     from features_party.regression import fit_regressor
 
     table = pacsv.read_csv(
-        pa.BufferReader(data.to_csv()),
+        io.BytesIO(data.to_csv()),
         convert_options=pacsv.ConvertOptions(column_types={"id": pa.string()}),
     )
     model = fit_regressor(

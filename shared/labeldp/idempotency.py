@@ -34,9 +34,10 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import Header
 from fastapi.responses import JSONResponse
@@ -189,7 +190,7 @@ class IdempotencyKeys:
                         state=IN_PROGRESS,
                         owner=owner,
                         lease_until=now + self.lease_seconds,
-                        created_at=datetime.now(timezone.utc),
+                        created_at=datetime.now(UTC),
                     )
                 )
                 return Claim(t, scope, key, owner)

@@ -77,7 +77,7 @@ class LocalStack:
 
     def start(self, *names: str, timeout: float = 60.0) -> None:
         for name in names or ("labels", "outbox", "features"):
-            log = open(self.log_path(name), "ab")
+            log = open(self.log_path(name), "ab")  # noqa: SIM115 -- open while the process runs; closed on stop
             self._log_files[name] = log
             self.processes[name] = subprocess.Popen(
                 self._command(name), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
@@ -140,7 +140,7 @@ class LocalStack:
             base_url=self.features_url, headers={"authorization": f"Bearer {self.features_key}"}, timeout=timeout
         )
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,12 +6,10 @@ Defaults are the embedded ones of ``make demo``: SQLite files in ./var, loopback
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
 
 DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
 MIN_SECRET_LENGTH = 16
@@ -104,12 +102,6 @@ class Settings(BaseSettings):
         description="how long a request holding an Idempotency-Key may run before a retry may take the key over "
         "(longer than the slowest release; a process killed mid-request frees its key after this)",
     )
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process's settings (read once; tests build their own Settings)."""
-    return Settings()
 
 
 def require_secrets(settings: Settings, *fields: str) -> None:

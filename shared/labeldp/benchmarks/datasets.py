@@ -1,4 +1,4 @@
-"""The benchmark data sets of DESIGN.md's protocol, as feature tables plus labels.
+"""The benchmark data sets of the protocol (docs/architecture.md), as feature tables plus labels.
 
 Each loader returns a :class:`BenchmarkData`: a pyarrow feature table (with an ``id``
 column, the form the features party stores), the true labels, and the public label
@@ -71,7 +71,11 @@ def california_housing(path: str | Path) -> BenchmarkData:
     ``total_bedrooms`` are imputed with the column median (a public, label-free step).
     """
     raw = pacsv.read_csv(str(path))
-    col = {name: raw.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in raw.column_names if name != "ocean_proximity"}
+    col = {
+        name: raw.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        for name in raw.column_names
+        if name != "ocean_proximity"
+    }
     bedrooms = col["total_bedrooms"]
     bedrooms = np.where(np.isnan(bedrooms), np.nanmedian(bedrooms), bedrooms)
     households = col["households"]
@@ -111,9 +115,11 @@ def simulated(kind: str, n: int = 20_000, d: int = 10, seed: int = 0) -> Benchma
     reference sample; the few labels outside are clipped to it."""
     a = np.random.default_rng(1_000 + seed).standard_normal(d)
     if kind == "linear":
+
         def draw(rng, m):
             return rng.standard_normal((m, d)) @ a
     elif kind == "nonlinear":
+
         def draw(rng, m):
             return np.exp(rng.standard_normal((m, d))).sum(axis=1)
     else:

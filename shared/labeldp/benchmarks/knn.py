@@ -208,6 +208,8 @@ class LaplaceKNNRegressor:
                 domain = self.domain
                 threshold = domain.width / 2.0
             else:
+                if self.clip_threshold is None:
+                    raise ValueError("clip_threshold or domain is required")
                 threshold = float(self.clip_threshold)
                 if not (math.isfinite(threshold) and threshold > 0):
                     raise ValueError("clip_threshold must be a finite number > 0")

@@ -70,7 +70,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _mark_best(cells: dict[str, str], stats: dict[str, tuple[float, float] | None], higher_is_better: bool = False) -> None:
+def _mark_best(
+    cells: dict[str, str], stats: dict[str, tuple[float, float] | None], higher_is_better: bool = False
+) -> None:
     """Bold the best mean; † on every other cell within one standard error (its own std/√trials) of it."""
     finite = {k: v for k, v in stats.items() if v is not None}
     if not finite:
@@ -83,7 +85,9 @@ def _mark_best(cells: dict[str, str], stats: dict[str, tuple[float, float] | Non
             cells[k] += " †"
 
 
-def metric_block(result: RunResult, metric: str, learner: str | None, *, higher_is_better: bool = False, mark_best: bool = True) -> list[str]:
+def metric_block(
+    result: RunResult, metric: str, learner: str | None, *, higher_is_better: bool = False, mark_best: bool = True
+) -> list[str]:
     """Rows ε, columns mechanisms, cells mean ± std; best mean **bold**, † within one SE of it.
 
     "Within one standard error": |mean − best| ≤ std/√trials of that cell.
@@ -106,8 +110,10 @@ def learner_block(result: RunResult, mechanism: str) -> list[str]:
         if math.isinf(eps):
             continue
         stats = {lr: _stats(result.values(mechanism, eps, "test_mse", lr)) for lr in result.learners}
-        cells = {lr: "—" if v is None else f"{v[0]:.{_decimals(v[0])}f} ± {v[1]:.{_decimals(v[0])}f}"
-                 for lr, v in stats.items()}
+        cells = {
+            lr: "—" if v is None else f"{v[0]:.{_decimals(v[0])}f} ± {v[1]:.{_decimals(v[0])}f}"
+            for lr, v in stats.items()
+        }
         _mark_best(cells, stats)
         rows.append([eps_label(eps)] + [cells[lr] for lr in result.learners])
     return _table(["ε"] + [f"`{lr}`" for lr in result.learners], rows)
@@ -147,15 +153,19 @@ def best_block(result: RunResult, refs: list[ReferenceTable]) -> list[str]:
     """Per ε and learner: the mechanism with the lowest mean test MSE (mean ± standard error),
     beside the lowest mean the reference table reports at that ε."""
     ref = next((r for r in refs if r.metric == "test MSE"), None)
-    header = ["ε"] + [f"best with `{lr}`" for lr in result.learners] + ([f"best in {ref.citation.split(',')[0]}"] if ref else [])
+    header = (
+        ["ε"]
+        + [f"best with `{lr}`" for lr in result.learners]
+        + ([f"best in {ref.citation.split(',')[0]}"] if ref else [])
+    )
     rows = []
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
         row = [eps_label(eps)]
         for lr in result.learners:
-            stats = {m: _stats(result.values(m, eps, "test_mse", lr)) for m in result.mechanisms}
-            stats = {m: v for m, v in stats.items() if v is not None}
+            raw = {m: _stats(result.values(m, eps, "test_mse", lr)) for m in result.mechanisms}
+            stats = {m: v for m, v in raw.items() if v is not None}
             if not stats:
                 row.append("—")
                 continue
@@ -163,8 +173,8 @@ def best_block(result: RunResult, refs: list[ReferenceTable]) -> list[str]:
             d = _decimals(stats[m][0])
             row.append(f"`{m}` {stats[m][0]:.{d}f} ± {stats[m][1]:.{d}f}")
         if ref:
-            vals = {m: ref.get(eps, m) for m in ref.mechanisms}
-            vals = {m: v for m, v in vals.items() if v is not None}
+            reported = {m: ref.get(eps, m) for m in ref.mechanisms}
+            vals = {m: v for m, v in reported.items() if v is not None}
             row.append(f"`{min(vals, key=lambda k: vals[k][0])}` {min(v[0] for v in vals.values())}" if vals else "—")
         rows.append(row)
     return _table(header, rows)
@@ -174,7 +184,9 @@ DEPLOYABLE_LEARNERS = ("plain", "private")
 """Learners a features party can actually run (``oracle`` reads the true labels)."""
 
 
-def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: str, *, higher_is_better: bool = False) -> list[str]:
+def default_goal_block(
+    result: RunResult, refs: list[ReferenceTable], metric: str, *, higher_is_better: bool = False
+) -> list[str]:
     """Per ε: the default configuration (``auto`` mechanism, default learning) against the best
     mean of every mechanism × deployable learner run beside it, and the reference table's best.
 
@@ -194,9 +206,13 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
         mine = _stats(result.values(DEFAULT, eps, metric, learner))
         if mine is None:
             continue
-        others = {(m, lr): _stats(result.values(m, eps, metric, lr))
-                  for m in result.mechanisms if m != DEFAULT for lr in field}
-        others = {k: v for k, v in others.items() if v is not None}
+        candidates = {
+            (m, lr): _stats(result.values(m, eps, metric, lr))
+            for m in result.mechanisms
+            if m != DEFAULT
+            for lr in field
+        }
+        others = {k: v for k, v in candidates.items() if v is not None}
         if not others:
             continue
         (bm, bl) = pick(others, key=lambda k: others[k][0])
@@ -209,8 +225,17 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
             verdict = "within 1 SE"
         else:
             rel = gap / abs(best[0]) if best[0] else math.inf
-            verdict = f"NOT MET: {'+' if not higher_is_better else '−'}{rel:.1%} ({gap / mine[1]:.1f} SE)" if mine[1] else "NOT MET"
-        row = [eps_label(eps), f"`{default_mechanism(label_type, eps)}` / `{learner}` {mine[0]:.{d}f} ± {mine[1]:.{d}f}", f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}", verdict]
+            verdict = (
+                f"NOT MET: {'+' if not higher_is_better else '−'}{rel:.1%} ({gap / mine[1]:.1f} SE)"
+                if mine[1]
+                else "NOT MET"
+            )
+        row = [
+            eps_label(eps),
+            f"`{default_mechanism(label_type, eps)}` / `{learner}` {mine[0]:.{d}f} ± {mine[1]:.{d}f}",
+            f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}",
+            verdict,
+        ]
         if ref:
             vals = [v[0] for m in ref.mechanisms if (v := ref.get(eps, m)) is not None]
             if vals:
@@ -219,7 +244,12 @@ def default_goal_block(result: RunResult, refs: list[ReferenceTable], metric: st
             else:
                 row += ["—", "—"]
         rows.append(row)
-    header = ["ε", "default (mechanism / learner), mean ± SE", "best of every mechanism × learner, mean ± SE", "default vs best"]
+    header = [
+        "ε",
+        "default (mechanism / learner), mean ± SE",
+        "best of every mechanism × learner, mean ± SE",
+        "default vs best",
+    ]
     if ref:
         header += [f"best in {ref.citation.split(',')[0]}", "default ≤ it?"]
     return _table(header, rows)
@@ -244,13 +274,18 @@ def reference_block(result: RunResult, ref: ReferenceTable) -> list[str]:
 def _describe_learner(name: str, info: dict[str, Any]) -> str:
     kind = info.get("learner")
     if kind == "fit_regressor":
-        return "`fit_regressor` on the privatized labels as they are, every training row, last epoch (the papers' protocol)"
+        return (
+            "`fit_regressor` on the privatized labels as they are, every training row, last epoch "
+            "(the papers' protocol)"
+        )
     if kind == "fit_private_regressor":
         learning = ", ".join(f"{k}={v}" for k, v in info.get("learning", {}).items())
         held = f"{info.get('validation_fraction', 0):.0%} of the training rows held out for selection"
         if name == "oracle":
-            return (f"the same training run as `private`, but epoch and shrinkage chosen with the TRUE validation "
-                    f"labels ({held}) — not private, a yardstick for the private selection")
+            return (
+                f"the same training run as `private`, but epoch and shrinkage chosen with the TRUE validation "
+                f"labels ({held}) — not private, a yardstick for the private selection"
+            )
         return f"`fit_private_regressor`, the default `LearningConfig` ({learning}); {held}, scored privately"
     if kind == "fit_classifier":
         return "`fit_classifier` on the privatized classes as they are, last epoch"
@@ -275,12 +310,16 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     if command:
         lines += [f"Command: `{command}`", ""]
     if result.rendered_from:
-        lines += [f"Re-rendered by `labeldp bench report {result.rendered_from}` from the cells that command computed"
-                  " (none recomputed; the `default` column follows today's `labels_party.defaults`).", ""]
+        lines += [
+            f"Re-rendered by `labeldp bench report {result.rendered_from}` from the cells that command computed"
+            " (none recomputed; the `default` column follows today's `labels_party.defaults`).",
+            "",
+        ]
     recipe = plan.training
     lines += [
         f"- **Data**: {result.data_description}; {result.n_rows:,} rows, {result.n_features} feature columns.",
-        f"- **Protocol**: {result.trials} trials, each a new 80/20 split ({result.n_train:,} train / {result.n_test:,} test)"
+        f"- **Protocol**: {result.trials} trials, each a new 80/20 split "
+        f"({result.n_train:,} train / {result.n_test:,} test)"
         " and a new seed; the labels party privatizes the training labels with the catalogue's randomizer at the"
         " default ε₁/ε₂ split; every mechanism trains with the same recipe, initialization and batch order within a"
         " trial; ε = ∞ is the model trained on the true labels.",
@@ -291,17 +330,22 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     lines.append("- **Learners** (what the features party does with the release; all post-processing):")
     lines += [f"  - `{name}`: {_describe_learner(name, result.learner_info.get(name, {}))}" for name in result.learners]
     lines += [
-        f"- **Machine**: {env['cpu']}, {env['cores']} cores (torch threads {env['torch_threads']}); device **{env['device']}**.",
+        f"- **Machine**: {env['cpu']}, {env['cores']} cores (torch threads {env['torch_threads']}); "
+        f"device **{env['device']}**.",
         f"- **Versions**: Python {env['python']}, torch {env['torch']}, numpy {env['numpy']}, numba {env['numba']},"
         f" labeldp commit `{env['labeldp_commit'] or 'unknown'}`.",
         f"- **Wall time**: {result.wall_seconds:.0f} s for this invocation ({result.computed} cells computed,"
         f" {result.cached} read from the cache); {result.compute_seconds:.0f} s to compute all cells.",
-        f"- Written {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"- Written {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
     ]
     errors = [c for c in result.cells if c.error]
     if errors:
-        lines += ["**Failed cells**: " + "; ".join(f"{c.mechanism} ε={eps_label(c.epsilon)} trial {c.trial}: {c.error}" for c in errors), ""]
+        lines += [
+            "**Failed cells**: "
+            + "; ".join(f"{c.mechanism} ε={eps_label(c.epsilon)} trial {c.trial}: {c.error}" for c in errors),
+            "",
+        ]
 
     if classification:
         lines += [f"## {TITLES['label_accuracy']}", ""]
@@ -314,8 +358,11 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
         if any(m == DEFAULT for m in result.mechanisms):
             for metric in CLASSIFICATION_BLOCKS:
                 lines += [f"## The default configuration against the field: {TITLES[metric].lower()}", ""]
-                lines += ["`mechanism: \"auto\"` against the highest mean of every other mechanism; "
-                          "± is the standard error std/√trials.", ""]
+                lines += [
+                    '`mechanism: "auto"` against the highest mean of every other mechanism; '
+                    "± is the standard error std/√trials.",
+                    "",
+                ]
                 lines += default_goal_block(result, [], metric, higher_is_better=True) + [""]
     else:
         lines += [f"## {TITLES['mechanism_mse']}, mean ± std over {result.trials} trials", ""]
@@ -334,14 +381,20 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             lines += learner_block(result, single[0]) + [""]
         if "private" in result.learners and "oracle" in result.learners:
             lines += ["## Private vs oracle model selection", ""]
-            lines += ["(E_private − E_oracle)/E_oracle per trial: both models come from the same training run; the "
-                      "oracle picks epoch and shrinkage with the true validation labels. Mean ± std.", ""]
+            lines += [
+                "(E_private − E_oracle)/E_oracle per trial: both models come from the same training run; the "
+                "oracle picks epoch and shrinkage with the true validation labels. Mean ± std.",
+                "",
+            ]
             lines += selection_gap_block(result) + [""]
         if any(m == DEFAULT for m in result.mechanisms):
             lines += ["## The default configuration against the field", ""]
-            lines += ["What a user gets without tuning (`mechanism: \"auto\"`, the features party's default learning) "
-                      "against the lowest mean test MSE of every other mechanism with every learner a features party "
-                      "can run (`plain`, `private`; not `oracle`). ± is the standard error std/√trials.", ""]
+            lines += [
+                'What a user gets without tuning (`mechanism: "auto"`, the features party\'s default learning) '
+                "against the lowest mean test MSE of every other mechanism with every learner a features party "
+                "can run (`plain`, `private`; not `oracle`). ± is the standard error std/√trials.",
+                "",
+            ]
             lines += default_goal_block(result, references_for(plan.reference), "test_mse") + [""]
         lines += ["## Best mechanism per ε (lowest mean test MSE; ± is the standard error std/√trials)", ""]
         lines += best_block(result, references_for(plan.reference)) + [""]
@@ -369,14 +422,14 @@ def write_plot(result: RunResult, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     classification = result.plan.task == "classification"
     panels: list[tuple[str, str | None]] = [("label_accuracy" if classification else "mechanism_mse", None)]
-    for learner in result.learners:
-        panels += [(m, learner) for m in (CLASSIFICATION_BLOCKS if classification else REGRESSION_BLOCKS)]
+    for lr in result.learners:
+        panels += [(m, lr) for m in (CLASSIFICATION_BLOCKS if classification else REGRESSION_BLOCKS)]
     finite = [e for e in result.epsilons if not math.isinf(e)]
     ncols = min(2, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, grid = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.4 * nrows), squeeze=False)
     axes = list(grid.flat)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for ax, (metric, learner) in zip(axes, panels):
         for m in result.mechanisms:
@@ -477,10 +530,17 @@ def summary(result: RunResult, *, command: str | None = None, quick: bool = Fals
         "compute_seconds": result.compute_seconds,
         "cells": rows,
         "raw_cells": [
-            {"mechanism": c.mechanism, "epsilon": _eps_json(c.epsilon), "trial": c.trial,
-             "mechanism_metrics": c.mechanism_metrics, "learners": c.learners, "seconds": c.seconds,
-             "error": c.error}
-            for c in result.cells if c.mechanism != DEFAULT
+            {
+                "mechanism": c.mechanism,
+                "epsilon": _eps_json(c.epsilon),
+                "trial": c.trial,
+                "mechanism_metrics": c.mechanism_metrics,
+                "learners": c.learners,
+                "seconds": c.seconds,
+                "error": c.error,
+            }
+            for c in result.cells
+            if c.mechanism != DEFAULT
         ],
     }
 
@@ -531,26 +591,47 @@ def result_from_summary(doc: dict[str, Any], *, source: str | None = None) -> Ru
         task = "classification" if any("test_accuracy" in k for k in doc["cells"][0]) else "regression"
         recipe = base.training if base else utility.LIU_HUANG_TRAINING
         reference = base.reference if base else ("liu_huang_housing" if name == "california_housing" else None)
-        meta = {"task": task, "reference": reference, "note": base.note if base else "",
-                "train_rows": base.train_rows if base else None, "recipe": recipe.model_dump()}
+        meta = {
+            "task": task,
+            "reference": reference,
+            "note": base.note if base else "",
+            "train_rows": base.train_rows if base else None,
+            "recipe": recipe.model_dump(),
+        }
         raw = _cells_from_rows(doc)
     else:
-        raw = [Cell(c["mechanism"], _eps_from_json(c["epsilon"]), c["trial"], c["mechanism_metrics"],
-                    c["learners"], c["seconds"], cached=True, error=c.get("error")) for c in doc["raw_cells"]]
+        raw = [
+            Cell(
+                c["mechanism"],
+                _eps_from_json(c["epsilon"]),
+                c["trial"],
+                c["mechanism_metrics"],
+                c["learners"],
+                c["seconds"],
+                cached=True,
+                error=c.get("error"),
+            )
+            for c in doc["raw_cells"]
+        ]
 
     def not_loadable() -> Any:
         raise RuntimeError(f"{name}: a re-rendered run has no data loader; rerun `labeldp bench utility`")
 
     plan = utility.DatasetPlan(
-        name, not_loadable, {}, utility.TrainingRecipe(**meta["recipe"]), task=meta["task"],
-        train_rows=meta["train_rows"], reference=meta["reference"], note=meta["note"],
+        name,
+        not_loadable,
+        {},
+        utility.TrainingRecipe(**meta["recipe"]),
+        task=meta["task"],
+        train_rows=meta["train_rows"],
+        reference=meta["reference"],
+        note=meta["note"],
     )
     rows = doc["cells"]
     epsilons = doc.get("epsilons") or list(dict.fromkeys(r["epsilon"] for r in rows))
     epsilons = [_eps_from_json(e) for e in epsilons]
     mechanisms = doc.get("mechanisms") or [m for m in dict.fromkeys(r["mechanism"] for r in rows) if m != DEFAULT]
-    learners = doc.get("learners") or list(dict.fromkeys(
-        k.rpartition(".")[0] for r in rows for k in r if "." in k))
+    learners = doc.get("learners") or list(dict.fromkeys(k.rpartition(".")[0] for r in rows for k in r if "." in k))
     label_type = "categorical" if plan.task == "classification" else "real"
     cells = raw + utility.default_cells(raw, label_type, mechanisms)
     if any(c.mechanism == DEFAULT for c in cells):

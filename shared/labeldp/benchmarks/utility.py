@@ -1,4 +1,4 @@
-"""The privacy–utility protocol runner (DESIGN.md, "Benchmark protocol").
+"""The privacy–utility protocol runner (docs/architecture.md, "Benchmark protocol").
 
 For every trial: a new 80/20 split and a new seed; for every mechanism and ε the
 labels party's own randomizer (``labels_party.randomizer.randomize``) privatizes the
@@ -31,13 +31,14 @@ import platform
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-
 from pydantic import ConfigDict, field_validator
 
 from features_party.config import DEFAULT_OPTIONS, LearningConfig, TrainingConfig, TrainingOptions
@@ -139,8 +140,11 @@ class Learner(Protocol):
     epoch of the same trajectory).
     """
 
-    name: str
-    task: str  # "regression" or "classification"
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def task(self) -> str: ...  # "regression" or "classification"
 
     @property
     def outputs(self) -> tuple[str, ...]: ...
@@ -208,7 +212,11 @@ class PrivateRegressor:
         if not self.oracle:
             model = fit_private_regressor(job.train_table, job.labels, job.spec, config, learning)
             return {self.name: model.predict(job.test_table)}
-        private, oracle = fit_private_and_oracle(job.train_table, job.labels, job.spec, config, learning, job.true_labels)
+        if job.true_labels is None:
+            raise ValueError("the oracle learner needs the true training labels")
+        private, oracle = fit_private_and_oracle(
+            job.train_table, job.labels, job.spec, config, learning, job.true_labels
+        )
         return {self.name: private.predict(job.test_table), "oracle": oracle.predict(job.test_table)}
 
 
@@ -332,7 +340,7 @@ def default_plans(
     for kind in ("linear", "nonlinear"):
         plans[f"simulated_{kind}"] = DatasetPlan(
             f"simulated_{kind}",
-            lambda kind=kind: ds.simulated(kind, sim_n, sim_d),
+            partial(ds.simulated, kind, sim_n, sim_d),
             {"loader": "simulated", "kind": kind, "n": sim_n, "d": sim_d, "seed": 0},
             recipe(LIU_HUANG_TRAINING, 10),
             reference=f"liu_huang_simulated_{kind}",
@@ -357,7 +365,7 @@ def default_plans(
     for name, counts in (("cifar10_1", ds.CIFAR10_1), ("cifar10_2", ds.CIFAR10_2)):
         plans[name] = DatasetPlan(
             name,
-            lambda name=name, counts=counts: ds.imbalanced_classes(counts, name),
+            partial(ds.imbalanced_classes, counts, name),
             {"loader": "imbalanced_classes", "counts": counts, "d": 16, "seed": 0, "separation": 0.8},
             recipe(CLASSIFICATION_TRAINING, 10),
             task="classification",
@@ -593,7 +601,9 @@ def classification_metrics(y: np.ndarray, pred: np.ndarray, k: int) -> dict[str,
 # --------------------------------------------------------------------------- the runner
 
 
-def trial_split(n: int, n_test: int, n_fit: int, seed: int, dataset: str, trial: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trial_split(
+    n: int, n_test: int, n_fit: int, seed: int, dataset: str, trial: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(train rows, test rows, positions within train of the training subsample) for one trial.
 
     A new permutation per trial, drawn from (seed, data set, trial) only — never from labels.
@@ -676,7 +686,7 @@ def run_utility(
     task = plan.task
     if epsilons is None:
         epsilons = list(CLASSIFICATION_EPSILONS if task == "classification" else REGRESSION_EPSILONS)
-    epsilons = sorted(set(float(e) for e in epsilons))
+    epsilons = sorted({float(e) for e in epsilons})
     default_mechs = CLASSIFICATION_MECHANISMS if task == "classification" else REGRESSION_MECHANISMS
     label_type = "categorical" if task == "classification" else "real"
     mechanisms = [m for m in (mechanisms or default_mechs) if m in RECIPES and label_type in RECIPES[m].label_types]
@@ -737,13 +747,23 @@ def run_utility(
         doc = cache.read(mech, eps, t) or {}
         have = doc.get("learners", {})
         missing = [
-            lr for lr in learners
+            lr
+            for lr in learners
             if any(have.get(o, {}).get("fingerprint") != fingerprints[lr.name] for o in lr.outputs)
         ]
         if doc and not missing:
             cached += 1
-            cells.append(Cell(mech, eps, t, doc["mechanism_metrics"],
-                              {o: have[o]["metrics"] for o in outputs}, doc["seconds"], cached=True))
+            cells.append(
+                Cell(
+                    mech,
+                    eps,
+                    t,
+                    doc["mechanism_metrics"],
+                    {o: have[o]["metrics"] for o in outputs},
+                    doc["seconds"],
+                    cached=True,
+                )
+            )
             continue
 
         t0 = time.perf_counter()
@@ -759,7 +779,11 @@ def run_utility(
             rng = np.random.default_rng(_seed(seed, plan.name, t, mech, to_micro_floor(eps)))
             try:
                 out = randomize(
-                    y_train, data.domain, mech, to_micro_floor(eps), rng,
+                    y_train,
+                    data.domain,
+                    mech,
+                    to_micro_floor(eps),
+                    rng,
                     classes=classes if task == "classification" else None,
                 )
             except ValueError as exc:  # RandomizerError included: report the cell, do not cache it
@@ -774,8 +798,9 @@ def run_utility(
         else:
             mech_metrics = {"mechanism_mse": float(np.mean((released - y_train) ** 2))}
 
-        job = FitJob(fit_table, released[fit_pos], spec, config, test_table,
-                     classes=classes, true_labels=y_train[fit_pos])
+        job = FitJob(
+            fit_table, released[fit_pos], spec, config, test_table, classes=classes, true_labels=y_train[fit_pos]
+        )
         y_test = data.labels[test]
         redo = {o for lr in missing for o in lr.outputs}
         results = {o: v for o, v in have.items() if o not in redo}
@@ -784,14 +809,31 @@ def run_utility(
             predictions = lr.fit_predict(job)
             for o in lr.outputs:
                 pred = predictions[o]
-                metrics = (classification_metrics(y_test, pred, k) if task == "classification"
-                           else regression_metrics(y_test, pred))
-                results[o] = {"fingerprint": fingerprints[lr.name], "metrics": metrics,
-                              "seconds": time.perf_counter() - t1}
+                metrics = (
+                    classification_metrics(y_test, pred, k)
+                    if task == "classification"
+                    else regression_metrics(y_test, pred)
+                )
+                results[o] = {
+                    "fingerprint": fingerprints[lr.name],
+                    "metrics": metrics,
+                    "seconds": time.perf_counter() - t1,
+                }
         kept = {o: v for o, v in results.items() if o not in redo}
         seconds = time.perf_counter() - t0 + (doc.get("seconds", 0.0) if kept else 0.0)
-        cache.write(mech, eps, t, {"mechanism_metrics": mech_metrics, "learners": results, "seconds": seconds,
-                                   "device": device, "n_train": int(train.size), "n_fit": int(fit_pos.size)})
+        cache.write(
+            mech,
+            eps,
+            t,
+            {
+                "mechanism_metrics": mech_metrics,
+                "learners": results,
+                "seconds": seconds,
+                "device": device,
+                "n_train": int(train.size),
+                "n_fit": int(fit_pos.size),
+            },
+        )
         cells.append(Cell(mech, eps, t, mech_metrics, {o: results[o]["metrics"] for o in outputs}, seconds))
         computed += 1
         compute_time += time.perf_counter() - t0

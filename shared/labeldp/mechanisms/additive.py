@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 from scipy import special
@@ -190,7 +190,7 @@ class LatticeMechanism(ABC):
         self.variant = variant
         self.step = step
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> LatticeMechanism:
+    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
         """Fix the lattice and calibrate the noise; prior-free, ``grid``/``probs`` are ignored."""
         epsilon = check_epsilon(self.epsilon)
         variant = self.variant
@@ -259,9 +259,9 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         super().__init__(epsilon, domain, variant, step)
         self.clip = clip
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> AdditiveLatticeMechanism:
+    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
         super().fit(grid, probs)
-        self._tables = None  # H and G, built on first use: privatize needs no O(J) memory
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None  # H and G, built on first use (no O(J) memory)
         self._noise_table: TableSampler | None = None  # the folded clipped noise, built on first privatize
         return self
 
@@ -680,7 +680,7 @@ class Exponential(LatticeMechanism):
         self._log_alpha = -epsilon / (2.0 * J)
         self.alpha_ = math.exp(self._log_alpha)
         self.scale_ = 2.0 * self.domain.width / epsilon
-        self._tables = None
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None
         self._noise_table: TableSampler | None = None
 
     def _geometric_mass(self, t: np.ndarray) -> np.ndarray:

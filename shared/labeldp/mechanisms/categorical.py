@@ -416,7 +416,7 @@ class RRWithPrior(_CategoricalMechanism):
         k_classes = len(check_classes(self.classes))
         prior = check_class_probs(probs, k_classes, grid)
         order, k, accuracy = optimal_top_k(prior, epsilon)
-        self.prior_ = prior
+        self.prior_: np.ndarray | None = prior
         self.accuracy_by_k_ = accuracy
         self._set_top_k(epsilon, k_classes, order[:k])
         return self
@@ -516,7 +516,7 @@ class BlockRR(_CategoricalMechanism):
         else:
             l = n_major if self.l is None else min(int(self.l), n_major)
         ranked = majority[np.lexsort((majority, -prior[majority]))]
-        self.prior_ = prior
+        self.prior_: np.ndarray | None = prior
         self._set_partition(epsilon, k_classes, majority, ranked[:l])
         return self
 

@@ -108,7 +108,7 @@ class StepPrior:
 
     def to_spec(self, epsilon: float = 0.0, sigma: float | None = None, source: str = "public") -> HistogramPriorSpec:
         return HistogramPriorSpec(
-            source=source,  # type: ignore[arg-type]
+            source=source,
             nodes=self.nodes.tolist(),
             masses=self.masses.tolist(),
             epsilon=float(epsilon),
@@ -140,7 +140,9 @@ def _corner_values(pos: np.ndarray, lo_cum: np.ndarray, hi_cum: np.ndarray, rows
     return np.where(b >= a, value, -np.inf)
 
 
-def _stationary_candidates(nodes: np.ndarray, dens: np.ndarray, cum: np.ndarray, rows: slice, epsilon: float, zeta: float):
+def _stationary_candidates(
+    nodes: np.ndarray, dens: np.ndarray, cum: np.ndarray, rows: slice, epsilon: float, zeta: float
+):
     """Lemma 3.5's critical points for cells i in rows, j > i, paired as in Alg. 1 lines 9–25.
 
     Returns flat arrays (A1, A2, F, i, j) of the candidates that fall inside their cells:
@@ -166,8 +168,10 @@ def _stationary_candidates(nodes: np.ndarray, dens: np.ndarray, cum: np.ndarray,
     ni, ni1 = nodes[i_b], nodes[i_b + 1]
     nj, nj1 = nodes[j_b], nodes[j_b + 1]
     picks = [
-        (in2, ni, e2), (in2, ni1, e2),
-        (in1, e1, nj), (in1, e1, nj1),
+        (in2, ni, e2),
+        (in2, ni1, e2),
+        (in1, e1, nj),
+        (in1, e1, nj1),
         (in1 & in2, e1, e2),
     ]
     cand_a1 = np.concatenate([x[m] for m, x, _ in picks])
@@ -175,12 +179,16 @@ def _stationary_candidates(nodes: np.ndarray, dens: np.ndarray, cum: np.ndarray,
     cell_i = np.concatenate([i_b[m] for m, _, _ in picks])
     cell_j = np.concatenate([j_b[m] for m, _, _ in picks])
     # Mass by the cell formula of Lemma 3.5: C(A) = cum[cell] + α_cell (A − n_cell).
-    mass = (cum[cell_j] + dens[cell_j] * (cand_a2 - nodes[cell_j])) - (cum[cell_i] + dens[cell_i] * (cand_a1 - nodes[cell_i]))
+    mass = (cum[cell_j] + dens[cell_j] * (cand_a2 - nodes[cell_j])) - (
+        cum[cell_i] + dens[cell_i] * (cand_a1 - nodes[cell_i])
+    )
     value = 2.0 * zeta * mass / (2.0 * zeta + r * (cand_a2 - cand_a1))
     return cand_a1, cand_a2, value, cell_i, cell_j
 
 
-def optimal_interval(nodes: np.ndarray, densities: np.ndarray, epsilon: float, zeta: float) -> tuple[float, float, float]:
+def optimal_interval(
+    nodes: np.ndarray, densities: np.ndarray, epsilon: float, zeta: float
+) -> tuple[float, float, float]:
     """Alg. 1: (A₁, A₂, F) maximizing F over n₀ ≤ A₁ ≤ A₂ ≤ n_k for a step density.
 
     Checks every candidate of Alg. 1 — the four corners of each cell pair (i ≤ j),
@@ -218,7 +226,9 @@ def optimal_interval(nodes: np.ndarray, densities: np.ndarray, epsilon: float, z
     return float(nodes[a]), float(nodes[b]), best_corner[0]
 
 
-def optimal_interval_reference(nodes: np.ndarray, densities: np.ndarray, epsilon: float, zeta: float) -> tuple[float, float, float]:
+def optimal_interval_reference(
+    nodes: np.ndarray, densities: np.ndarray, epsilon: float, zeta: float
+) -> tuple[float, float, float]:
     """Alg. 1 transcribed loop by loop (tests compare :func:`optimal_interval` with it).
 
     Two fixes to the printed listing: line 23 also updates f, and corners with
@@ -238,7 +248,12 @@ def optimal_interval_reference(nodes: np.ndarray, densities: np.ndarray, epsilon
     f, A1, A2 = 0.0, float(nodes[0]), float(nodes[0])
     for i in range(k):
         for j in range(i, k):
-            pairs = [(nodes[i], nodes[j]), (nodes[i], nodes[j + 1]), (nodes[i + 1], nodes[j]), (nodes[i + 1], nodes[j + 1])]
+            pairs = [
+                (nodes[i], nodes[j]),
+                (nodes[i], nodes[j + 1]),
+                (nodes[i + 1], nodes[j]),
+                (nodes[i + 1], nodes[j + 1]),
+            ]
             vals = [F(p, q) for p, q in pairs]
             if f < max(vals):
                 f = max(vals)
@@ -260,14 +275,15 @@ def optimal_interval_reference(nodes: np.ndarray, densities: np.ndarray, epsilon
                 if f < max(vals):
                     f = max(vals)
                     A1, A2 = pairs[int(np.argmax(vals))]
-            if nodes[j] < e2 < nodes[j + 1] and nodes[i] < e1 < nodes[i + 1]:
-                if f < F(e1, e2):
-                    f = F(e1, e2)
-                    A1, A2 = e1, e2
+            if nodes[j] < e2 < nodes[j + 1] and nodes[i] < e1 < nodes[i + 1] and f < F(e1, e2):
+                f = F(e1, e2)
+                A1, A2 = e1, e2
     return float(A1), float(A2), f
 
 
-def optimal_interval_points(positions: np.ndarray, masses: np.ndarray, epsilon: float, zeta: float) -> tuple[int, int, float]:
+def optimal_interval_points(
+    positions: np.ndarray, masses: np.ndarray, epsilon: float, zeta: float
+) -> tuple[int, int, float]:
     """Best [positions[a], positions[b]] for a point-mass prior: max 2ζW/(2ζ + e^{−ε}L).
 
     W is the mass of the points in the closed interval. A point-mass prior is the
@@ -299,7 +315,9 @@ _Lattice = Lattice
 # -- Alg. 3: the histogram prior from noised labels ----------------------------
 
 
-def laplace_noised_indices(labels: np.ndarray, lattice: Lattice, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def laplace_noised_indices(
+    labels: np.ndarray, lattice: Lattice, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
     """ε-DP per label: snap to the lattice, add two-sided geometric noise P(k) ∝ e^{−ε|k|/J}.
 
     Snapped indices of two labels differ by at most J, so each noised index has
@@ -352,7 +370,9 @@ class NoisyLabelHistogramPrior:
     ``sigma_`` (bin width used, label units), ``n_`` (row count), ``step_``, ``n_steps_``.
     """
 
-    def __init__(self, epsilon: float, domain: LabelDomain, sigma: float | None = None, step: float | None = None) -> None:
+    def __init__(
+        self, epsilon: float, domain: LabelDomain, sigma: float | None = None, step: float | None = None
+    ) -> None:
         self.epsilon = epsilon
         self.domain = domain
         self.sigma = sigma
@@ -383,7 +403,9 @@ class NoisyLabelHistogramPrior:
         )
 
     def to_spec(self) -> HistogramPriorSpec:
-        return self.prior_.to_spec(epsilon=float(self.epsilon), sigma=float(self.sigma_), source="noisy_label_histogram")
+        return self.prior_.to_spec(
+            epsilon=float(self.epsilon), sigma=float(self.sigma_), source="noisy_label_histogram"
+        )
 
 
 # -- the mechanism ----------------------------------------------------------------
@@ -437,7 +459,9 @@ class RPWithPrior:
         z = max(0, math.floor(zeta / lattice.step + 1e-9))  # the lattice points of N_y = [y − ζ, y + ζ]
         return epsilon, lattice, zeta, z
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None) -> RPWithPrior:
+    def fit(
+        self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None
+    ) -> RPWithPrior:
         """Choose [A₁, A₂] for ``self.epsilon`` (ε₂) from a prior that is public or already DP.
 
         ``prior``: a step-function prior (Alg. 1 on it, restricted to the domain,
@@ -489,7 +513,9 @@ class RPWithPrior:
         ``self.epsilon`` (ε₂) per label; the release is (ε₁ + ε₂)-DP. The fitted
         ``prior_estimator_`` holds the ε₁ guarantee and the prior's spec.
         """
-        estimator = NoisyLabelHistogramPrior(epsilon_prior, self.domain, sigma=self.sigma, step=self.step).fit(labels, rng)
+        estimator = NoisyLabelHistogramPrior(epsilon_prior, self.domain, sigma=self.sigma, step=self.step).fit(
+            labels, rng
+        )
         self.fit(prior=estimator.prior_)
         self.prior_estimator_ = estimator
         return self
@@ -526,7 +552,9 @@ class RPWithPrior:
         domain = LabelDomain.from_spec(spec.domain)
         mech = cls(spec.epsilon, domain, zeta=spec.zeta, sigma=spec.sigma, step=domain.width / spec.n_steps)
         lattice = Lattice(domain.low, domain.high, spec.n_steps)
-        mech._set_interval(check_epsilon(spec.epsilon), lattice, spec.zeta, spec.zeta_steps, spec.a1_index, spec.a2_index)
+        mech._set_interval(
+            check_epsilon(spec.epsilon), lattice, spec.zeta, spec.zeta_steps, spec.a1_index, spec.a2_index
+        )
         if mech.keep_numerator_ != spec.keep_numerator:  # the receiver trusts the wire's exact law
             mech.keep_numerator_ = int(spec.keep_numerator)
             mech.keep_probability_ = spec.keep_numerator / KEEP_DENOMINATOR
@@ -585,7 +613,9 @@ class RPWithPrior:
         d = self._lattice.value(c) - y
         return self.step_**2 * second + 2.0 * self.step_ * first * d + d * d
 
-    def expected_loss(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None) -> float:
+    def expected_loss(
+        self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None
+    ) -> float:
         """Exact E[(ŷ − y)²] for a point-mass prior (grid, probs) or a step prior.
 
         Point masses: a finite sum of closed-form lattice moments. Step prior: the
@@ -636,7 +666,9 @@ class RPWithPrior:
 
     def to_spec(self) -> RPWithPriorSpec:
         estimator = getattr(self, "prior_estimator_", None)
-        sigma = float(estimator.sigma_) if estimator is not None else (None if self.sigma is None else float(self.sigma))
+        sigma = (
+            float(estimator.sigma_) if estimator is not None else (None if self.sigma is None else float(self.sigma))
+        )
         return RPWithPriorSpec(
             epsilon=float(self.epsilon),
             domain=self.domain.to_spec(),

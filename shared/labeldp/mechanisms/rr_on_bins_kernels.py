@@ -44,8 +44,8 @@ tested in tests/unit/test_rr_on_bins*.py.
    λ ← N(P)/D(P) of the minimizing partition, repeat while λ strictly
    decreases. λ only decreases and there are finitely many partitions, so it
    stops, and at the fixed point min_P N − λD = 0, i.e. λ is the minimum ratio
-   over all d (no layer per d, no bound on d, no convexity in d needed). With QI, a newer split point that beats an older one at some
-   row beats it at every later row, so each DP is the classic monotone-queue
+   over all d (no layer per d, no bound on d, no convexity in d needed). With QI, a newer split
+   point that beats an older one at some row beats it at every later row, so each DP is the classic monotone-queue
    least-weight-subsequence algorithm with binary search: O(k log k) cost
    evaluations. Typically 3–6 Dinkelbach rounds.
 

@@ -133,9 +133,9 @@ def _bin_and_rr_kernel(labels, cuts, padded, top, words, span, other_width, tabl
     if n_cuts <= _LINEAR_MAX:
         for i in range(n):
             y = labels[i]
-            if not (y - y == 0.0):  # NaN or ±inf
+            if not (y - y == 0.0):  # noqa: SIM201 -- NaN or ±inf
                 return i
-            below = 0
+            below = np.int64(0)
             for c in range(n_cuts):
                 below += np.int64(cuts[c] < y)
             out[i] = table[_respond(below, words[i], span, other_width)]
@@ -145,7 +145,7 @@ def _bin_and_rr_kernel(labels, cuts, padded, top, words, span, other_width, tabl
         count = min(_BATCH, n - start)
         for t in range(count):
             y = labels[start + t]
-            if not (y - y == 0.0):
+            if not (y - y == 0.0):  # noqa: SIM201 -- NaN or ±inf
                 return start + t
             base[t] = 0
         step = top

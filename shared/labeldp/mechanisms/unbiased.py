@@ -547,14 +547,14 @@ class UnbiasedRandomizer:
             outputs=self.outputs_.tolist(),
             transition=self.transition_.tolist(),
             lp_epsilon=float(self.lp_epsilon_),
-            weights=self.weights_kind_,  # type: ignore[arg-type]
+            weights=self.weights_kind_,
         )
 
     @classmethod
     def from_spec(cls, spec: UnbiasedSpec) -> UnbiasedRandomizer:
         """Rebuild the fitted mechanism exactly (no LP); re-checks DP and unbiasedness."""
-        grid = check_grid(spec.grid)
-        outputs = check_grid(spec.outputs)
+        grid = check_grid(np.asarray(spec.grid))
+        outputs = check_grid(np.asarray(spec.outputs))
         scaled = np.asarray(spec.transition, dtype=np.float64) * ONE
         counts = np.rint(scaled).astype(np.int64)
         if not np.array_equal(counts.astype(np.float64), scaled):
