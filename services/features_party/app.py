@@ -9,7 +9,6 @@ side. There is deliberately no route or client that reaches the labels party.
 from __future__ import annotations
 
 import asyncio
-
 import hashlib
 import json
 import logging

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.compute as pa_compute
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,6 +31,9 @@ from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.schema import LabelRelease, decode_columns, payload_digest
 from labeldp.signing import verify, verify_file
+
+# pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
+pc: Any = pa_compute
 
 log = logging.getLogger("labeldp.features")
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -17,8 +18,8 @@ from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
-from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.migrations import SERVICES
+from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
 
@@ -41,7 +42,7 @@ class _ReleaseStatusCollector:
     def __init__(self, ctx: LabelsContext) -> None:
         self.ctx = ctx
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         family = GaugeMetricFamily("labeldp_releases", "releases by delivery status", labels=["status"])
         for status, count in releases.status_counts(self.ctx).items():
             family.add_metric([status], count)
@@ -77,7 +78,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     api = APIRouter(prefix="/v1", dependencies=[Depends(bearer_auth(settings.labels_api_key))])
 
-    def keyed(scope: str, key: str | None, fingerprint: str, work: Callable[[Claim | None], StoredResponse]) -> JSONResponse:
+    def keyed(
+        scope: str, key: str | None, fingerprint: str, work: Callable[[Claim | None], StoredResponse]
+    ) -> JSONResponse:
         return ctx.idempotency.execute(scope, key, fingerprint, work).to_response()
 
     @app.get("/healthz")
@@ -89,8 +92,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body: privacy_domains.PrivacyDomainCreate, key: str | None = Depends(idempotency_key)
     ) -> JSONResponse:
         scope = "POST /v1/privacy-domains"
-        return keyed(scope, key, request_fingerprint(scope, body.model_dump_json()),
-                     lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim))
+        return keyed(
+            scope,
+            key,
+            request_fingerprint(scope, body.model_dump_json()),
+            lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim),
+        )
 
     @api.get("/privacy-domains/{name}")
     def get_privacy_domain(name: str) -> dict[str, Any]:
@@ -99,8 +106,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @api.post("/label-sets", status_code=201)
     def create_label_set(body: label_sets.LabelSetCreate, key: str | None = Depends(idempotency_key)) -> JSONResponse:
         scope = "POST /v1/label-sets"
-        response = keyed(scope, key, request_fingerprint(scope, body.model_dump_json()),
-                         lambda claim: label_sets.create_label_set(ctx, body, claim))
+        response = keyed(
+            scope,
+            key,
+            request_fingerprint(scope, body.model_dump_json()),
+            lambda claim: label_sets.create_label_set(ctx, body, claim),
+        )
         log.info("label set created")
         return response
 
@@ -129,7 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return label_sets.get_label_set(ctx, label_set_id)
 
     @api.post("/label-sets/{label_set_id}/ids")
-    async def upload_ids(label_set_id: str, request: Request, key: str | None = Depends(idempotency_key)) -> JSONResponse:
+    async def upload_ids(
+        label_set_id: str, request: Request, key: str | None = Depends(idempotency_key)
+    ) -> JSONResponse:
         content_type = request.headers.get("content-type", "")
         uploads.media_type(content_type)
         body = await spool_body(request, ctx.spool_dir)
@@ -137,7 +150,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             scope = f"POST /v1/label-sets/{label_set_id}/ids"
             fingerprint = request_fingerprint(scope, content_type, body.sha256)
             return await run_in_threadpool(
-                keyed, scope, key, fingerprint,
+                keyed,
+                scope,
+                key,
+                fingerprint,
                 lambda claim: uploads.upload_ids(ctx, label_set_id, body.path, content_type, claim),
             )
         finally:
@@ -157,7 +173,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             scope = f"POST /v1/label-sets/{label_set_id}/labels"
             fingerprint = request_fingerprint(scope, content_type, str(validate_only), body.sha256)
             response = await run_in_threadpool(
-                ctx.idempotency.execute, scope, key, fingerprint,
+                ctx.idempotency.execute,
+                scope,
+                key,
+                fingerprint,
                 lambda claim: uploads.upload_labels(
                     ctx, label_set_id, body.path, content_type, validate_only=validate_only, claim=claim
                 ),
@@ -176,7 +195,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         scope = f"POST /v1/label-sets/{label_set_id}/releases"
         try:
             response = ctx.idempotency.execute(
-                scope, key, request_fingerprint(scope, body.model_dump_json()),
+                scope,
+                key,
+                request_fingerprint(scope, body.model_dump_json()),
                 lambda claim: releases.create_release(ctx, label_set_id, body, claim),
             )
         except ApiError as exc:

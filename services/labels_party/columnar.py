@@ -10,10 +10,12 @@ only after it is complete; files are never modified once a committed row names t
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +46,7 @@ def read_array(path: Path, mmap: bool = False) -> np.ndarray:
 
 def write_table(path: Path, table: pa.Table) -> None:
     def _write(f: BinaryIO) -> None:
-        with ipc.new_file(f, table.schema) as writer:
+        with ipc.new_file(cast(io.IOBase, f), table.schema) as writer:
             writer.write_table(table)
 
     atomic_write(path, _write)

@@ -10,6 +10,7 @@ one used; :func:`positions_reference` is its plain-Python twin the tests compare
 from __future__ import annotations
 
 import bisect
+from typing import cast
 
 import numba
 import numpy as np
@@ -22,8 +23,10 @@ def _buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         values = values.cast(pa.string())
     n = len(values)
     _, offsets_buf, data_buf = values.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[values.offset : values.offset + n + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, dtype=np.uint8)
+    if offsets_buf is None:  # every string array has offsets; the stubs allow None
+        raise ValueError("a string array without an offsets buffer")
+    offsets = np.frombuffer(memoryview(offsets_buf), dtype=np.int32)[values.offset : values.offset + n + 1]
+    data = np.frombuffer(memoryview(data_buf), dtype=np.uint8) if data_buf is not None else np.zeros(0, dtype=np.uint8)
     valid = (
         np.ones(n, dtype=np.bool_)
         if values.null_count == 0
@@ -73,11 +76,14 @@ def _search(
 
 def positions(sorted_ids: pa.Array | pa.ChunkedArray, queries: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """int32 position of each query in ``sorted_ids`` (strictly increasing), -1 where absent or null."""
+    flat: pa.Array
     if isinstance(sorted_ids, pa.ChunkedArray):
-        sorted_ids = sorted_ids.chunk(0) if sorted_ids.num_chunks == 1 else sorted_ids.combine_chunks()
-    if len(sorted_ids) >= 2**31:
+        flat = cast(pa.Array, sorted_ids.chunk(0)) if sorted_ids.num_chunks == 1 else sorted_ids.combine_chunks()
+    else:
+        flat = sorted_ids
+    if len(flat) >= 2**31:
         raise ValueError("a label set holds fewer than 2³¹ ids")
-    set_offsets, set_data, _ = _buffers(sorted_ids)
+    set_offsets, set_data, _ = _buffers(flat)
     chunks = queries.chunks if isinstance(queries, pa.ChunkedArray) else [queries]
     parts = []
     for chunk in chunks:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.compute as pa_compute
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -31,6 +31,9 @@ from .columnar import read_array, read_table, write_table
 from .context import LabelsContext
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
 from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
+
+# pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
+pc: Any = pa_compute
 
 MAX_ID_LENGTH = 128
 MAX_CLASSES = 1000
@@ -110,7 +113,7 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
         same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
         dups = np.flatnonzero(same)
         if dups.size:
-            names = ordered.take(pa.array(dups[:MAX_REPORTED] + 1)).to_pylist()
+            names = ordered.take(dups[:MAX_REPORTED] + 1).to_pylist()
             raise ApiError(422, "duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
     return ordered
 
@@ -209,7 +212,7 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
     return read_table(ctx.label_set_dir(row.id) / "ids.arrow")
 
 
-def labels_path(ctx: LabelsContext, label_set_id: str, version: int):  # type: ignore[no-untyped-def]
+def labels_path(ctx: LabelsContext, label_set_id: str, version: int):
     return ctx.label_set_dir(label_set_id) / f"labels-{version:09d}.npy"
 
 

@@ -73,7 +73,11 @@ def optimize(
         expected["expected_loss"] = 1.0 - expected["expected_accuracy"]
     else:
         low, high = domain if domain else (float(values.min()), float(values.max()))
-        kind = "integer" if np.all(values == np.round(values)) and float(low).is_integer() and float(high).is_integer() else "real"
+        kind = (
+            "integer"
+            if np.all(values == np.round(values)) and float(low).is_integer() and float(high).is_integer()
+            else "real"
+        )
         d = LabelDomain(kind, low, high)  # type: ignore[arg-type]
         prior = validate_public_prior(list(values), list(probs), d)
         mech = fit_to_public_prior(mechanism, epsilon, prior.values, prior.probs, domain=d, params=params)

@@ -19,12 +19,14 @@ and ε₁ + ε₂ add up by basic composition to the charge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from labeldp.accounting import compose
 from labeldp.epsilon import InvalidEpsilon, from_micro, split_budget
 from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, default_grid
 from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
@@ -34,11 +36,10 @@ from labeldp.mechanisms.categorical import (
     RRWithPrior,
     SplitPriorRandomizer,
 )
+from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.rp_with_prior import RPWithPrior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.mechanisms.unbiased import UnbiasedRandomizer
-from labeldp.accounting import compose
-from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
@@ -195,29 +196,43 @@ def parse_params(recipe: Recipe, params: dict[str, Any] | None) -> _Params:
         raise RandomizerError("invalid_parameters", f"invalid parameters for {recipe.name}: {fields}") from exc
 
 
+def _need_domain(domain: LabelDomain | None) -> LabelDomain:
+    """The label domain a real-valued mechanism needs (a categorical set has none)."""
+    if domain is None:
+        raise RandomizerError("invalid_request", "this mechanism needs a real or integer label domain")
+    return domain
+
+
+def _need_classes(classes: list[str] | None) -> list[str]:
+    """The class list a categorical mechanism needs (a real-valued set has none)."""
+    if classes is None:
+        raise RandomizerError("invalid_request", "this mechanism needs categorical labels")
+    return classes
+
+
 def _build(name: str, epsilon: float, domain: LabelDomain | None, classes: list[str] | None, p: _Params):
     """The mechanism object for ``name`` at ``epsilon`` (unfitted)."""
     d = p.model_dump()
     if name == "rr_on_bins":
         return RROnBins(epsilon, **d)
     if name == "laplace":
-        return Laplace(epsilon, domain, **d)
+        return Laplace(epsilon, _need_domain(domain), **d)
     if name == "staircase":
-        return Staircase(epsilon, domain, **d)
+        return Staircase(epsilon, _need_domain(domain), **d)
     if name == "gaussian":
-        return Gaussian(epsilon, domain, **d)
+        return Gaussian(epsilon, _need_domain(domain), **d)
     if name == "exponential":
-        return Exponential(epsilon, domain, **d)
+        return Exponential(epsilon, _need_domain(domain), **d)
     if name == "rp_with_prior":
-        return RPWithPrior(epsilon, domain, **d)
+        return RPWithPrior(epsilon, _need_domain(domain), **d)
     if name == "unbiased":
-        return UnbiasedRandomizer(epsilon, domain, **d)
+        return UnbiasedRandomizer(epsilon, _need_domain(domain), **d)
     if name == "randomized_response":
-        return RandomizedResponse(epsilon, classes)
+        return RandomizedResponse(epsilon, _need_classes(classes))
     if name in ("rr_with_prior", "block_rr"):
         d.pop("prior_fraction")
         cls = RRWithPrior if name == "rr_with_prior" else BlockRR
-        return cls(epsilon, classes, **d)
+        return cls(epsilon, _need_classes(classes), **d)
     raise RandomizerError("unknown_mechanism", name)
 
 
@@ -283,7 +298,7 @@ def _randomize(
                 split = SplitPriorRandomizer(
                     type(_build(mechanism, eps, domain, classes, p)),
                     eps,
-                    classes,
+                    _need_classes(classes),
                     prior_fraction=p.prior_fraction,  # type: ignore[attr-defined]
                     **{k: v for k, v in p.model_dump().items() if k != "prior_fraction"},
                 )
@@ -293,10 +308,12 @@ def _randomize(
             mech = _build(mechanism, eps, domain, classes, p).fit()
             out, spec, guarantee = mech.privatize(labels, rng), mech.to_spec(), mech.guarantee
         accounting = compose([("randomizer", epsilon_micro, guarantee)])
-        prior_spec = (
+        prior_spec: NoisyPrior | HistogramPriorSpec | None = (
             None
             if public_prior is None
-            else NoisyPrior(source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0)
+            else NoisyPrior(
+                source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0
+            )
         )
         return Randomized(spec, prior_spec, accounting, np.asarray(out, dtype=np.float64))
 
@@ -316,7 +333,6 @@ def _randomize(
             raise RandomizerError("invalid_epsilon", "a private prior needs epsilon_prior > 0")
     eps1, eps2 = from_micro(eps1_micro), from_micro(eps2_micro)
     mech = _build(mechanism, eps2, domain, classes, p)
-    prior_spec: NoisyPrior | HistogramPriorSpec
     if public_prior is not None:
         mech.fit(public_prior.values, public_prior.probs)
         prior_spec = NoisyPrior(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from sqlalchemy.orm import Session
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.mechanisms import LabelDomain
+from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.randomness import secure_generator
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
 
@@ -57,7 +58,9 @@ class PriorIn(BaseModel):
 class ReleaseCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mechanism: str = Field("auto", max_length=40, description="a mechanism of the catalogue, or auto (the default rule)")
+    mechanism: str = Field(
+        "auto", max_length=40, description="a mechanism of the catalogue, or auto (the default rule)"
+    )
     params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
     epsilon: StrictFloat | StrictInt | str = Field(description="ε charged to every id, a multiple of 0.000001")
     epsilon_prior: StrictFloat | StrictInt | str | None = None
@@ -98,10 +101,14 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     ids_table = read_ids(ctx, ls)
     positions = ids_table.column("pos").to_numpy()
     if charge > ls.cap_micro - ls.spent_micro:
-        raise _exhausted(f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap")
+        raise _exhausted(
+            f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap"
+        )
     id_eps, id_delta = ledger.remaining_at(ctx.data_dir, domain_row, positions)
     if charge > id_eps:
-        raise _exhausted(f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)")
+        raise _exhausted(
+            f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
+        )
     labels = read_labels(ctx, ls)
     missing = int(np.count_nonzero(np.isnan(labels)))
     if missing:
@@ -112,8 +119,9 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         mechanism = default_mechanism(ls.label_type, from_micro(charge))
     try:
         public_prior = (
-            None if body.prior is None else validate_public_prior(list(map(float, body.prior.values)),
-                                                                  list(map(float, body.prior.probs)), domain)
+            None
+            if body.prior is None
+            else validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
         )
         out = randomize(
             labels,
@@ -141,7 +149,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         release_id=release_id,
         label_set_id=label_set_id,
         feature_table=body.feature_table,
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         mechanism=out.mechanism,
         prior=out.prior,
         accounting=out.accounting,
@@ -150,7 +158,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         payload=JsonPayload(ids=[], labels=[]),  # replaced by the columns as the file is written
     )
     path = message_path(ctx, release_id)
-    atomic_write(path, lambda f: write_message(f, message, ids, out.labels))
+    atomic_write(path, partial(write_message, release=message, ids=ids, labels=out.labels))
     del ids_table, ids, out
     size = path.stat().st_size
     sha = file_sha256(path)
@@ -181,7 +189,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
                 message_bytes=size,
                 message_sha256=sha,
                 status="pending",
-                created_at=datetime.now(timezone.utc),
+                created_at=datetime.now(UTC),
             )
             s.add(row)
             s.flush()
@@ -247,7 +255,9 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
 
 def status_counts(ctx: LabelsContext) -> dict[str, int]:
     with ctx.sessions() as s:
-        return {k: int(v) for k, v in s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all()}
+        return {
+            k: int(v) for k, v in s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all()
+        }
 
 
 def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:

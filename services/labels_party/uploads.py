@@ -15,13 +15,14 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.compute as pa_compute
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
@@ -35,6 +36,9 @@ from .columnar import write_array
 from .context import LabelsContext
 from .label_sets import class_names, labels_path, load_label_set, read_ids, read_labels, set_ids
 from .store import LabelSetRow
+
+# pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
+pc: Any = pa_compute
 
 MAX_REPORTED_ERRORS = 100
 CSV_TYPES = ("text/csv", "application/csv")
@@ -252,7 +256,7 @@ def _unparsed_nan(raw: pa.Array, values: np.ndarray) -> np.ndarray:
     if not nan.any() or not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
         return np.zeros(values.shape, dtype=bool)
     spelled = pc.fill_null(pc.match_substring_regex(raw, r"^\s*[+-]?nan\s*$", ignore_case=True), False)
-    return nan & ~np.asarray(spelled.to_numpy(zero_copy_only=False), dtype=bool)
+    return nan & ~np.asarray(spelled.to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
 def _as_float(value: object) -> float:
@@ -306,7 +310,7 @@ def row_errors(
     ids = upload.ids
     n = len(ids)
     missing = np.asarray(
-        pc.fill_null(pc.equal(pc.utf8_length(ids), 0), True).to_numpy(zero_copy_only=False), dtype=bool
+        pc.fill_null(pc.equal(pc.utf8_length(ids), 0), True).to_numpy(zero_copy_only=False), dtype=np.bool_
     )
     positions = id_lookup.positions(set_ids, ids)  # the set's ids are sorted: binary search, no hash table
     known = positions >= 0
@@ -403,7 +407,9 @@ def upload_labels(
     return out
 
 
-def upload_ids(ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, claim: Claim | None) -> StoredResponse:
+def upload_ids(
+    ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, claim: Claim | None
+) -> StoredResponse:
     kind = media_type(content_type)
     chunks = [batch["id"].cast(pa.string()) for batch in read_batches(body, kind, ("id",))]
     if kind in CSV_TYPES:
