@@ -150,9 +150,11 @@ def timed(fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]], labe
 
 
 def _before_column(path: str) -> dict[tuple[str, str], str]:
-    """(mechanism, labels) → the kernel column of an earlier ``--fast-only`` results file."""
+    """(mechanism, labels) → the kernel column of the first table of an earlier ``--fast-only`` results file."""
     cells: dict[tuple[str, str], str] = {}
     for line in Path(path).read_text().splitlines():
+        if line.startswith("## "):
+            break  # the first table only
         parts = [p.strip() for p in line.strip().strip("|").split("|")]
         if len(parts) == 3 and parts[1].replace(",", "").isdigit():
             cells[(parts[0], parts[1])] = parts[2]
