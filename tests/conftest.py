@@ -6,11 +6,10 @@ PostgreSQL server that this session starts by itself (tests/postgres_server.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from tests.postgres_server import PostgresServer
 
 

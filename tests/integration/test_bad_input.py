@@ -99,7 +99,7 @@ def test_release_errors_charge_nothing(stack, data, label_set, feature_table):
 
 
 def test_oversized_body_is_refused_before_parsing(stack, label_set):
-    ls, ids = label_set
+    ls, _ids = label_set
     with stack.labels_client() as labels:
         body = b"id,label\n" + b"x,1\n" * (MAX_BODY // 4 + 10)
         r = labels.post(f"/v1/label-sets/{ls['id']}/labels", content=body, headers={"content-type": "text/csv"})

@@ -13,14 +13,20 @@ CANARIES = [12.3456789012, 7.6543210987, 3.1415926535]
 
 
 def _forms(value: float) -> list[bytes]:
-    return [repr(value).encode(), f"{value:.6f}".encode(), f"{value:.8g}".encode(), struct.pack("<d", value), struct.pack(">d", value)]
+    return [
+        repr(value).encode(),
+        f"{value:.6f}".encode(),
+        f"{value:.8g}".encode(),
+        struct.pack("<d", value),
+        struct.pack(">d", value),
+    ]
 
 
 def test_canary_labels_never_leave_the_labels_party(stack, data, feature_table):
     assert data.clip > max(CANARIES)
     ids = data.ids[:400]
     values = [float(v) for v in data.labels[:400]]
-    planted = {ids[k]: CANARIES[k % len(CANARIES)] for k in range(0, 30)}
+    planted = {ids[k]: CANARIES[k % len(CANARIES)] for k in range(30)}
     values = [planted.get(i, v) for i, v in zip(ids, values)]
     with stack.labels_client() as labels, stack.features_client() as features:
         ls = create_label_set(labels, ids, budget=10.0, high=data.clip)

@@ -112,7 +112,7 @@ def test_kill_9_at_any_point_of_a_release_ends_in_one_charge(tmp_path: Path) -> 
         for k in range(6):
             key = f"crash-{k}"
 
-            def fire() -> None:
+            def fire(key: str = key) -> None:
                 try:
                     with stack.labels_client(timeout=30) as c:
                         c.post(url, json={"mechanism": "laplace", "epsilon": 0.5}, headers={"idempotency-key": key})

@@ -133,7 +133,7 @@ def test_concurrent_releases_never_overspend_any_id(database_url: str, tmp_path:
     # 200 releases over three overlapping label sets of one domain, 8 at a time.
     ctx = make_ctx(database_url, tmp_path)
     new_domain(ctx, "shared", epsilon=1)
-    a = [f"id{i:03d}" for i in range(0, 40)]
+    a = [f"id{i:03d}" for i in range(40)]
     b = [f"id{i:03d}" for i in range(20, 60)]
     c = [f"id{i:03d}" for i in range(10, 50)]
     sets = [labeled_set(ctx, tmp_path, "shared", ids) for ids in (a, b, c)]
@@ -155,7 +155,7 @@ def test_concurrent_releases_never_overspend_any_id(database_url: str, tmp_path:
     accepted = outcomes.count("accepted")
     spent = spent_per_id(ctx, "shared")
     assert max(spent.values()) <= 1_000_000
-    assert spent == {i: v for i, v in expected_from_releases(ctx).items()} | {
+    assert spent == dict(expected_from_releases(ctx)) | {
         i: 0 for i in spent if i not in expected_from_releases(ctx)
     }
     # Every id in the overlap of all three sets is exactly exhausted: the ledger lets

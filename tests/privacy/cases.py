@@ -56,8 +56,9 @@ Keep each entry ≤ ~10 s in total (both audits use 10⁶ draws per side): vecto
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

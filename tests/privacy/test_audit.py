@@ -216,8 +216,8 @@ def test_pilot_events_also_detect_a_broken_mechanism() -> None:
     lo, hi = case.extremes
     for factor, refuted in [(1.0, False), (BROKEN_FACTOR, True)]:
         mech = case.mechanism(case.claimed_epsilon * factor)
-        sample_lo = lambda n, rng: case.sample(mech, lo, n, rng)  # noqa: E731
-        sample_hi = lambda n, rng: case.sample(mech, hi, n, rng)  # noqa: E731
+        sample_lo = functools.partial(case.sample, mech, lo)
+        sample_hi = functools.partial(case.sample, mech, hi)
         events = events_from_pilot(
             sample_lo, sample_hi, n_pilot=100_000, rng=np.random.default_rng(99), n_draws=N_DRAWS,
             alpha=ALPHA, ordered=True,

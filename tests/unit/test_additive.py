@@ -373,7 +373,7 @@ def test_staircase_r() -> None:
         disc = Staircase(eps, LabelDomain("integer", 0, 12)).fit()
         ks = np.arange(-4000, 4001)
 
-        def mean_abs(r: int) -> float:
+        def mean_abs(r: int, eps: float = eps, ks: np.ndarray = ks) -> float:
             m = Staircase(eps, LabelDomain("integer", 0, 12), gamma=r / 12).fit()
             assert m.r_ == r
             return float(np.dot(np.abs(ks), m.noise_pmf(ks)))

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,9 @@ def _frozen_code_fingerprint(monkeypatch):
     """Other work may edit the mechanism sources while these tests run; the cache tests
     must not see that as a code change (code_fingerprint has its own test)."""
     real = utility.code_fingerprint
-    monkeypatch.setattr(utility, "code_fingerprint", lambda modules=None: "frozen" if modules is None else real(modules))
+    monkeypatch.setattr(
+        utility, "code_fingerprint", lambda modules=None: "frozen" if modules is None else real(modules)
+    )
 
 
 TINY_RECIPE = TrainingRecipe(epochs=1, batch_size=64, optimizer="adam", schedule="step", step_epoch=1, source="test")
@@ -130,7 +131,8 @@ def test_tiny_run_writes_tables_plot_and_resumes_from_the_cache(tmp_path):
         resumed.values("laplace", 4.0, "mechanism_mse"), result.values("laplace", 4.0, "mechanism_mse"), rtol=0
     )
     np.testing.assert_allclose(
-        resumed.values("laplace", 4.0, "test_mse", "plain"), result.values("laplace", 4.0, "test_mse", "plain"),
+        resumed.values("laplace", 4.0, "test_mse", "plain"),
+        result.values("laplace", 4.0, "test_mse", "plain"),
         rtol=1e-6,
     )
 
@@ -192,8 +194,14 @@ def test_classification_reports_accuracy_and_mean_class_accuracy(tmp_path):
         task="classification",
     )
     result = utility.run_utility(
-        plan, trials=2, epsilons=[2.0, math.inf], mechanisms=["randomized_response", "laplace"],
-        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+        plan,
+        trials=2,
+        epsilons=[2.0, math.inf],
+        mechanisms=["randomized_response", "laplace"],
+        cache_dir=tmp_path / "cache",
+        device="cpu",
+        threads=1,
+        progress=None,
     )
     # laplace does not take classes; randomized response is what "auto" picks for classes
     assert result.mechanisms == [utility.DEFAULT, "randomized_response"]
@@ -222,13 +230,30 @@ def test_best_is_bold_and_one_standard_error_is_marked():
     def cell(m, v):
         return utility.Cell(m, 1.0, 0, {}, {"plain": {"test_mse": v}}, 0.0)
 
-    cells = [cell("a", v) for v in (1.0, 1.2)] + [cell("b", v) for v in (1.05, 1.25)] + [cell("c", v) for v in (3.0, 3.1)]
+    cells = (
+        [cell("a", v) for v in (1.0, 1.2)] + [cell("b", v) for v in (1.05, 1.25)] + [cell("c", v) for v in (3.0, 3.1)]
+    )
     for i, c in enumerate(cells):
         c.trial = i % 2
     result = utility.RunResult(
-        plan=_plan(), data_description="", n_rows=0, n_features=0, n_train=0, n_test=0, n_train_fit=0,
-        trials=2, epsilons=[1.0], mechanisms=["a", "b", "c"], learners=["plain"], cells=cells, config={},
-        environment={}, wall_seconds=0, computed=0, cached=0, cache_dir="",
+        plan=_plan(),
+        data_description="",
+        n_rows=0,
+        n_features=0,
+        n_train=0,
+        n_test=0,
+        n_train_fit=0,
+        trials=2,
+        epsilons=[1.0],
+        mechanisms=["a", "b", "c"],
+        learners=["plain"],
+        cells=cells,
+        config={},
+        environment={},
+        wall_seconds=0,
+        computed=0,
+        cached=0,
+        cache_dir="",
     )
     row = report.metric_block(result, "test_mse", "plain")[-1]
     a, b, c = [x.strip() for x in row.strip("|").split("|")][1:]
@@ -250,11 +275,25 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
     csv = tmp_path / "california_housing.csv"
     csv.write_text("x\n")
     plans = utility.default_plans(housing=csv, quick=False)
-    assert set(plans) == {"california_housing", "simulated_linear", "simulated_nonlinear", "criteo_like", "cifar10_1", "cifar10_2"}
+    assert set(plans) == {
+        "california_housing",
+        "simulated_linear",
+        "simulated_nonlinear",
+        "criteo_like",
+        "cifar10_1",
+        "cifar10_2",
+    }
     h = plans["california_housing"].training
-    assert (h.optimizer, h.learning_rate, h.epochs, h.batch_size, h.schedule, h.step_epoch, h.step_factor, h.weight_decay) == (
-        "adam", 1e-3, 50, 256, "step", 25, 0.1, 1e-4
-    )
+    assert (
+        h.optimizer,
+        h.learning_rate,
+        h.epochs,
+        h.batch_size,
+        h.schedule,
+        h.step_epoch,
+        h.step_factor,
+        h.weight_decay,
+    ) == ("adam", 1e-3, 50, 256, "step", 25, 0.1, 1e-4)
     c = plans["criteo_like"]
     assert (c.training.optimizer, c.training.schedule, c.training.batch_size) == ("rmsprop", "cosine", 8192)
     assert c.params["n"] >= 1_000_000 and c.train_rows == utility.CPU_CRITEO_TRAIN_ROWS == 25_000
@@ -270,9 +309,32 @@ def test_cli_bench_utility_end_to_end(tmp_path, capsys):
     from labeldp.cli import main
 
     out, cache = tmp_path / "results", tmp_path / "cache"
-    args = ["bench", "utility", "--datasets", "linear", "--sim-n", "200", "--sim-d", "2", "--trials", "2",
-            "--epochs", "1", "--epsilons", "1,inf", "--mechanisms", "laplace", "--out", str(out),
-            "--cache", str(cache), "--threads", "1", "--device", "cpu"]
+    args = [
+        "bench",
+        "utility",
+        "--datasets",
+        "linear",
+        "--sim-n",
+        "200",
+        "--sim-d",
+        "2",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--epsilons",
+        "1,inf",
+        "--mechanisms",
+        "laplace",
+        "--out",
+        str(out),
+        "--cache",
+        str(cache),
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "ETA" in printed and "1/4" in printed  # one progress line per cell
@@ -294,8 +356,15 @@ def test_cli_rejects_bad_epsilons_and_unknown_data_sets(tmp_path, capsys):
 def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
     learners = utility.learners_for("regression", ["plain", "private", "oracle"])
     result = utility.run_utility(
-        _plan(), trials=2, epsilons=[1.0, math.inf], mechanisms=["rr_on_bins"], learners=learners,
-        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+        _plan(),
+        trials=2,
+        epsilons=[1.0, math.inf],
+        mechanisms=["rr_on_bins"],
+        learners=learners,
+        cache_dir=tmp_path / "cache",
+        device="cpu",
+        threads=1,
+        progress=None,
     )
     for name in ("plain", "private", "oracle"):
         v = result.values("rr_on_bins", 1.0, "test_mse", name)
@@ -318,7 +387,8 @@ def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
     assert len(out) == 4 and all(c.mechanism == DEFAULT for c in out)
     for c in out:
         source = next(
-            x for x in cells
+            x
+            for x in cells
             if (x.mechanism, x.epsilon, x.trial) == (default_mechanism("real", c.epsilon), c.epsilon, c.trial)
         )
         assert c.learners == source.learners and c.mechanism_metrics == source.mechanism_metrics
@@ -328,8 +398,15 @@ def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
 def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
     learners = utility.learners_for("regression", ["plain", "private", "oracle"])
     result = utility.run_utility(
-        _plan(), trials=2, epsilons=[0.1, 4.0, math.inf], mechanisms=["rr_on_bins", "unbiased", "laplace"],
-        learners=learners, cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+        _plan(),
+        trials=2,
+        epsilons=[0.1, 4.0, math.inf],
+        mechanisms=["rr_on_bins", "unbiased", "laplace"],
+        learners=learners,
+        cache_dir=tmp_path / "cache",
+        device="cpu",
+        threads=1,
+        progress=None,
     )
     md, _, js = report.write_all(result, tmp_path / "a", command="labeldp bench utility --tiny")
     doc = json.loads(js.read_text())
@@ -351,29 +428,61 @@ def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
     assert "labeldp bench utility --tiny" in text2 and "Re-rendered by `labeldp bench report" in text2
 
     # A format-1 summary (per-trial lists only, as session-1 runs wrote) rebuilds to the same numbers.
-    old = {k: v for k, v in doc.items() if k not in ("format", "plan", "raw_cells", "epsilons", "mechanisms",
-                                                        "learners", "learner_info", "n_features", "command")}
+    old = {
+        k: v
+        for k, v in doc.items()
+        if k
+        not in (
+            "format",
+            "plan",
+            "raw_cells",
+            "epsilons",
+            "mechanisms",
+            "learners",
+            "learner_info",
+            "n_features",
+            "command",
+        )
+    }
     legacy = report.result_from_summary(old)
     for m in ("rr_on_bins", "unbiased", "laplace", utility.DEFAULT):
         for eps in result.epsilons:
-            np.testing.assert_array_equal(legacy.values(m, eps, "test_mse", "private"),
-                                          result.values(m, eps, "test_mse", "private"))
+            np.testing.assert_array_equal(
+                legacy.values(m, eps, "test_mse", "private"), result.values(m, eps, "test_mse", "private")
+            )
 
 
 def test_the_goal_block_compares_the_default_with_every_deployable_learner():
     from labeldp.benchmarks.utility import Cell
 
     def cells(mech, eps, plain, private, oracle):
-        return [Cell(mech, eps, t, {"mechanism_mse": 1.0}, {"plain": {"test_mse": plain[t]},
-                     "private": {"test_mse": private[t]}, "oracle": {"test_mse": oracle[t]}}, 0.1) for t in range(2)]
+        return [
+            Cell(
+                mech,
+                eps,
+                t,
+                {"mechanism_mse": 1.0},
+                {
+                    "plain": {"test_mse": plain[t]},
+                    "private": {"test_mse": private[t]},
+                    "oracle": {"test_mse": oracle[t]},
+                },
+                0.1,
+            )
+            for t in range(2)
+        ]
 
-    raw = (cells("unbiased", 1.0, [2.0, 2.2], [1.0, 1.2], [0.1, 0.1])   # default: private 1.1 ± 0.1
-           + cells("laplace", 1.0, [0.5, 0.7], [3.0, 3.0], [0.1, 0.1])  # plain beats it: not met
-           + cells("unbiased", 2.0, [2.0, 2.0], [1.0, 1.2], [0.1, 0.1])
-           + cells("laplace", 2.0, [1.05, 1.05], [3.0, 3.0], [0.1, 0.1]))  # within one SE of the default's
+    raw = (
+        cells("unbiased", 1.0, [2.0, 2.2], [1.0, 1.2], [0.1, 0.1])  # default: private 1.1 ± 0.1
+        + cells("laplace", 1.0, [0.5, 0.7], [3.0, 3.0], [0.1, 0.1])  # plain beats it: not met
+        + cells("unbiased", 2.0, [2.0, 2.0], [1.0, 1.2], [0.1, 0.1])
+        + cells("laplace", 2.0, [1.05, 1.05], [3.0, 3.0], [0.1, 0.1])
+    )  # within one SE of the default's
     result = dataclasses.replace(
-        _fake_result(), cells=raw + utility.default_cells(raw, "real", ["unbiased", "laplace"]),
-        epsilons=[1.0, 2.0], mechanisms=[utility.DEFAULT, "unbiased", "laplace"],
+        _fake_result(),
+        cells=raw + utility.default_cells(raw, "real", ["unbiased", "laplace"]),
+        epsilons=[1.0, 2.0],
+        mechanisms=[utility.DEFAULT, "unbiased", "laplace"],
     )
     rows = report.default_goal_block(result, [references.LIU_HUANG_HOUSING], "test_mse")
     one, two = rows[2].split("|"), rows[3].split("|")
@@ -388,9 +497,24 @@ def test_the_goal_block_compares_the_default_with_every_deployable_learner():
 
 def _fake_result():
     return utility.RunResult(
-        plan=_plan(), data_description="", n_rows=0, n_features=0, n_train=0, n_test=0, n_train_fit=0, trials=2,
-        epsilons=[], mechanisms=[], learners=["plain", "private", "oracle"], cells=[], config={},
-        environment={}, wall_seconds=0.0, computed=0, cached=0, cache_dir="",
+        plan=_plan(),
+        data_description="",
+        n_rows=0,
+        n_features=0,
+        n_train=0,
+        n_test=0,
+        n_train_fit=0,
+        trials=2,
+        epsilons=[],
+        mechanisms=[],
+        learners=["plain", "private", "oracle"],
+        cells=[],
+        config={},
+        environment={},
+        wall_seconds=0.0,
+        computed=0,
+        cached=0,
+        cache_dir="",
     )
 
 
@@ -398,9 +522,32 @@ def test_cli_bench_report_re_renders_without_recomputing(tmp_path, capsys):
     from labeldp.cli import main
 
     out, cache = tmp_path / "results", tmp_path / "cache"
-    args = ["bench", "utility", "--datasets", "linear", "--sim-n", "200", "--sim-d", "2", "--trials", "2",
-            "--epochs", "1", "--epsilons", "1,inf", "--mechanisms", "unbiased", "--out", str(out),
-            "--cache", str(cache), "--threads", "1", "--device", "cpu"]
+    args = [
+        "bench",
+        "utility",
+        "--datasets",
+        "linear",
+        "--sim-n",
+        "200",
+        "--sim-d",
+        "2",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--epsilons",
+        "1,inf",
+        "--mechanisms",
+        "unbiased",
+        "--out",
+        str(out),
+        "--cache",
+        str(cache),
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     before = (out / "utility_simulated_linear.md").read_text()
     capsys.readouterr()

@@ -247,7 +247,8 @@ def test_rr_with_prior_k_maximizes_the_exact_probability_of_a_correct_output(eps
         assert achieved == pytest.approx(max(by_k), rel=1e-12, abs=1e-15)
         assert by_k[mech.k_ - 1] == pytest.approx(max(by_k), rel=1e-12, abs=1e-15)
         np.testing.assert_allclose(mech.accuracy_by_k_, by_k, rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(mech.transition_matrix(), rr_with_prior_reference(epsilon, prior, ranked[: mech.k_]), rtol=1e-13, atol=1e-16)
+        reference = rr_with_prior_reference(epsilon, prior, ranked[: mech.k_])
+        np.testing.assert_allclose(mech.transition_matrix(), reference, rtol=1e-13, atol=1e-16)
         # And no candidate set of any size does better (top-k is optimal for each k).
         if prior.size <= 7:
             best_any = max(
@@ -284,9 +285,9 @@ def eq_3_2(epsilon: float, n1: int, n2: int, l: int, b: int = 1) -> tuple[float,
 def test_block_rr_beta_gamma_match_eq_3_2_and_solve_eq_3_1(epsilon: float) -> None:
     e = math.exp(epsilon)
     for n1 in range(1, 7):
-        for n2 in range(0, 6):
+        for n2 in range(6):
             betas, gammas = [], []
-            for l in range(0, n1 + 1):
+            for l in range(n1 + 1):
                 beta, gamma, keep_beta, keep_gamma = block_rr_coefficients(epsilon, n1, n2, l)
                 ref_beta, ref_gamma = eq_3_2(epsilon, n1, n2, l)
                 assert beta == pytest.approx(ref_beta, rel=1e-11)

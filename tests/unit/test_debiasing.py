@@ -211,7 +211,7 @@ def test_cautious_shrinkage_discounts_lambda_by_its_noise() -> None:
     p = rng.normal(size=2000)
     d = p + rng.normal(size=2000)
     truth = 0.6 * d + 0.4 * p
-    lam, lam_star, se = cautious_shrinkage(p, d, truth + rng.normal(scale=0.01, size=2000))
+    lam, lam_star, _se = cautious_shrinkage(p, d, truth + rng.normal(scale=0.01, size=2000))
     assert lam_star == pytest.approx(0.6, abs=0.01) and lam == pytest.approx(lam_star, rel=1e-3)
     picks = [cautious_shrinkage(p, d, truth + rng.normal(scale=200.0, size=2000)) for _ in range(200)]
     lams = np.array([c[0] for c in picks])
@@ -258,7 +258,7 @@ FAST = dict(batch_size=64, learning_rate=1e-2, weight_decay=0.0, seed=0, device=
 
 
 def test_fit_private_regressor_plain_reproduces_fit_regressor_and_parts() -> None:
-    x, y, yhat, law, mech = synthetic_rr_release(800, 3)
+    x, _y, yhat, law, mech = synthetic_rr_release(800, 3)
     table = table_of(x, 0, 3)
     config = TrainingConfig(epochs=3, **FAST)
     reference = fit_regressor(table, yhat, config).predict(table)
@@ -397,7 +397,8 @@ def test_rmsprop_and_cosine_train_and_bad_options_are_refused() -> None:
     table, y = table_of(np.linspace(0, 1, 200), 0, 0), 3 * np.linspace(0, 1, 200)
     config = TrainingConfig(epochs=3, optimizer="rmsprop", schedule="cosine", **{**FAST, "learning_rate": 1e-3})
     model = fit_regressor(table, y, config)
-    assert model.config_["optimizer"] == "rmsprop" and model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
+    assert model.config_["optimizer"] == "rmsprop"
+    assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
     for bad in (dict(optimizer="sgd"), dict(schedule="linear"), dict(step_epoch=0), dict(step_factor=0.0)):
         with pytest.raises(ValueError):
             fit_regressor(table, y, TrainingConfig(epochs=1, **{**FAST, **bad}))

@@ -11,7 +11,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.database import make_engine, make_session_factory
 from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, IdempotencyKeys, StoredResponse, idempotency_key, idempotency_table, request_fingerprint
+from labeldp.idempotency import (
+    Claim,
+    IdempotencyKeys,
+    StoredResponse,
+    idempotency_key,
+    idempotency_table,
+    request_fingerprint,
+)
 
 metadata = MetaData()
 KEYS = idempotency_table(metadata)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ def test_written_bytes_equal_the_model_dump(n: int) -> None:
     ids = [f"id{i:08d}" for i in range(n)]
     labels = np.random.default_rng(n).uniform(0, 1, n)
     skeleton = LabelRelease(
-        release_id="rel_x", label_set_id="ls_x", created_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        release_id="rel_x", label_set_id="ls_x", created_at=datetime(2026, 1, 1, tzinfo=UTC),
         mechanism=Laplace(1.0, LabelDomain("real", 0, 1)).fit().to_spec(),
         accounting=PrivacyAccounting(parts=[EpsilonPart(name="randomizer", epsilon_micro=1)], total_epsilon_micro=1),
         row_count=n, payload_digest=payload_digest(ids, labels), payload=JsonPayload(ids=[], labels=[]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -33,7 +33,7 @@ def _message(out, n: int) -> LabelRelease:
     msg = LabelRelease(
         release_id="rel_x",
         label_set_id="ls_x",
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         mechanism=out.mechanism,
         prior=out.prior,
         accounting=out.accounting,

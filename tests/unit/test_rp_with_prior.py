@@ -91,7 +91,7 @@ def test_point_mass_interval_is_the_best_pair() -> None:
         pos = np.sort(rng.choice(40, size=8, replace=False)).astype(float)
         masses = rng.uniform(0, 1, 8)
         eps, zeta = float(rng.uniform(0.1, 5)), float(rng.uniform(0.5, 4))
-        a, b, value = optimal_interval_points(pos, masses / masses.sum(), eps, zeta)
+        _a, _b, value = optimal_interval_points(pos, masses / masses.sum(), eps, zeta)
         best = max(
             2 * zeta * masses[p : q + 1].sum() / masses.sum() / (2 * zeta + math.exp(-eps) * (pos[q] - pos[p]))
             for p in range(8) for q in range(p, 8)
@@ -115,10 +115,14 @@ def test_fit_on_point_masses_is_the_best_lattice_pair() -> None:
 
 def brute_lattice_objective(mech: RPWithPrior, prior: StepPrior, eps: float) -> float:
     """max of F over every lattice pair, with the mechanism's ζ_eff, in lattice units."""
-    nodes, masses = prior.truncated(mech.domain.low, mech.domain.high).on_lattice(mech.domain.low, mech.step_, mech.n_steps_)
+    nodes, masses = prior.truncated(mech.domain.low, mech.domain.high).on_lattice(
+        mech.domain.low, mech.step_, mech.n_steps_
+    )
     dens = masses / np.diff(nodes)
     t = np.arange(mech.n_steps_ + 1, dtype=float)
-    return float(interval_objective(t[:, None], t[None, :], nodes.astype(float), dens, eps, mech.zeta_steps_ + 0.5).max())
+    return float(
+        interval_objective(t[:, None], t[None, :], nodes.astype(float), dens, eps, mech.zeta_steps_ + 0.5).max()
+    )
 
 
 @pytest.mark.parametrize("eps", [0.2, 1.0, 3.0, 8.0])
@@ -127,13 +131,19 @@ def test_fit_chooses_the_lattice_optimum_for_its_own_epsilon(eps: float) -> None
     mech = RPWithPrior(eps, MID_INT, zeta=1.0).fit(prior=prior)
     assert mech.objective_ == pytest.approx(brute_lattice_objective(mech, prior, eps), abs=1e-12)
     assert mech.objective_ == pytest.approx(
-        float(interval_objective(mech.a1_index_, mech.a2_index_, *_lattice_prior(mech, prior), eps, mech.zeta_steps_ + 0.5)),
+        float(
+            interval_objective(
+                mech.a1_index_, mech.a2_index_, *_lattice_prior(mech, prior), eps, mech.zeta_steps_ + 0.5
+            )
+        ),
         abs=1e-12,
     )
 
 
 def _lattice_prior(mech: RPWithPrior, prior: StepPrior) -> tuple[np.ndarray, np.ndarray]:
-    nodes, masses = prior.truncated(mech.domain.low, mech.domain.high).on_lattice(mech.domain.low, mech.step_, mech.n_steps_)
+    nodes, masses = prior.truncated(mech.domain.low, mech.domain.high).on_lattice(
+        mech.domain.low, mech.step_, mech.n_steps_
+    )
     return nodes.astype(float), masses / np.diff(nodes)
 
 
@@ -171,7 +181,15 @@ def exact_pmf(mech: RPWithPrior, label: float) -> list[Fraction]:
 @pytest.mark.parametrize("eps, domain, zeta, prior", CONFIGS)
 def test_output_law_is_exactly_epsilon_dp(eps: float, domain: LabelDomain, zeta: float, prior) -> None:
     mech = RPWithPrior(eps, domain, zeta=zeta).fit(prior=prior)
-    inputs = [domain.low - 3.0, domain.low, mech.a1_, 0.5 * (mech.a1_ + mech.a2_), mech.a2_, domain.high, domain.high + 3.0]
+    inputs = [
+        domain.low - 3.0,
+        domain.low,
+        mech.a1_,
+        0.5 * (mech.a1_ + mech.a2_),
+        mech.a2_,
+        domain.high,
+        domain.high + 3.0,
+    ]
     inputs += list(mech._lattice.value(np.arange(0, mech.n_steps_ + 1, max(1, mech.n_steps_ // 40))))
     table = [exact_pmf(mech, y) for y in inputs]
     for row in table:
@@ -209,7 +227,9 @@ def test_projection_outside_the_interval() -> None:
 
 @pytest.mark.parametrize("label", [0.0, 9.0, 13.0, 20.0])
 def test_empirical_frequencies_match_the_exact_pmf(label: float) -> None:
-    mech = RPWithPrior(1.5, SMALL_INT, zeta=2.0).fit(prior=StepPrior(np.array([0.0, 8.0, 14.0, 20.0]), np.array([0.2, 0.7, 0.1])))
+    mech = RPWithPrior(1.5, SMALL_INT, zeta=2.0).fit(
+        prior=StepPrior(np.array([0.0, 8.0, 14.0, 20.0]), np.array([0.2, 0.7, 0.1]))
+    )
     rng = np.random.default_rng(7)
     out = mech.privatize(np.full(200_000, label), rng)
     assert np.all(np.isin(out, mech.outputs_))
@@ -234,7 +254,9 @@ def test_conditional_mean_matches_monte_carlo_and_the_pmf() -> None:
     rng = np.random.default_rng(9)
     for label in [-0.5, 0.3, 1.7, 4.99]:
         exact = float(mech.conditional_mean(np.array([label]))[0])
-        assert exact == pytest.approx(float(np.dot(mech.output_probabilities(label), mech.outputs_)), rel=1e-12, abs=1e-12)
+        assert exact == pytest.approx(
+            float(np.dot(mech.output_probabilities(label), mech.outputs_)), rel=1e-12, abs=1e-12
+        )
         out = mech.privatize(np.full(200_000, label), rng)
         assert abs(out.mean() - exact) < 5 * out.std() / math.sqrt(out.size)
 
@@ -260,7 +282,9 @@ def test_expected_loss_step_prior_matches_quadrature_and_monte_carlo() -> None:
     xs = np.linspace(prior.nodes[0], prior.nodes[-1], 400_001)
     mids = 0.5 * (xs[1:] + xs[:-1])
     cell = np.clip(np.searchsorted(prior.nodes, mids, side="right") - 1, 0, 3)
-    quad = float(np.sum(prior.densities[cell] * mech._loss_given_index(mech.projected_index(mids), mids)) * (xs[1] - xs[0]))
+    quad = float(
+        np.sum(prior.densities[cell] * mech._loss_given_index(mech.projected_index(mids), mids)) * (xs[1] - xs[0])
+    )
     assert exact == pytest.approx(quad, rel=1e-5)
     rng = np.random.default_rng(11)
     cells = rng.choice(4, size=300_000, p=prior.masses)

@@ -241,7 +241,7 @@ def fitted(request) -> tuple[RROnBins, np.ndarray, np.ndarray]:
 
 
 def test_fit_attributes_are_consistent(fitted) -> None:
-    mech, grid, probs = fitted
+    mech, grid, _probs = fitted
     m = mech.outputs_.size
     assert m >= 3
     assert np.all(np.diff(mech.outputs_) > 0)

@@ -75,7 +75,10 @@ def fused_respond(own: int, words: np.ndarray, m: int, p: float) -> np.ndarray:
     labels = np.full(words.size, float(own))
     table = np.arange(m, dtype=np.int64)
     out = np.empty(words.size, dtype=np.int64)
-    assert _bin_and_rr_kernel(labels, cuts, padded, top, words, np.uint64(span), np.uint64(max(width, 1)), table, out) == -1
+    assert (
+        _bin_and_rr_kernel(labels, cuts, padded, top, words, np.uint64(span), np.uint64(max(width, 1)), table, out)
+        == -1
+    )
     return out
 
 
@@ -214,7 +217,9 @@ def test_fused_binning_equals_searchsorted(n_cuts: int) -> None:
     got = privatize_bins(labels, cuts, m, 1.0, np.random.default_rng(0))  # p = 1: output = Φ(y)
     np.testing.assert_array_equal(got, expected)
     outputs = np.linspace(-5, 5, m)
-    np.testing.assert_array_equal(privatize_values(labels, cuts, outputs, 1.0, np.random.default_rng(0)), outputs[expected])
+    np.testing.assert_array_equal(
+        privatize_values(labels, cuts, outputs, 1.0, np.random.default_rng(0)), outputs[expected]
+    )
 
 
 def test_privatize_values_is_the_gather_of_privatize_bins() -> None:

@@ -261,7 +261,7 @@ def test_conditional_mean_is_the_label(fitted, eps: float) -> None:
 def test_integer_domain_is_unbiased_without_rounding() -> None:
     mech = UnbiasedRandomizer(1.0, SMALL_INT).fit()
     np.testing.assert_array_equal(mech.grid_, np.arange(11.0))
-    lower, p_up = rounding_probabilities(np.arange(11.0), mech.grid_)
+    _lower, p_up = rounding_probabilities(np.arange(11.0), mech.grid_)
     assert np.all((p_up == 0) | (p_up == 1))
     np.testing.assert_allclose(mech.conditional_mean(np.arange(11.0)), np.arange(11.0), atol=1e-12)
 
