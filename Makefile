@@ -16,7 +16,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/labeldp demo
 
-test: $(STAMP)
+# Lint, types and import layers first (make check), then the suite.
+test: $(STAMP) check
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
