@@ -480,13 +480,18 @@ def test_prior_split_is_a_function_of_the_row_count_only() -> None:
 def test_split_randomizes_each_row_exactly_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two draws over complementary rows: the first stage's RR table, then the fitted mechanism's."""
     calls: list[tuple[bool, np.ndarray, object]] = []
-    original = cat.kernels.rows_where
+    original_at, original_where = cat.kernels.rows_at, cat.kernels.rows_where
 
-    def recording(row_index, mask, select, table, rng, out):
+    def recording_at(row_index, positions, table, rng, out):
+        calls.append((True, np.asarray(row_index)[positions].copy(), table))
+        return original_at(row_index, positions, table, rng, out)
+
+    def recording_where(row_index, mask, select, table, rng, out):
         calls.append((select, np.asarray(row_index)[np.asarray(mask) == select].copy(), table))
-        return original(row_index, mask, select, table, rng, out)
+        return original_where(row_index, mask, select, table, rng, out)
 
-    monkeypatch.setattr(cat.kernels, "rows_where", recording)
+    monkeypatch.setattr(cat.kernels, "rows_at", recording_at)
+    monkeypatch.setattr(cat.kernels, "rows_where", recording_where)
     rng = np.random.default_rng(2)
     labels = rng.choice(10, size=3000, p=imbalanced_prior())
     for mechanism_cls in [RRWithPrior, BlockRR]:

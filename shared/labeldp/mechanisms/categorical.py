@@ -674,16 +674,17 @@ class SplitPriorRandomizer:
         n = y.size
         mask = prior_split_mask(n, self.prior_fraction, self.split)
         first = RandomizedResponse(epsilon, classes).fit()
+        prior_rows = np.flatnonzero(mask)
         out = np.empty(n, dtype=np.int64)
         # Each stage draws in place over its own rows (one word each, in row order): the
         # same draws as privatize(y[mask]) then privatize(y[~mask]), without the copies.
-        kernels.rows_where(y, mask, True, first.sampler(), rng, out)
-        prior = first.estimate_prior(out[mask])
+        kernels.rows_at(y, prior_rows, first.sampler(), rng, out)
+        prior = first.estimate_prior(out[prior_rows])
         mechanism = self.mechanism_for_prior(prior)
         kernels.rows_where(y, mask, False, mechanism.sampler(), rng, out)
         self.n_rows_ = n
         self.prior_mask_ = mask
-        self.prior_rows_ = np.flatnonzero(mask)
+        self.prior_rows_ = prior_rows
         self.first_stage_ = first
         self.prior_ = prior
         self.mechanism_ = mechanism

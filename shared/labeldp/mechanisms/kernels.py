@@ -277,3 +277,24 @@ def rows_where(
         words = raw_words(rng, min(CHUNK, left))
         i = _rows_where_kernel(flat, where, select, i, table.table, table.g, table.bits, words, out)
         left -= words.size
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rows_at_kernel(rows, positions, table, g, bits, words, out):
+    drop = np.uint64(64 - bits)
+    for t in range(positions.size):
+        i = positions[t]
+        out[i] = table_draw(table, g, bits, rows[i], words[t] >> drop)
+
+
+def rows_at(
+    row_index: np.ndarray, positions: np.ndarray, table: TableSampler, rng: np.random.Generator, out: np.ndarray
+) -> None:
+    """``out[positions] = rows(row_index[positions], table, rng)``, in place, same words (positions in [0, n))."""
+    flat = np.ascontiguousarray(row_index, dtype=np.int64).reshape(-1)
+    at = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    if out.shape != flat.shape or (at.size and (at.min() < 0 or at.max() >= flat.size)):
+        raise ValueError("positions must index the labels and out must match them")
+    for start in range(0, at.size, CHUNK):
+        stop = min(start + CHUNK, at.size)
+        _rows_at_kernel(flat, at[start:stop], table.table, table.g, table.bits, raw_words(rng, stop - start), out)
