@@ -68,3 +68,13 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
 def iter_file(path: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
     with open(path, "rb") as f:
         yield from iter(lambda: f.read(chunk), b"")
+
+
+def release_unused_memory() -> None:
+    """Hand Arrow's freed pool memory back to the OS after a large request.
+
+    Arrow's allocator keeps freed blocks for reuse; between requests that reach several
+    hundred MB this keeps a service's resident size at its largest request's peak plus the
+    next one's. Returning it bounds the peak by the single largest request.
+    """
+    pa.default_memory_pool().release_unused()

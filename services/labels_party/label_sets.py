@@ -27,7 +27,7 @@ from labeldp.idempotency import Claim, StoredResponse
 from labeldp.pagination import after, check_limit, encode_cursor
 
 from . import ledger
-from .columnar import read_array, read_table, write_table
+from .columnar import read_array, read_table, release_unused_memory, write_table
 from .context import LabelsContext
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
 from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
@@ -188,6 +188,7 @@ def set_ids(
         out = StoredResponse(200, describe(ctx, s, row))
         if claim is not None:
             claim.complete(s, out)
+    release_unused_memory()
     return out
 
 

@@ -30,7 +30,7 @@ from labeldp.randomness import secure_generator
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
 
 from . import ledger
-from .columnar import atomic_write, file_sha256
+from .columnar import atomic_write, file_sha256, release_unused_memory
 from .context import LabelsContext
 from .defaults import AUTO, default_mechanism
 from .label_sets import class_names, load_label_set, read_ids, read_labels
@@ -199,6 +199,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+    release_unused_memory()
     return response
 
 

@@ -32,7 +32,7 @@ from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 
 from . import id_lookup
-from .columnar import write_array
+from .columnar import release_unused_memory, write_array
 from .context import LabelsContext
 from .label_sets import class_names, labels_path, load_label_set, read_ids, read_labels, set_ids
 from .store import LabelSetRow
@@ -404,6 +404,7 @@ def upload_labels(
             claim.complete(s, out)
     # The version before the previous one is named by no row and read by no one now.
     labels_path(ctx, label_set_id, version - 2).unlink(missing_ok=True)
+    release_unused_memory()
     return out
 
 
