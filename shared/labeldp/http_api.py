@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp.database import is_transient
-from labeldp.settings import split_secrets
+from labeldp.signing import secrets_of
 
 log = logging.getLogger("labeldp.http")
 
@@ -137,7 +137,7 @@ def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
     compared as bytes in constant time, so a header with non-ASCII characters is simply a
     wrong key (401), never an error. An empty key list admits no one.
     """
-    keys = [k.encode("utf-8") for k in split_secrets(expected_keys)]
+    keys = [k.encode("utf-8") for k in secrets_of(expected_keys)]
 
     def check(request: Request) -> None:
         header = request.headers.get("authorization", "")

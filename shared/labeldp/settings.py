@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from labeldp.signing import secrets_of
+
 DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
 MIN_SECRET_LENGTH = 16
 SECRET_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -20,9 +22,6 @@ class InsecureSettings(ValueError):
     """A key or secret left empty or at a development value: the service refuses to start."""
 
 
-def split_secrets(value: str) -> list[str]:
-    """A comma-separated list of keys (several are accepted while one is rotated out)."""
-    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 class Settings(BaseSettings):
@@ -108,7 +107,7 @@ def require_secrets(settings: Settings, *fields: str) -> None:
     """Refuse to start with an empty key, a dev key or a short secret (unless ``allow_dev_secrets``)."""
     for name in fields:
         env = f"LABELDP_{name.upper()}"
-        values = split_secrets(str(getattr(settings, name)))
+        values = secrets_of(str(getattr(settings, name)))
         if not values:
             raise InsecureSettings(f"{env} is empty: set it to a secret, e.g. the output of {SECRET_HINT}")
         if settings.allow_dev_secrets:

@@ -21,33 +21,37 @@ def sign_file(path: Path, secret: str, chunk: int = 1 << 20) -> str:
     return "sha256=" + mac.hexdigest()
 
 
+def secrets_of(secret: str) -> list[str]:
+    """The comma-separated secrets (or keys) of one setting: several while one is rotated out."""
+    return [part.strip() for part in secret.split(",") if part.strip()]
+
+
+def _matches(signatures: list[str], header: str | None) -> bool:
+    # Every candidate is compared, as bytes: the time taken does not tell which one matched,
+    # and a header with non-ASCII characters is a wrong signature, never an error.
+    if not header:
+        return False
+    offered = header.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for signature in signatures:
+        matched |= hmac.compare_digest(signature.encode("ascii"), offered)
+    return matched
+
+
 def verify(body: bytes, secret: str, header: str | None) -> bool:
     """Constant-time check of a signature header against ``body``.
 
     ``secret`` may list several comma-separated secrets (rotation: the sender signs with
-    the first, the receiver accepts any). A header with non-ASCII characters is a wrong
-    signature, never an error.
+    the first, the receiver accepts any).
     """
-    if not header:
-        return False
-    offered = header.strip().encode("utf-8", "surrogateescape")
-    matched = False
-    for one in [s.strip() for s in secret.split(",") if s.strip()]:
-        matched |= hmac.compare_digest(sign(body, one).encode("ascii"), offered)
-    return matched
+    return _matches([sign(body, one) for one in secrets_of(secret)], header)
 
 
 def verify_file(path: Path, secret: str, header: str | None) -> bool:
     """:func:`verify` for a file's bytes, read in chunks."""
-    if not header:
-        return False
-    offered = header.strip().encode("utf-8", "surrogateescape")
-    matched = False
-    for one in [s.strip() for s in secret.split(",") if s.strip()]:
-        matched |= hmac.compare_digest(sign_file(path, one).encode("ascii"), offered)
-    return matched
+    return _matches([sign_file(path, one) for one in secrets_of(secret)], header)
 
 
 def signing_secret(secret: str) -> str:
     """The secret a sender signs with: the first of a comma-separated list."""
-    return next((s.strip() for s in secret.split(",") if s.strip()), "")
+    return next(iter(secrets_of(secret)), "")
