@@ -47,6 +47,7 @@ from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.timestamps import utcnow
 
 log = logging.getLogger("labeldp.features")
 
@@ -325,7 +326,7 @@ def training_status(session: Session, row: store.Training, board: ProgressBoard 
     ETA while this process runs it, and its place in the queue while it waits."""
     body = describe_training(row)
     live = board.get(row.training_id) if board is not None and row.status in (RUNNING, CANCELLING) else None
-    body["progress"] = describe_progress(row, live, store.utcnow(), succeeded=row.status == SUCCEEDED)
+    body["progress"] = describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)
     body["queue_position"] = queue_position(session, row)
     return body
 
@@ -405,7 +406,7 @@ def cancel_training(
     """
     with session_factory.begin() as session:
         get_training(session, training_id)
-        if _move(session, training_id, QUEUED, status=CANCELLED, finished_at=store.utcnow()):
+        if _move(session, training_id, QUEUED, status=CANCELLED, finished_at=utcnow()):
             code = 200
         elif _move(session, training_id, RUNNING, status=CANCELLING):
             code = 202
@@ -441,7 +442,7 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
         session.execute(
             update(store.Training)
             .where(store.Training.status == CANCELLING)
-            .values(status=CANCELLED, finished_at=store.utcnow())
+            .values(status=CANCELLED, finished_at=utcnow())
         )
         result = session.execute(
             update(store.Training)

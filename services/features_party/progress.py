@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from features_party import store
+from labeldp.timestamps import as_utc
 
 
 @dataclass
@@ -117,7 +118,7 @@ def describe_progress(
 ) -> dict[str, Any]:
     """The ``progress`` body of a training: epochs from the database, batches and ETA from ``live``
     (only while this process runs it); elapsed wall time from the stored start and finish."""
-    started, finished = store.as_utc(row.started_at), store.as_utc(row.finished_at)
+    started, finished = as_utc(row.started_at), as_utc(row.finished_at)
     elapsed = None
     if started is not None:
         elapsed = max(0.0, ((finished or now) - started).total_seconds())
