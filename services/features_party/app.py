@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import feature_tables, inbox, jobs, models, store
 from features_party.device import resolve_device
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
@@ -302,13 +302,13 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         return JSONResponse(body, status_code=status_code)
 
     @router.get("/trainings/{training_id}/events")
-    async def training_events(training_id: str) -> StreamingResponse:
+    async def training_events(training_id: str, request: Request) -> StreamingResponse:
         def poll() -> Any:
             return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
 
         await run_in_threadpool(poll)  # 404 before the stream starts
         return StreamingResponse(
-            event_stream(lambda: run_in_threadpool(poll), "training"),
+            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set),
             media_type=EVENT_STREAM,
             headers=STREAM_HEADERS,
         )

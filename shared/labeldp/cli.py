@@ -13,6 +13,7 @@ from pathlib import Path
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from labeldp.events import shutdown_flag
     from labeldp.settings import Settings
 
     settings = Settings()
@@ -20,7 +21,17 @@ def _serve(args: argparse.Namespace) -> int:
         from labels_party.app import create_app
     else:
         from features_party.app import create_app
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=settings.log_level.lower()))
+    exit_server = server.handle_exit
+
+    def handle_exit(sig: int, frame: object) -> None:
+        # Event streams end first: uvicorn waits for open responses before it stops the app.
+        shutdown_flag(app).set()
+        exit_server(sig, frame)  # type: ignore[arg-type]
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return 0
 
 

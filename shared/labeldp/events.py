@@ -4,7 +4,9 @@ One definition of the wire format for both services and their clients (the CLI's
 the demo's progress bars, the tests). A stream polls its job's state, sends an event
 whenever the state changes, a comment now and then so idle proxies keep the
 connection, and ends with an ``end`` event once the job is terminal
-(docs/architecture.md, "Progress and events").
+(docs/architecture.md, "Progress and events"). A server that is stopping ends its
+streams with a ``closing`` event instead: an open stream would otherwise hold the
+server's graceful shutdown until the job ended (see :func:`shutdown_flag`).
 
 Events carry the catalogue's view of a job (status, counts, timings, ids) and nothing
 else: raw labels are never in what they are built from.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from typing import Any
 
 EVENT_STREAM = "text/event-stream"
 END = "end"
+CLOSING = "closing"
 POLL_SECONDS = 0.25
 HEARTBEAT_SECONDS = 15.0
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -45,18 +49,33 @@ class Snapshot:
     change_key: Any
 
 
+def shutdown_flag(app: Any) -> threading.Event:
+    """The app's "server is stopping" flag: ``labeldp serve`` sets it when the server is told to
+    exit, before it waits for open responses to finish; streams poll it."""
+    flag = getattr(app.state, "events_shutdown", None)
+    if flag is None:
+        flag = threading.Event()
+        app.state.events_shutdown = flag
+    return flag
+
+
 async def event_stream(
     poll: Callable[[], Awaitable[Snapshot]],
     event: str,
     *,
     interval: float = POLL_SECONDS,
     heartbeat: float = HEARTBEAT_SECONDS,
+    stopping: Callable[[], bool] | None = None,
 ) -> AsyncIterator[bytes]:
-    """Frames for one job: an ``event`` on every change, ``end`` with the final state, then stop."""
+    """Frames for one job: an ``event`` on every change, ``end`` with the final state, then stop
+    (or ``closing`` once ``stopping()``: the client may follow the job again after a restart)."""
     last_key: Any = object()
     last_sent = time.monotonic()
     seq = 0
     while True:
+        if stopping is not None and stopping():
+            yield encode_event(CLOSING, {"reason": "the server is shutting down"}, seq + 1)
+            return
         snap = await poll()
         now = time.monotonic()
         if snap.terminal:

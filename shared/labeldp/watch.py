@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from labeldp.events import END, EVENT_STREAM, HEARTBEAT_SECONDS, parse_events
+from labeldp.events import CLOSING, END, EVENT_STREAM, HEARTBEAT_SECONDS, parse_events
 
 BAR_WIDTH = 28
 
@@ -97,6 +97,8 @@ def follow(
             response.read()
             raise RuntimeError(f"GET {path} -> {response.status_code}: {response.text[:300]}")
         for event in parse_events(response.iter_lines()):
+            if event.event == CLOSING:
+                raise RuntimeError(f"{path}: the server is shutting down; watch again once it is back")
             final = event.event == END
             progress.show(render(event.data), step(event.data), final=final)
             if final:

@@ -7,9 +7,11 @@ progress and end when each job does, carrying no raw label.
 
 from __future__ import annotations
 
+import signal
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -82,23 +84,30 @@ def _pages(client: httpx.Client, path: str, limit: int, **params: str) -> list[d
             return items
 
 
-def test_queue_cancel_progress_and_lists(stack: LocalStack) -> None:
+@pytest.fixture(scope="module")
+def release(stack: LocalStack) -> dict:
+    """A feature table and a release over it, with canary labels planted in the label set."""
     data = make_conversions(1500, seed=11)
     values = [float(v) for v in data.labels]
     for k in range(20):
         values[k] = CANARIES[k % 2]
-    streamer = httpx.Client(base_url=stack.features_url, timeout=120,
-                            headers={"authorization": f"Bearer {stack.features_key}"})
-    with stack.labels_client() as labels, stack.features_client() as features, streamer:
+    with stack.labels_client() as labels, stack.features_client() as features:
         assert features.post(
             "/v1/feature-tables", params={"name": "clicks", "categorical": "advertiser,campaign,device,site"},
             content=data.to_csv(), headers={"content-type": "text/csv"},
         ).status_code == 201
         ls = create_label_set(labels, data.ids, budget=5.0, high=data.clip)
         assert upload_csv(labels, ls["id"], list(zip(data.ids, values))).status_code == 200
-        release = labels.post(f"/v1/label-sets/{ls['id']}/releases",
-                              json={"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"}).json()
+        response = labels.post(f"/v1/label-sets/{ls['id']}/releases",
+                               json={"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"})
+        assert response.status_code == 202, response.text
+        return response.json()
 
+
+def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> None:
+    streamer = httpx.Client(base_url=stack.features_url, timeout=120,
+                            headers={"authorization": f"Bearer {stack.features_key}"})
+    with stack.labels_client() as labels, stack.features_client() as features, streamer:
         # The release's delivery, followed on the labels party's stream to its end.
         delivery = Stream(labels, f"/v1/releases/{release['id']}/events")
         events = delivery.rest()
@@ -174,3 +183,27 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack) -> None:
     sent = watch("release", release["id"], stack.labels_url, stack.labels_key)
     assert sent.returncode == 0 and "delivered" in sent.stderr
     assert watch("training", c, stack.features_url, "wrong-key").returncode == 1
+
+
+def test_a_stopping_server_closes_its_streams_instead_of_waiting_for_the_job(stack: LocalStack, release: dict) -> None:
+    """An open stream must not hold a graceful shutdown until the training ends: SIGTERM ends it
+    with ``closing``, the process exits without being killed, and a restart shows the training
+    as interrupted."""
+    streamer = httpx.Client(base_url=stack.features_url, timeout=120,
+                            headers={"authorization": f"Bearer {stack.features_key}"})
+    with stack.labels_client() as labels, stack.features_client() as features, streamer:
+        assert Stream(labels, f"/v1/releases/{release['id']}/events").rest()[-1].data["status"] == "delivered"
+        job = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 1000, "batch_size": 64})
+        assert job.status_code == 202, job.text
+        training = job.json()["training_id"]
+        stream = Stream(streamer, f"/v1/trainings/{training}/events")
+        stream.until(lambda e: e.data["status"] == "running" and (e.data["progress"]["batch"] or 0) >= 1)
+        proc = stack.processes["features"]
+        started = time.monotonic()
+        stack.stop_process("features", timeout=20.0)
+        assert time.monotonic() - started < 15 and proc.returncode != -signal.SIGKILL
+        assert stream.rest()[-1].event == "closing"
+    stack.start("features")
+    with stack.features_client() as features:
+        after = features.get(f"/v1/trainings/{training}").json()
+        assert (after["status"], after["error"]) == ("failed", "interrupted")

@@ -83,3 +83,17 @@ def test_off_a_terminal_the_bar_prints_one_line_per_step() -> None:
         progress.show(f"step {step}", step)
     progress.show("done", 2, final=True)
     assert out.getvalue().splitlines() == ["training t step 1", "training t step 2", "training t done"]
+
+
+def test_a_stopping_server_ends_the_stream_with_closing() -> None:
+    polled: list[int] = []
+
+    async def poll() -> Snapshot:
+        polled.append(1)
+        return Snapshot({"s": "running"}, False, len(polled))
+
+    async def run() -> list[bytes]:
+        return [f async for f in event_stream(poll, "job", interval=0.0, stopping=lambda: len(polled) >= 2)]
+
+    events = list(parse_events(b"".join(asyncio.run(run())).decode().split("\n")))
+    assert [e.event for e in events] == ["job", "job", "closing"] and len(polled) == 2
