@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, jobs, models, store
 from features_party.device import resolve_device
+from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
@@ -107,7 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(ctx.runner.shutdown)
             ctx.engine.dispose()
 
-    app = FastAPI(title="labeldp features party", version="1", lifespan=lifespan)
+    app = FastAPI(title="labeldp features party", version=__version__, lifespan=lifespan)
     app.state.ctx = ctx
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}
@@ -126,7 +127,7 @@ def _public_router(ctx: AppContext) -> APIRouter:
 
     @router.get("/healthz")
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "device": resolve_device(ctx.settings.device)}
+        return {"status": "ok", "service": "features", "version": __version__}
 
     return router
 
@@ -220,7 +221,7 @@ def _api_router(ctx: AppContext) -> APIRouter:
         )
         if not response.replayed:
             ctx.trainings.labels(status=jobs.QUEUED).inc()
-            ctx.runner.submit(response.body["training_id"])
+            ctx.runner.submit(response.body["id"])
         return response.to_response()
 
     @router.get("/trainings/{training_id}")

@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        return {"status": "ok", "party": "labels", "version": __version__}
+        return {"status": "ok", "service": "labels", "version": __version__}
 
     @api.post("/privacy-domains", status_code=201)
     def create_privacy_domain(
