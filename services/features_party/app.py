@@ -18,22 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, jobs, models, store
+from features_party import feature_tables, inbox, jobs, models, responses, store
 from features_party.device import resolve_device
+from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
+from labeldp.events import event_response, event_stream, shutdown_flag, stream_responses
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
+from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -42,6 +44,22 @@ from labeldp.spool import spool_body
 log = logging.getLogger("labeldp.features")
 
 CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-stream"}
+
+DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
+party's signed release messages, trainings on features × privatized labels, models and predictions.
+
+Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead checks the
+HMAC signature of the labels party's outbox. Every error is `{code, message, details}` with a stable
+`code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`, `mdl_`); timestamps carry a UTC offset.
+There is no route that reaches the labels party."""
+
+TAGS = [
+    {"name": "feature tables", "description": "the publisher's features, keyed by example id"},
+    {"name": "releases", "description": "the inbox and the privatized labels it holds"},
+    {"name": "trainings", "description": "background training jobs"},
+    {"name": "models", "description": "model cards and predictions"},
+    {"name": "health", "description": "liveness"},
+]
 
 
 @dataclass
@@ -109,7 +127,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(ctx.runner.shutdown)
             ctx.engine.dispose()
 
-    app = FastAPI(title="labeldp features party", version="1", lifespan=lifespan)
+    app = FastAPI(
+        title="labeldp features party",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    mount_docs(app)
     app.state.ctx = ctx
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}
@@ -126,9 +153,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def _public_router(ctx: AppContext) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/healthz")
+    @router.get(
+        "/healthz",
+        tags=["health"],
+        summary="Liveness",
+        description="Answers while the process serves requests; says nothing about the database (see /readyz).",
+        responses=ok(responses.Health, {"status": "ok", "service": "features", "version": __version__}, "alive"),
+    )
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "device": resolve_device(ctx.settings.device)}
+        return {"status": "ok", "service": "features", "version": __version__}
 
     return router
 
@@ -139,7 +172,27 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
 
     slots = asyncio.Semaphore(ctx.settings.inbox_max_concurrent)
 
-    @router.post("/v1/releases", status_code=201)
+    REL = responses.REL
+
+    @router.post(
+        "/v1/releases",
+        status_code=201,
+        tags=["releases"],
+        summary="Receive a release message (the inbox)",
+        description="For the labels party's outbox only: the body is spooled to disk, its HMAC signature checked "
+        "over the file, then the schema, the digest and the ids; every valid, signed release is stored once "
+        "(201), a resend of the same bytes is a duplicate (200).",
+        dependencies=[Security(SIGNATURE)],
+        responses={
+            **ok(responses.InboxReceipt, responses.EXAMPLE_RECEIPT, "stored", 201),
+            **ok(responses.InboxReceipt, {**responses.EXAMPLE_RECEIPT, "status": "duplicate"}, "already stored"),
+            **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
+        },
+        openapi_extra=request_body(
+            {"application/json": ({"type": "object", "description": "a LabelRelease message"}, {"release_id": REL})},
+            "the exact message bytes the labels party wrote, signed in `X-Labeldp-Signature`",
+        ),
+    )
     async def receive(request: Request) -> JSONResponse:
         # Unauthenticated bytes never sit in memory: the body goes to disk, the signature is
         # checked over the file, and only a signed message is parsed; a bounded number at once.
@@ -168,7 +221,22 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
 def _api_router(ctx: AppContext) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
-    @router.post("/feature-tables", status_code=201)
+    @router.post(
+        "/feature-tables",
+        status_code=201,
+        tags=["feature tables"],
+        summary="Upload a feature table",
+        description="A CSV with an id column and the features; kinds are inferred (name `categorical`/`numeric` "
+        "to override). Ids stay strings. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"}),
+            **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
+        },
+        openapi_extra=request_body(
+            {"text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n")},
+            "the table as CSV, header first",
+        ),
+    )
     async def upload_feature_table(
         request: Request,
         name: str = Query(...),
@@ -196,23 +264,63 @@ def _api_router(ctx: AppContext) -> APIRouter:
         )
         return response.to_response()
 
-    @router.get("/feature-tables/{name}")
+    @router.get(
+        "/feature-tables/{name}",
+        tags=["feature tables"],
+        summary="Read a feature table",
+        description="Its id, size, id column and feature columns with their kinds.",
+        responses={
+            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "the table"),
+            **errors(401, 404, 422, 503, e404="feature_table_not_found"),
+        },
+    )
     def get_feature_table(name: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return feature_tables.describe(feature_tables.get_feature_table(session, name))
 
-    @router.get("/releases/{release_id}")
+    @router.get(
+        "/releases/{release_id}",
+        tags=["releases"],
+        summary="Read a received release",
+        description="The message's metadata: mechanism, prior, accounting, rows, digest.",
+        responses={
+            **ok(responses.ReceivedRelease, responses.EXAMPLE_RELEASE, "the release"),
+            **errors(401, 404, 422, 503, e404="release_not_found"),
+        },
+    )
     def get_release(release_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return inbox.describe_release(inbox.get_release(session, release_id))
 
-    @router.get("/releases/{release_id}/labels")
+    @router.get(
+        "/releases/{release_id}/labels",
+        tags=["releases"],
+        summary="Read a release's privatized labels",
+        description="Every id once, sorted, with its privatized label (re-read from the exact signed bytes).",
+        responses={
+            **ok(responses.ReleaseLabels, responses.EXAMPLE_LABELS, "the columns"),
+            **errors(401, 404, 422, 503, e404="release_not_found"),
+        },
+    )
     def get_release_labels(release_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             ids, labels = inbox.release_columns(inbox.get_release(session, release_id))
         return {"ids": ids, "labels": labels.tolist()}
 
-    @router.post("/trainings", status_code=202)
+    @router.post(
+        "/trainings",
+        status_code=202,
+        tags=["trainings"],
+        summary="Start a training",
+        description="Joins a release with a feature table (which must hold every id) and queues a training; "
+        "options default to the benchmarked configuration. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.TrainingQueued, responses.EXAMPLE_QUEUED, "queued", 202, {"Location": "the training's URL"}),
+            **errors(401, 404, 409, 413, 422, 503, e404="release_not_found", e422="unknown_ids"),
+        },
+        openapi_extra={"requestBody": {"content": {"application/json": {"example": {
+            "release_id": responses.REL, "feature_table": "clicks", "epochs": 20, "batch_size": 256}}}}},
+    )
     def start_training(body: jobs.TrainingRequest, key: str | None = Depends(idempotency_key)) -> JSONResponse:
         scope = "POST /v1/trainings"
         # The body as sent (unset fields left out): which learning options were explicit matters.
@@ -232,15 +340,33 @@ def _api_router(ctx: AppContext) -> APIRouter:
         )
         if not response.replayed:
             ctx.trainings.labels(status=jobs.QUEUED).inc()
-            ctx.runner.submit(response.body["training_id"])
+            ctx.runner.submit(response.body["id"])
         return response.to_response()
 
-    @router.get("/trainings/{training_id}")
+    @router.get(
+        "/trainings/{training_id}",
+        tags=["trainings"],
+        summary="Read a training",
+        description="Status, progress and per-epoch history; `model_id` once it succeeded.",
+        responses={
+            **ok(responses.Training, responses.EXAMPLE_TRAINING, "the training"),
+            **errors(401, 404, 422, 503, e404="training_not_found"),
+        },
+    )
     def get_training(training_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return jobs.training_status(session, jobs.get_training(session, training_id), ctx.runner.board)
 
-    @router.get("/models/{model_id}")
+    @router.get(
+        "/models/{model_id}",
+        tags=["models"],
+        summary="Read a model card",
+        description="Task, data, privacy cost (ε, accounting, mechanism), fit and what model selection chose.",
+        responses={
+            **ok(responses.ModelCard, responses.EXAMPLE_MODEL, "the card"),
+            **errors(401, 404, 422, 503, e404="model_not_found"),
+        },
+    )
     def get_model(model_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             row = models.get_model(session, model_id)
@@ -251,7 +377,17 @@ def _api_router(ctx: AppContext) -> APIRouter:
             loaded = None
         return models.model_card(row, training, loaded)
 
-    @router.post("/models/{model_id}/predict")
+    @router.post(
+        "/models/{model_id}/predict",
+        tags=["models"],
+        summary="Predict",
+        description="For ids of the model's feature table, or for rows given as `{feature: value}`.",
+        responses={
+            **ok(responses.Predictions, responses.EXAMPLE_PREDICTIONS, "one prediction per id or row"),
+            **errors(401, 404, 413, 422, 503, e404="model_not_found", e422="invalid_rows"),
+        },
+        openapi_extra={"requestBody": {"content": {"application/json": {"example": {"ids": ["u001", "u002"]}}}}},
+    )
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:
         return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
 
@@ -266,20 +402,44 @@ Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of
 def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     """Lists (labeldp.pagination), cancel and the training event stream (docs/architecture.md,
     "Progress and events")."""
+    page_errors = errors(401, 422, 503, e422="invalid_cursor")
 
-    @router.get("/feature-tables")
+    @router.get(
+        "/feature-tables",
+        tags=["feature tables"],
+        summary="List feature tables",
+        description="Oldest first, a page at a time: pass `next_cursor` back as `cursor` until it is null.",
+        responses={**ok(responses.FeatureTablePage, responses.EXAMPLE_TABLE_PAGE, "a page"), **page_errors},
+    )
     def list_feature_tables(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
         with ctx.sessions() as session:
             return feature_tables.list_feature_tables(session, limit, cursor)
 
-    @router.get("/releases")
+    @router.get(
+        "/releases",
+        tags=["releases"],
+        summary="List received releases",
+        description="Every release the inbox stored, oldest received first, optionally of one label set; "
+        "never reads a message body.",
+        responses={**ok(responses.ReceivedReleasePage, responses.EXAMPLE_RELEASE_PAGE, "a page"), **page_errors},
+    )
     def list_releases(
         label_set_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
     ) -> dict[str, Any]:
         with ctx.sessions() as session:
             return inbox.list_releases(session, limit, cursor, label_set_id)
 
-    @router.get("/trainings")
+    @router.get(
+        "/trainings",
+        tags=["trainings"],
+        summary="List trainings",
+        description="Oldest first, without the epoch history; filter by `status` (queued, running, cancelling, "
+        "succeeded, failed, cancelled) or `release_id`.",
+        responses={
+            **ok(responses.TrainingPage, responses.EXAMPLE_TRAINING_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_status"),
+        },
+    )
     def list_trainings(
         status: str | None = Query(None, max_length=16),
         release_id: str | None = Query(None, max_length=256),
@@ -287,28 +447,57 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         cursor: Cursor = None,
     ) -> dict[str, Any]:
         with ctx.sessions() as session:
-            return jobs.list_trainings(session, limit, cursor, status, release_id)
+            return jobs.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board)
 
-    @router.get("/models")
+    @router.get(
+        "/models",
+        tags=["models"],
+        summary="List models",
+        description="Model cards, oldest first, optionally of one release. What private model selection chose "
+        "(it lives in the model file) is on `GET /v1/models/{model_id}`.",
+        responses={**ok(responses.ModelPage, responses.EXAMPLE_MODEL_PAGE, "a page"), **page_errors},
+    )
     def list_models(
         release_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
     ) -> dict[str, Any]:
         with ctx.sessions() as session:
             return models.list_models(session, limit, cursor, release_id)
 
-    @router.post("/trainings/{training_id}/cancel")
+    @router.post(
+        "/trainings/{training_id}/cancel",
+        tags=["trainings"],
+        summary="Cancel a training",
+        description="A queued training is cancelled at once (200). A running one answers 202 `cancelling` and "
+        "stops at its next batch boundary, then reads `cancelled` with no model. One already over is a 409.",
+        responses={
+            **ok(responses.Training, {**responses.EXAMPLE_RUNNING, "status": "cancelled", "history": []},
+                 "cancelled while queued"),
+            **ok(responses.Training, responses.EXAMPLE_CANCELLING, "running: stops at the next batch", 202),
+            **errors(401, 404, 409, 422, 503, e404="training_not_found", e409="training_finished"),
+        },
+    )
     def cancel_training(training_id: str) -> JSONResponse:
         status_code, body = jobs.cancel_training(ctx.sessions, ctx.runner.board, training_id)
         return JSONResponse(body, status_code=status_code)
 
-    @router.get("/trainings/{training_id}/events")
-    async def training_events(training_id: str, request: Request) -> StreamingResponse:
+    @router.get(
+        "/trainings/{training_id}/events",
+        tags=["trainings"],
+        summary="Follow a training (Server-Sent Events)",
+        description="Its status and batch-level progress (elapsed, ETA, queue position) as they change, until it "
+        "succeeds, fails or is cancelled.",
+        response_class=Response,
+        response_model=responses.TrainingEvent,
+        responses={
+            **stream_responses(responses.TrainingEvent, "training", responses.EXAMPLE_TRAINING_EVENT),
+            **errors(401, 404, 422, 503, e404="training_not_found"),
+        },
+    )
+    async def training_events(training_id: str, request: Request) -> Response:
         def poll() -> Any:
             return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
 
         await run_in_threadpool(poll)  # 404 before the stream starts
-        return StreamingResponse(
-            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set),
-            media_type=EVENT_STREAM,
-            headers=STREAM_HEADERS,
+        return event_response(
+            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set)
         )

@@ -47,7 +47,7 @@ from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 from labeldp.pagination import after, check_limit, encode_cursor
-from labeldp.timestamps import utcnow
+from labeldp.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
@@ -134,11 +134,11 @@ def create_training(
     del _labels
     check_join(data_dir, table_row, ids)
 
-    training_id = uuid.uuid4().hex
+    training_id = "trn_" + uuid.uuid4().hex
     options = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
     response = StoredResponse(
         202,
-        {"training_id": training_id, "status": QUEUED},
+        {"id": training_id, "status": QUEUED},
         {"Location": f"/v1/trainings/{training_id}"},
     )
     with session_factory.begin() as session:
@@ -302,7 +302,7 @@ def get_training(session: Session, training_id: str) -> store.Training:
 
 def describe_training(row: store.Training) -> dict[str, Any]:
     return {
-        "training_id": row.training_id,
+        "id": row.training_id,
         "status": row.status,
         "release_id": row.release_id,
         "feature_table": row.feature_table,
@@ -315,9 +315,9 @@ def describe_training(row: store.Training) -> dict[str, Any]:
         "model_id": row.model_id,
         "device": row.device,
         "error": row.error,
-        "created_at": store.iso(row.created_at),
-        "started_at": store.iso(row.started_at),
-        "finished_at": store.iso(row.finished_at),
+        "created_at": iso(row.created_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
     }
 
 
@@ -368,9 +368,10 @@ def list_trainings(
     cursor: str | None,
     status: str | None = None,
     release_id: str | None = None,
+    board: ProgressBoard | None = None,
 ) -> dict[str, Any]:
-    """A page of trainings, oldest first (``status``/``release_id`` filter); the epoch history is
-    left to ``GET /v1/trainings/{id}``."""
+    """A page of trainings, oldest first (``status``/``release_id`` filter), each as ``GET`` shows it
+    but without the epoch history, which is left to ``GET /v1/trainings/{id}``."""
     limit = check_limit(limit)
     if status is not None and status not in STATUSES:
         raise ApiError(422, "invalid_status", f"status must be one of {', '.join(STATUSES)}")
@@ -385,7 +386,7 @@ def list_trainings(
     rows = session.scalars(stmt.order_by(store.Training.created_at, store.Training.training_id).limit(limit + 1)).all()
     items = []
     for row in rows[:limit]:
-        item = describe_training(row)
+        item = training_status(session, row, board)
         item.pop("history")
         items.append(item)
     last = rows[limit - 1] if len(rows) > limit else None
@@ -447,7 +448,7 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
         result = session.execute(
             update(store.Training)
             .where(store.Training.status == RUNNING)
-            .values(status=FAILED, error="interrupted", finished_at=store.utcnow())
+            .values(status=FAILED, error="interrupted", finished_at=utcnow())
         )
         queued = session.scalars(
             select(store.Training.training_id)
@@ -506,7 +507,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
     """Run one queued training to success, failure or cancellation; never raises."""
     device = resolve_device(ctx.device)
     with ctx.session_factory.begin() as session:
-        if not _move(session, training_id, QUEUED, status=RUNNING, started_at=store.utcnow(), device=device):
+        if not _move(session, training_id, QUEUED, status=RUNNING, started_at=utcnow(), device=device):
             return  # gone, cancelled while queued, or taken by another worker
         row = session.get(store.Training, training_id)
         assert row is not None
@@ -569,7 +570,7 @@ def _train_and_record(
             forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
         )
 
-        model_id = uuid.uuid4().hex
+        model_id = "mdl_" + uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"
         model_path = Path(ctx.data_dir) / relative
         trained.save(model_path)
@@ -582,7 +583,7 @@ def _train_and_record(
                 RUNNING,
                 status=SUCCEEDED,
                 model_id=model_id,
-                finished_at=store.utcnow(),
+                finished_at=utcnow(),
                 epoch=config.epochs,
                 history=list(trained.history_),
             )
@@ -612,7 +613,7 @@ def _train_and_record(
             session.execute(
                 update(store.Training)
                 .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
-                .values(status=CANCELLED, finished_at=store.utcnow())
+                .values(status=CANCELLED, finished_at=utcnow())
             )
         log.info("training %s cancelled at epoch %d", training_id, len(listener.history))
         ctx.status_changed(CANCELLED)
@@ -626,7 +627,7 @@ def _train_and_record(
             session.execute(
                 update(store.Training)
                 .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
-                .values(status=FAILED, error=message, finished_at=store.utcnow())
+                .values(status=FAILED, error=message, finished_at=utcnow())
             )
         ctx.status_changed(FAILED)
         return

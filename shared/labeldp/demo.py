@@ -52,7 +52,7 @@ def _train(features: httpx.Client, release_id: str, epochs: int, label: str) -> 
         features.post("/v1/trainings", json={"release_id": release_id, "epochs": epochs, "batch_size": 512}),
         202,
     )
-    t = follow_training(features, job["training_id"], label=f"  {label}: training")
+    t = follow_training(features, job["id"], label=f"  {label}: training")
     if t["status"] != "succeeded":
         raise RuntimeError(f"training {t['status']}: {t['error']}")
     return t
