@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-COMMANDS = [[], ["demo"], ["serve"], ["outbox"]]
+COMMANDS = [[], ["demo"], ["serve"], ["outbox"], ["watch"]]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "labeldp")
