@@ -34,6 +34,7 @@ STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def event_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    """The HTTP answer of a stream; no caching and no proxy buffering, or a bar would stall."""
     return StreamingResponse(frames, media_type=EVENT_STREAM, headers=STREAM_HEADERS)
 
 
