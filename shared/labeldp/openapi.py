@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -106,14 +107,30 @@ def ok(
     description: str,
     status: int = 200,
     headers: dict[str, str] | None = None,
+    links: dict[str, dict[str, str]] | None = None,
 ) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry of a success with its typed body and an example of it."""
+    """The ``responses=`` entry of a success with its typed body and an example of it.
+
+    ``links`` maps an operation id to its parameters taken from this answer, e.g.
+    ``{"get_label_set": {"label_set_id": "$response.body#/id"}}``: what a client can call
+    next with the id it got, and the paths schemathesis's stateful phase follows.
+    """
     entry: dict[str, Any] = {"description": description, "content": {"application/json": {"example": example}}}
     if model is not None:
         entry["model"] = model
     if headers:
         entry["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
+    if links:
+        entry["links"] = {op: {"operationId": op, "parameters": params} for op, params in links.items()}
     return {status: entry}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The route function's name (``create_label_set``): short, stable client method names.
+
+    Each app's route functions have distinct names; tests/contract checks the ids are unique.
+    """
+    return route.name
 
 
 def request_body(content: dict[str, tuple[dict[str, Any], Any]], description: str) -> dict[str, Any]:

@@ -95,6 +95,25 @@ def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> 
                 assert "415" in errors, where
 
 
+def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: FastAPI) -> None:
+    spec = app.openapi()
+    ids = [op["operationId"] for _, _, op in _operations(spec)]
+    assert len(ids) == len(set(ids)) and all(re.fullmatch(r"[a-z][a-z_]*", i) for i in ids), ids
+    links = [
+        (op["operationId"], link)
+        for _, _, op in _operations(spec)
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    ]
+    assert links, "no links: schemathesis's stateful phase would have nothing to follow"
+    params_of = {
+        op["operationId"]: {p["name"] for p in op.get("parameters", [])} for _, _, op in _operations(spec)
+    }
+    for source, link in links:
+        assert link["operationId"] in params_of, (source, link)
+        assert set(link["parameters"]) <= params_of[link["operationId"]], (source, link)
+
+
 def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
     spec = app.openapi()
     paths = spec["paths"]
