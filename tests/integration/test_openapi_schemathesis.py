@@ -66,7 +66,8 @@ def schemathesis(base_url: str, key: str, report: Path) -> subprocess.CompletedP
         "--report-dir",
         str(report),
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    # Run in the test's folder: schemathesis keeps its example database under the working directory.
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=report)
 
 
 @pytest.mark.parametrize("party", ["labels", "features"])
