@@ -76,7 +76,7 @@ _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
     409: {"Retry-After": {"description": "seconds to wait (idempotency_in_progress)", "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
-    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}},
 }
 
 
@@ -111,6 +111,8 @@ def ok(
 ) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entry of a success with its typed body and an example of it.
 
+    ``headers`` are always sent with this answer (``Location`` of a created resource).
+
     ``links`` maps an operation id to its parameters taken from this answer, e.g.
     ``{"get_label_set": {"label_set_id": "$response.body#/id"}}``: what a client can call
     next with the id it got, and the paths schemathesis's stateful phase follows.
@@ -119,7 +121,10 @@ def ok(
     if model is not None:
         entry["model"] = model
     if headers:
-        entry["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
+        entry["headers"] = {
+            name: {"description": text, "schema": {"type": "string"}, "required": True}
+            for name, text in headers.items()
+        }
     if links:
         entry["links"] = {op: {"operationId": op, "parameters": params} for op, params in links.items()}
     return {status: entry}

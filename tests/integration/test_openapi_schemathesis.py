@@ -29,6 +29,8 @@ CHECKS = ",".join(
         "content_type_conformance",
         "response_headers_conformance",
         "response_schema_conformance",
+        "unsupported_method",  # a method the path lacks: 405 ...
+        "allow_header_conformance",  # ... with an Allow header naming exactly the path's methods
     ]
 )
 
