@@ -6,6 +6,10 @@ real error body ``{code, message, details}`` (labeldp.http_api) instead of FastA
 422 schema. ``tests/contract`` checks every route of both apps for these properties, and
 schemathesis checks that the running apps answer only what their contracts say
 (docs/architecture.md "Layers": service support, shared by both services).
+
+A route states ``tags``, ``summary``, ``description`` and ``responses={**ok(Model, example,
+...), **errors(401, 404, ...)}`` with a ``Model`` in its service's ``responses.py``; a body it
+reads itself (an upload, a signed message) is documented with ``openapi_extra=request_body(...)``.
 """
 
 from __future__ import annotations

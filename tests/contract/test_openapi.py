@@ -67,9 +67,14 @@ def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> 
         statuses = op["responses"]
         assert any(s.startswith("2") for s in statuses), where
         for status, response in statuses.items():
-            content = response.get("content", {}).get("application/json")
-            assert content is not None, f"{where} {status}: no JSON body documented"
-            assert "example" in content, f"{where} {status}: no example"
+            media = response.get("content", {})
+            assert media, f"{where} {status}: no body documented"
+            for kind, content in media.items():  # a stream (text/event-stream) documents its own type
+                assert "example" in content, f"{where} {status} {kind}: no example"
+            content = media.get("application/json")
+            if content is None:
+                assert status.startswith("2"), f"{where} {status}: errors are JSON"
+                continue
             ref = content["schema"].get("$ref")
             assert ref, f"{where} {status}: untyped body"
             if status.startswith("2"):
