@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from tests.contract.conftest import features_app, labels_app
-from tests.contract.flow import run_flow
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties, features_app, labels_app
 
 from labeldp import __version__
 
@@ -157,28 +155,26 @@ def test_docs_pages_load_their_assets_from_the_service(app: FastAPI) -> None:
                     assert client.get(url).status_code == 200, url
 
 
-def test_real_bodies_of_every_resource_match_their_models(tmp_path: Path) -> None:
-    from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
-
+def test_real_bodies_of_every_resource_match_their_models(parties: Parties) -> None:
     from features_party import responses as fr
     from labels_party import responses as lr
 
-    with TestClient(labels_app(tmp_path / "l")) as labels, TestClient(features_app(tmp_path / "f")) as features:
-        flow = run_flow(labels, features)
-        lr.PrivacyDomain.model_validate(flow.privacy_domain)
-        lr.LabelSet.model_validate(flow.label_set)
-        lr.Release.model_validate(flow.release)
-        lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
-        lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
-        lr.Health.model_validate(labels.get("/healthz").json())
-        fr.FeatureTable.model_validate(flow.feature_table)
-        fr.ReceivedRelease.model_validate(flow.received)
-        columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
-        fr.ReleaseLabels.model_validate(columns.json())
-        fr.Training.model_validate(flow.training)
-        fr.ModelCard.model_validate(flow.model)
-        fr.Health.model_validate(features.get("/healthz").json())
-        predicted = features.post(
-            f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
-        )
-        fr.Predictions.model_validate(predicted.json())
+    flow, labels, features = parties.flow, parties.labels, parties.features
+    lr.PrivacyDomain.model_validate(flow.privacy_domain)
+    lr.LabelSet.model_validate(flow.label_set)
+    lr.Release.model_validate(flow.release)
+    lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
+    lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
+    lr.Health.model_validate(labels.get("/healthz").json())
+    fr.FeatureTable.model_validate(flow.feature_table)
+    fr.ReceivedRelease.model_validate(flow.received)
+    columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
+    fr.ReleaseLabels.model_validate(columns.json())
+    fr.Training.model_validate(flow.training)
+    fr.ModelCard.model_validate(flow.model)
+    fr.Health.model_validate(features.get("/healthz").json())
+    predicted = features.post(
+        f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
+    )
+    assert predicted.status_code == 200, predicted.text
+    fr.Predictions.model_validate(predicted.json())
