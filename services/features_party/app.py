@@ -35,7 +35,7 @@ from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_log
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
-from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, request_body
+from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     mount_docs(app)
     app.state.ctx = ctx
@@ -184,7 +185,9 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
         "(201), a resend of the same bytes is a duplicate (200).",
         dependencies=[Security(SIGNATURE)],
         responses={
-            **ok(responses.InboxReceipt, responses.EXAMPLE_RECEIPT, "stored", 201),
+            **ok(responses.InboxReceipt, responses.EXAMPLE_RECEIPT, "stored", 201, None,
+                 {"get_release": {"release_id": "$response.body#/id"},
+                  "get_release_labels": {"release_id": "$response.body#/id"}}),
             **ok(responses.InboxReceipt, {**responses.EXAMPLE_RECEIPT, "status": "duplicate"}, "already stored"),
             **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
         },
@@ -229,7 +232,8 @@ def _api_router(ctx: AppContext) -> APIRouter:
         description="A CSV with an id column and the features; kinds are inferred (name `categorical`/`numeric` "
         "to override). Ids stay strings. `Idempotency-Key` makes a retry safe.",
         responses={
-            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"}),
+            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"},
+                 {"get_feature_table": {"name": "$response.body#/name"}}),
             **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
         },
         openapi_extra=request_body(
@@ -315,8 +319,12 @@ def _api_router(ctx: AppContext) -> APIRouter:
         description="Joins a release with a feature table (which must hold every id) and queues a training; "
         "options default to the benchmarked configuration. `Idempotency-Key` makes a retry safe.",
         responses={
-            **ok(responses.TrainingQueued, responses.EXAMPLE_QUEUED, "queued", 202, {"Location": "the training's URL"}),
-            **errors(401, 404, 409, 413, 422, 503, e404="release_not_found", e422="unknown_ids"),
+            **ok(responses.TrainingQueued, responses.EXAMPLE_QUEUED, "queued", 202, {"Location": "the training's URL"},
+                 {"get_training": {"training_id": "$response.body#/id"}}),
+            **errors(
+                401, 404, 409, 413, 422, 429, 503,
+                e404="release_not_found", e422="unknown_ids", e429="training_queue_full",
+            ),
         },
         openapi_extra={"requestBody": {"content": {"application/json": {"example": {
             "release_id": responses.REL, "feature_table": "clicks", "epochs": 20, "batch_size": 256}}}}},

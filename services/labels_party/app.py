@@ -20,7 +20,7 @@ from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_log
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
-from labeldp.openapi import BINARY, CSV_TEXT, errors, mount_docs, ok, request_body
+from labeldp.openapi import BINARY, CSV_TEXT, errors, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -77,6 +77,14 @@ _LABELS_JSON = {
 }
 
 
+_LABEL_SET = {"label_set_id": "$response.body#/id"}
+_LABEL_SET_LINKS = dict.fromkeys(
+    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases"), _LABEL_SET
+)
+_RELEASE_LINKS = {"get_release": {"release_id": "$response.body#/id"},
+                  "redeliver": {"release_id": "$response.body#/id"}}
+
+
 def _json_example(example: dict[str, Any]) -> dict[str, Any]:
     """``openapi_extra`` adding an example to a JSON body FastAPI documents from its model."""
     return {"requestBody": {"content": {"application/json": {"example": example}}}}
@@ -108,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=TAGS,
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     mount_docs(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
@@ -179,7 +188,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Public ids (inline, up to 10⁶, or uploaded later to `/ids`) and the rules their labels "
         "follow; it charges its privacy domain's per-id ledger. `Idempotency-Key` makes a retry safe.",
         responses={
-            **ok(responses.LabelSet, responses.EXAMPLE_LABEL_SET, "created", 201, {"Location": "the set's URL"}),
+            **ok(responses.LabelSet, responses.EXAMPLE_LABEL_SET, "created", 201, {"Location": "the set's URL"},
+                 _LABEL_SET_LINKS),
             **errors(401, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
         },
         openapi_extra=_json_example(
@@ -355,7 +365,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "charges every id in one transaction; the outbox then delivers it. Exactly once per `Idempotency-Key`.",
         responses={
             **ok(responses.Release, responses.EXAMPLE_RELEASE, "charged and queued for delivery", 202,
-                 {"Location": "the release's URL"}),
+                 {"Location": "the release's URL"}, _RELEASE_LINKS),
             **errors(401, 404, 409, 413, 422, 503, e404="label_set_not_found", e409="budget_exhausted"),
         },
         openapi_extra=_json_example({"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"}),

@@ -111,6 +111,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, not JSON): the same 422 as
+            # any other invalid body, so every route documents one status for bad input.
+            return error_response(
+                422,
+                "invalid_request",
+                "the body could not be parsed: send UTF-8 JSON",
+                [{"loc": ["body"], "type": "body_unparsable", "message": "not UTF-8 JSON"}],
+            )
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code
         headers = dict(exc.headers or {})

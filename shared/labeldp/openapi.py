@@ -6,6 +6,10 @@ real error body ``{code, message, details}`` (labeldp.http_api) instead of FastA
 422 schema. ``tests/contract`` checks every route of both apps for these properties, and
 schemathesis checks that the running apps answer only what their contracts say
 (docs/architecture.md "Layers": service support, shared by both services).
+
+A route states ``tags``, ``summary``, ``description`` and ``responses={**ok(Model, example,
+...), **errors(401, 404, ...)}`` with a ``Model`` in its service's ``responses.py``; a body it
+reads itself (an upload, a signed message) is documented with ``openapi_extra=request_body(...)``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,7 +80,7 @@ _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
     409: {"Retry-After": {"description": "seconds to wait (idempotency_in_progress)", "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
-    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}},
 }
 
 
@@ -106,14 +111,35 @@ def ok(
     description: str,
     status: int = 200,
     headers: dict[str, str] | None = None,
+    links: dict[str, dict[str, str]] | None = None,
 ) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry of a success with its typed body and an example of it."""
+    """The ``responses=`` entry of a success with its typed body and an example of it.
+
+    ``headers`` are always sent with this answer (``Location`` of a created resource).
+
+    ``links`` maps an operation id to its parameters taken from this answer, e.g.
+    ``{"get_label_set": {"label_set_id": "$response.body#/id"}}``: what a client can call
+    next with the id it got, and the paths schemathesis's stateful phase follows.
+    """
     entry: dict[str, Any] = {"description": description, "content": {"application/json": {"example": example}}}
     if model is not None:
         entry["model"] = model
     if headers:
-        entry["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
+        entry["headers"] = {
+            name: {"description": text, "schema": {"type": "string"}, "required": True}
+            for name, text in headers.items()
+        }
+    if links:
+        entry["links"] = {op: {"operationId": op, "parameters": params} for op, params in links.items()}
     return {status: entry}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The route function's name (``create_label_set``): short, stable client method names.
+
+    Each app's route functions have distinct names; tests/contract checks the ids are unique.
+    """
+    return route.name
 
 
 def request_body(content: dict[str, tuple[dict[str, Any], Any]], description: str) -> dict[str, Any]:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from tests.contract.conftest import features_app, labels_app
-from tests.contract.flow import run_flow
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties, features_app, labels_app
 
 from labeldp import __version__
 
@@ -67,11 +65,14 @@ def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> 
         statuses = op["responses"]
         assert any(s.startswith("2") for s in statuses), where
         for status, response in statuses.items():
-            # An event stream's 200 documents each event's data model under text/event-stream.
-            kind = "text/event-stream" if path.endswith("/events") and status == "200" else "application/json"
-            content = response.get("content", {}).get(kind)
-            assert content is not None, f"{where} {status}: no {kind} body documented"
-            assert "example" in content, f"{where} {status}: no example"
+            media = response.get("content", {})
+            assert media, f"{where} {status}: no body documented"
+            for kind, content in media.items():  # a stream (text/event-stream) documents its own type
+                assert "example" in content, f"{where} {status} {kind}: no example"
+            content = media.get("application/json")
+            if content is None:
+                assert status.startswith("2"), f"{where} {status}: errors are JSON"
+                continue
             ref = content["schema"].get("$ref")
             assert ref, f"{where} {status}: untyped body"
             if status.startswith("2"):
@@ -95,6 +96,25 @@ def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> 
                 assert binary or "example" in media, f"{where}: {kind} body without an example"
             if set(body["content"]) - {"application/json"}:
                 assert "415" in errors, where
+
+
+def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: FastAPI) -> None:
+    spec = app.openapi()
+    ids = [op["operationId"] for _, _, op in _operations(spec)]
+    assert len(ids) == len(set(ids)) and all(re.fullmatch(r"[a-z][a-z_]*", i) for i in ids), ids
+    links = [
+        (op["operationId"], link)
+        for _, _, op in _operations(spec)
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    ]
+    assert links, "no links: schemathesis's stateful phase would have nothing to follow"
+    params_of = {
+        op["operationId"]: {p["name"] for p in op.get("parameters", [])} for _, _, op in _operations(spec)
+    }
+    for source, link in links:
+        assert link["operationId"] in params_of, (source, link)
+        assert set(link["parameters"]) <= params_of[link["operationId"]], (source, link)
 
 
 def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
@@ -135,28 +155,26 @@ def test_docs_pages_load_their_assets_from_the_service(app: FastAPI) -> None:
                     assert client.get(url).status_code == 200, url
 
 
-def test_real_bodies_of_every_resource_match_their_models(tmp_path: Path) -> None:
-    from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
-
+def test_real_bodies_of_every_resource_match_their_models(parties: Parties) -> None:
     from features_party import responses as fr
     from labels_party import responses as lr
 
-    with TestClient(labels_app(tmp_path / "l")) as labels, TestClient(features_app(tmp_path / "f")) as features:
-        flow = run_flow(labels, features)
-        lr.PrivacyDomain.model_validate(flow.privacy_domain)
-        lr.LabelSet.model_validate(flow.label_set)
-        lr.Release.model_validate(flow.release)
-        lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
-        lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
-        lr.Health.model_validate(labels.get("/healthz").json())
-        fr.FeatureTable.model_validate(flow.feature_table)
-        fr.ReceivedRelease.model_validate(flow.received)
-        columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
-        fr.ReleaseLabels.model_validate(columns.json())
-        fr.Training.model_validate(flow.training)
-        fr.ModelCard.model_validate(flow.model)
-        fr.Health.model_validate(features.get("/healthz").json())
-        predicted = features.post(
-            f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
-        )
-        fr.Predictions.model_validate(predicted.json())
+    flow, labels, features = parties.flow, parties.labels, parties.features
+    lr.PrivacyDomain.model_validate(flow.privacy_domain)
+    lr.LabelSet.model_validate(flow.label_set)
+    lr.Release.model_validate(flow.release)
+    lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
+    lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
+    lr.Health.model_validate(labels.get("/healthz").json())
+    fr.FeatureTable.model_validate(flow.feature_table)
+    fr.ReceivedRelease.model_validate(flow.received)
+    columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
+    fr.ReleaseLabels.model_validate(columns.json())
+    fr.Training.model_validate(flow.training)
+    fr.ModelCard.model_validate(flow.model)
+    fr.Health.model_validate(features.get("/healthz").json())
+    predicted = features.post(
+        f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
+    )
+    assert predicted.status_code == 200, predicted.text
+    fr.Predictions.model_validate(predicted.json())
