@@ -486,6 +486,8 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     )
     def cancel_training(training_id: str) -> JSONResponse:
         status_code, body = jobs.cancel_training(ctx.sessions, ctx.runner.board, training_id)
+        if status_code == 200:  # cancelled while queued: the worker, which counts the others, never saw it
+            ctx.trainings.labels(status=jobs.CANCELLED).inc()
         return JSONResponse(body, status_code=status_code)
 
     @router.get(
