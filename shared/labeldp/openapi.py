@@ -166,6 +166,64 @@ BINARY = {"type": "string", "format": "binary"}
 CSV_TEXT = {"type": "string"}
 
 
+def keep_example_nulls(app: FastAPI) -> None:
+    """Put back the nulls FastAPI drops from examples when it builds the contract.
+
+    FastAPI encodes the whole OpenAPI document with ``exclude_none``, so an example body's
+    ``"classes": null`` vanished and the example no longer matched its own model (a required,
+    nullable field). The fields a model requires and allows to be null are restored as null.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        fresh = app.openapi_schema is None
+        spec = build()
+        if fresh:
+            for item in spec.get("paths", {}).values():
+                for op in item.values():
+                    for response in op.get("responses", {}).values():
+                        media = response.get("content", {}).get("application/json", {})
+                        if "example" in media:
+                            _restore_nulls(spec, media["example"], media.get("schema", {}))
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _restore_nulls(spec: dict[str, Any], value: Any, schema: dict[str, Any]) -> None:
+    schema = _resolve(spec, schema)
+    if isinstance(value, list):
+        for element in value:
+            _restore_nulls(spec, element, schema.get("items", {}))
+        return
+    if not isinstance(value, dict):
+        return
+    if "anyOf" in schema:  # an optional object: the branch that is one
+        branches = [_resolve(spec, b) for b in schema["anyOf"]]
+        schema = next((b for b in branches if "properties" in b), {})
+    properties = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name not in value and _nullable(properties.get(name, {})):
+            value[name] = None
+    for name, sub in properties.items():
+        if name in value:
+            _restore_nulls(spec, value[name], sub)
+
+
+def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if not ref:
+        return schema
+    node: Any = spec
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return dict(node)
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "null" or any(branch.get("type") == "null" for branch in schema.get("anyOf", []))
+
+
 _ASSETS = "/docs-assets"
 
 
@@ -175,7 +233,9 @@ def mount_docs(app: FastAPI) -> None:
     The assets ship in the ``fastapi-offline`` wheel: the docs work on a host with no route
     to a CDN (both services' networks) and load no third-party code into an operator's browser.
     Build the app with ``docs_url=None, redoc_url=None`` so FastAPI's CDN pages are not mounted.
+    The contract those pages show keeps its examples' nulls (:func:`keep_example_nulls`).
     """
+    keep_example_nulls(app)
     import fastapi_offline
 
     static = Path(fastapi_offline.__file__).parent / "static"

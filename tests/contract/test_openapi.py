@@ -117,6 +117,26 @@ def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: 
         assert set(link["parameters"]) <= params_of[link["operationId"]], (source, link)
 
 
+def test_every_response_example_is_a_valid_body_of_its_model(app: FastAPI) -> None:
+    from features_party import responses as fr
+    from labeldp.openapi import ErrorBody
+    from labels_party import responses as lr
+
+    spec = app.openapi()
+    models = fr if spec["info"]["title"].endswith("features party") else lr
+    for method, path, op in _operations(spec):
+        for status, response in op["responses"].items():
+            content = response["content"].get("application/json")
+            if content is None:
+                continue
+            name = content["schema"]["$ref"].rsplit("/", 1)[-1]
+            model = ErrorBody if name == "ErrorBody" else getattr(models, name)
+            try:  # a client reading the docs sees a real body
+                model.model_validate(content["example"])
+            except ValueError as exc:
+                raise AssertionError(f"{method.upper()} {path} {status}: {exc}") from None
+
+
 def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
     spec = app.openapi()
     paths = spec["paths"]
