@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from labeldp.mechanisms import LabelDomain
+from labeldp.mechanisms.registry import REGISTRY
 from labeldp.schema import CATEGORICAL_SPECS, LabelRelease, encode_payload, payload_digest
 from labels_party.randomizer import (
     MECHANISMS,
-    RECIPES,
     RandomizerError,
     randomize,
     validate_public_prior,
@@ -19,8 +19,8 @@ from labels_party.randomizer import (
 
 DOMAIN = LabelDomain("real", 0.0, 10.0)
 CLASSES = ["a", "b", "c", "d"]
-REAL_MECHANISMS = [m for m in MECHANISMS if "real" in RECIPES[m].label_types]
-CATEGORICAL_MECHANISMS = [m for m in MECHANISMS if "categorical" in RECIPES[m].label_types]
+REAL_MECHANISMS = [m for m in MECHANISMS if "real" in REGISTRY[m].label_types]
+CATEGORICAL_MECHANISMS = [m for m in MECHANISMS if "categorical" in REGISTRY[m].label_types]
 
 
 def _labels(n: int = 3000) -> np.ndarray:
