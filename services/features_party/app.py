@@ -18,21 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, jobs, models, store
+from features_party import feature_tables, inbox, jobs, models, responses, store
 from features_party.device import resolve_device
+from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
+from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -40,6 +42,22 @@ from labeldp.spool import spool_body
 log = logging.getLogger("labeldp.features")
 
 CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-stream"}
+
+DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
+party's signed release messages, trainings on features × privatized labels, models and predictions.
+
+Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead checks the
+HMAC signature of the labels party's outbox. Every error is `{code, message, details}` with a stable
+`code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`, `mdl_`); timestamps carry a UTC offset.
+There is no route that reaches the labels party."""
+
+TAGS = [
+    {"name": "feature tables", "description": "the publisher's features, keyed by example id"},
+    {"name": "releases", "description": "the inbox and the privatized labels it holds"},
+    {"name": "trainings", "description": "background training jobs"},
+    {"name": "models", "description": "model cards and predictions"},
+    {"name": "health", "description": "liveness"},
+]
 
 
 @dataclass
@@ -107,7 +125,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(ctx.runner.shutdown)
             ctx.engine.dispose()
 
-    app = FastAPI(title="labeldp features party", version="1", lifespan=lifespan)
+    app = FastAPI(
+        title="labeldp features party",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    mount_docs(app)
     app.state.ctx = ctx
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}
@@ -124,9 +152,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def _public_router(ctx: AppContext) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/healthz")
+    @router.get(
+        "/healthz",
+        tags=["health"],
+        summary="Liveness",
+        description="Answers while the process serves requests; says nothing about the database (see /readyz).",
+        responses=ok(responses.Health, {"status": "ok", "service": "features", "version": __version__}, "alive"),
+    )
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "device": resolve_device(ctx.settings.device)}
+        return {"status": "ok", "service": "features", "version": __version__}
 
     return router
 
@@ -137,7 +171,29 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
 
     slots = asyncio.Semaphore(ctx.settings.inbox_max_concurrent)
 
-    @router.post("/v1/releases", status_code=201)
+    REL = responses.REL
+
+    @router.post(
+        "/v1/releases",
+        status_code=201,
+        tags=["releases"],
+        summary="Receive a release message (the inbox)",
+        description="For the labels party's outbox only: the body is spooled to disk, its HMAC signature checked "
+        "over the file, then the schema, the digest and the ids; every valid, signed release is stored once "
+        "(201), a resend of the same bytes is a duplicate (200).",
+        dependencies=[Security(SIGNATURE)],
+        responses={
+            **ok(responses.InboxReceipt, responses.EXAMPLE_RECEIPT, "stored", 201, None,
+                 {"get_release": {"release_id": "$response.body#/id"},
+                  "get_release_labels": {"release_id": "$response.body#/id"}}),
+            **ok(responses.InboxReceipt, {**responses.EXAMPLE_RECEIPT, "status": "duplicate"}, "already stored"),
+            **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
+        },
+        openapi_extra=request_body(
+            {"application/json": ({"type": "object", "description": "a LabelRelease message"}, {"release_id": REL})},
+            "the exact message bytes the labels party wrote, signed in `X-Labeldp-Signature`",
+        ),
+    )
     async def receive(request: Request) -> JSONResponse:
         # Unauthenticated bytes never sit in memory: the body goes to disk, the signature is
         # checked over the file, and only a signed message is parsed; a bounded number at once.
@@ -166,7 +222,23 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
 def _api_router(ctx: AppContext) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
-    @router.post("/feature-tables", status_code=201)
+    @router.post(
+        "/feature-tables",
+        status_code=201,
+        tags=["feature tables"],
+        summary="Upload a feature table",
+        description="A CSV with an id column and the features; kinds are inferred (name `categorical`/`numeric` "
+        "to override). Ids stay strings. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"},
+                 {"get_feature_table": {"name": "$response.body#/name"}}),
+            **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
+        },
+        openapi_extra=request_body(
+            {"text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n")},
+            "the table as CSV, header first",
+        ),
+    )
     async def upload_feature_table(
         request: Request,
         name: str = Query(...),
@@ -194,23 +266,64 @@ def _api_router(ctx: AppContext) -> APIRouter:
         )
         return response.to_response()
 
-    @router.get("/feature-tables/{name}")
+    @router.get(
+        "/feature-tables/{name}",
+        tags=["feature tables"],
+        summary="Read a feature table",
+        description="Its id, size, id column and feature columns with their kinds.",
+        responses={
+            **ok(responses.FeatureTable, responses.EXAMPLE_TABLE, "the table"),
+            **errors(401, 404, 422, 503, e404="feature_table_not_found"),
+        },
+    )
     def get_feature_table(name: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return feature_tables.describe(feature_tables.get_feature_table(session, name))
 
-    @router.get("/releases/{release_id}")
+    @router.get(
+        "/releases/{release_id}",
+        tags=["releases"],
+        summary="Read a received release",
+        description="The message's metadata: mechanism, prior, accounting, rows, digest.",
+        responses={
+            **ok(responses.ReceivedRelease, responses.EXAMPLE_RELEASE, "the release"),
+            **errors(401, 404, 422, 503, e404="release_not_found"),
+        },
+    )
     def get_release(release_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return inbox.describe_release(inbox.get_release(session, release_id))
 
-    @router.get("/releases/{release_id}/labels")
+    @router.get(
+        "/releases/{release_id}/labels",
+        tags=["releases"],
+        summary="Read a release's privatized labels",
+        description="Every id once, sorted, with its privatized label (re-read from the exact signed bytes).",
+        responses={
+            **ok(responses.ReleaseLabels, responses.EXAMPLE_LABELS, "the columns"),
+            **errors(401, 404, 422, 503, e404="release_not_found"),
+        },
+    )
     def get_release_labels(release_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             ids, labels = inbox.release_columns(inbox.get_release(session, release_id))
         return {"ids": ids, "labels": labels.tolist()}
 
-    @router.post("/trainings", status_code=202)
+    @router.post(
+        "/trainings",
+        status_code=202,
+        tags=["trainings"],
+        summary="Start a training",
+        description="Joins a release with a feature table (which must hold every id) and queues a training; "
+        "options default to the benchmarked configuration. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.TrainingQueued, responses.EXAMPLE_QUEUED, "queued", 202, {"Location": "the training's URL"},
+                 {"get_training": {"training_id": "$response.body#/id"}}),
+            **errors(401, 404, 409, 413, 422, 503, e404="release_not_found", e422="unknown_ids"),
+        },
+        openapi_extra={"requestBody": {"content": {"application/json": {"example": {
+            "release_id": responses.REL, "feature_table": "clicks", "epochs": 20, "batch_size": 256}}}}},
+    )
     def start_training(body: jobs.TrainingRequest, key: str | None = Depends(idempotency_key)) -> JSONResponse:
         scope = "POST /v1/trainings"
         # The body as sent (unset fields left out): which learning options were explicit matters.
@@ -220,15 +333,33 @@ def _api_router(ctx: AppContext) -> APIRouter:
         )
         if not response.replayed:
             ctx.trainings.labels(status=jobs.QUEUED).inc()
-            ctx.runner.submit(response.body["training_id"])
+            ctx.runner.submit(response.body["id"])
         return response.to_response()
 
-    @router.get("/trainings/{training_id}")
+    @router.get(
+        "/trainings/{training_id}",
+        tags=["trainings"],
+        summary="Read a training",
+        description="Status, progress and per-epoch history; `model_id` once it succeeded.",
+        responses={
+            **ok(responses.Training, responses.EXAMPLE_TRAINING, "the training"),
+            **errors(401, 404, 422, 503, e404="training_not_found"),
+        },
+    )
     def get_training(training_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             return jobs.describe_training(jobs.get_training(session, training_id))
 
-    @router.get("/models/{model_id}")
+    @router.get(
+        "/models/{model_id}",
+        tags=["models"],
+        summary="Read a model card",
+        description="Task, data, privacy cost (ε, accounting, mechanism), fit and what model selection chose.",
+        responses={
+            **ok(responses.ModelCard, responses.EXAMPLE_MODEL, "the card"),
+            **errors(401, 404, 422, 503, e404="model_not_found"),
+        },
+    )
     def get_model(model_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             row = models.get_model(session, model_id)
@@ -239,7 +370,17 @@ def _api_router(ctx: AppContext) -> APIRouter:
             loaded = None
         return models.model_card(row, training, loaded)
 
-    @router.post("/models/{model_id}/predict")
+    @router.post(
+        "/models/{model_id}/predict",
+        tags=["models"],
+        summary="Predict",
+        description="For ids of the model's feature table, or for rows given as `{feature: value}`.",
+        responses={
+            **ok(responses.Predictions, responses.EXAMPLE_PREDICTIONS, "one prediction per id or row"),
+            **errors(401, 404, 413, 422, 503, e404="model_not_found", e422="invalid_rows"),
+        },
+        openapi_extra={"requestBody": {"content": {"application/json": {"example": {"ids": ["u001", "u002"]}}}}},
+    )
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:
         return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
 

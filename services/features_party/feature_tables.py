@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
@@ -143,8 +144,20 @@ def _is_numeric(dtype: pa.DataType) -> bool:
     return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
 
 
+def table_id(row: store.FeatureTable) -> str:
+    """``ft_`` + the table file's random name: unique per table, fixed once written, no extra column."""
+    return "ft_" + PurePosixPath(row.path).stem
+
+
 def describe(row: store.FeatureTable) -> dict[str, Any]:
-    return {"name": row.name, "n_rows": row.n_rows, "id_column": row.id_column, "columns": row.columns}
+    return {
+        "id": table_id(row),
+        "name": row.name,
+        "n_rows": row.n_rows,
+        "id_column": row.id_column,
+        "columns": row.columns,
+        "created_at": iso(row.created_at),
+    }
 
 
 def create_feature_table(
@@ -180,8 +193,9 @@ def create_feature_table(
             n_rows=parsed.table.num_rows,
             columns=parsed.columns,
             path=relative,
+            created_at=utcnow(),  # set here: the answer is built before the row is flushed
         )
-        response = StoredResponse(201, describe(row))
+        response = StoredResponse(201, describe(row), {"Location": f"/v1/feature-tables/{name}"})
         with session_factory.begin() as session:
             if session.get(store.FeatureTable, name) is not None:
                 raise _exists(name)

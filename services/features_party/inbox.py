@@ -31,6 +31,7 @@ from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.schema import LabelRelease, decode_columns, payload_digest
 from labeldp.signing import verify, verify_file
+from labeldp.timestamps import iso
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
 pc: Any = pa_compute
@@ -45,17 +46,14 @@ DUPLICATE = "duplicate"
 class InboxResult:
     release_id: str
     status: str  # accepted | duplicate
-    body_sha256: str
+    message_sha256: str  # of the bytes received; a duplicate's bytes are the stored ones
 
     @property
     def http_status(self) -> int:
         return 201 if self.status == ACCEPTED else 200
 
     def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"release_id": self.release_id, "status": self.status}
-        if self.status == ACCEPTED:
-            out["body_sha256"] = self.body_sha256
-        return out
+        return {"id": self.release_id, "status": self.status, "message_sha256": self.message_sha256}
 
 
 def _invalid(message: str) -> ApiError:
@@ -169,15 +167,17 @@ def get_release(session: Session, release_id: str) -> store.Release:
 
 def describe_release(row: store.Release) -> dict[str, Any]:
     return {
-        "release_id": row.release_id,
+        "id": row.release_id,
         "label_set_id": row.label_set_id,
         "feature_table": row.feature_table,
-        "mechanism": row.mechanism,
+        "mechanism": row.mechanism_name,
+        "mechanism_spec": row.mechanism,
         "prior": row.prior,
         "accounting": row.accounting,
         "row_count": row.row_count,
-        "received_at": store.iso(row.received_at),
-        "body_sha256": row.body_sha256,
+        "created_at": iso(row.created_at),
+        "received_at": iso(row.received_at),
+        "message_sha256": row.body_sha256,
     }
 
 

@@ -39,6 +39,7 @@ from features_party.regression import fit_private_regressor
 from features_party.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.timestamps import iso
 
 log = logging.getLogger("labeldp.features")
 
@@ -112,11 +113,11 @@ def create_training(
     del _labels
     check_join(data_dir, table_row, ids)
 
-    training_id = uuid.uuid4().hex
+    training_id = "trn_" + uuid.uuid4().hex
     options = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
     response = StoredResponse(
         202,
-        {"training_id": training_id, "status": QUEUED},
+        {"id": training_id, "status": QUEUED},
         {"Location": f"/v1/trainings/{training_id}"},
     )
     with session_factory.begin() as session:
@@ -250,7 +251,7 @@ def get_training(session: Session, training_id: str) -> store.Training:
 
 def describe_training(row: store.Training) -> dict[str, Any]:
     return {
-        "training_id": row.training_id,
+        "id": row.training_id,
         "status": row.status,
         "release_id": row.release_id,
         "feature_table": row.feature_table,
@@ -263,9 +264,9 @@ def describe_training(row: store.Training) -> dict[str, Any]:
         "model_id": row.model_id,
         "device": row.device,
         "error": row.error,
-        "created_at": store.iso(row.created_at),
-        "started_at": store.iso(row.started_at),
-        "finished_at": store.iso(row.finished_at),
+        "created_at": iso(row.created_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
     }
 
 
@@ -362,7 +363,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
         )
 
-        model_id = uuid.uuid4().hex
+        model_id = "mdl_" + uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"
         model_path = Path(ctx.data_dir) / relative
         trained.save(model_path)

@@ -20,6 +20,7 @@ from features_party import feature_tables, store
 from features_party.persistence import TrainedClassifier, TrainedModel, load_model
 from features_party.tasks import CLASSIFICATION, LabelTask
 from labeldp.http_api import ApiError
+from labeldp.timestamps import iso
 
 MAX_PREDICT_ROWS = 1_000_000
 
@@ -94,7 +95,7 @@ def model_card(
     return {
         "task": task.task,
         "classes": list(task.classes) if task.classes is not None else None,
-        "model_id": row.model_id,
+        "id": row.model_id,
         "training_id": row.training_id,
         "release_id": row.release_id,
         "label_set_id": row.label_set_id,
@@ -109,7 +110,7 @@ def model_card(
         "metrics_note": note,
         "device": row.device,
         "epochs": row.epochs,
-        "created_at": store.iso(row.created_at),
+        "created_at": iso(row.created_at),
         "architecture": row.architecture,
         "training": {k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
         "learning": learning_card(training, model) if task.task != CLASSIFICATION else None,
@@ -152,7 +153,7 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
     for name in pre.numeric_columns:
         values = []
         for i, row in enumerate(rows):
-            values.append(_number(row.get(name), name, i))
+            values.append(_number(row.get(name), name, i + 1))  # rows numbered from 1, as uploads
         arrays[name] = pa.array(values, pa.float64())
     for name in pre.categorical_columns:
         arrays[name] = pa.array([_category(row.get(name)) for row in rows], pa.string())

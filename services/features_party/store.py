@@ -8,29 +8,14 @@ those bytes are what was authenticated and deduplicated.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from labeldp.idempotency import idempotency_table
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def as_utc(value: datetime | None) -> datetime | None:
-    """SQLite drops tzinfo; every stored timestamp is UTC."""
-    if value is None:
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def iso(value: datetime | None) -> str | None:
-    value = as_utc(value)
-    return value.isoformat() if value is not None else None
+from labeldp.timestamps import utcnow
 
 
 class Base(DeclarativeBase):

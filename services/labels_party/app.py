@@ -19,11 +19,12 @@ from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_log
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
+from labeldp.openapi import BINARY, CSV_TEXT, errors, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
 
-from . import label_sets, privacy_domains, releases, uploads
+from . import label_sets, privacy_domains, releases, responses, uploads
 from .context import LabelsContext
 from .randomizer import MECHANISMS
 from .sweep import sweep_orphans
@@ -49,6 +50,45 @@ class _ReleaseStatusCollector:
         yield family
 
 
+DESCRIPTION = """The advertiser's side of labeldp: privacy domains with a per-id ledger, label sets, and
+releases that privatize every label once and push one ε-label-DP message to the features party.
+
+Authenticate with `Authorization: Bearer <key>`. Every error is `{code, message, details}` with a
+stable `code`. Mutating POSTs take `Idempotency-Key`. Ids are prefixed by kind (`pd_`, `ls_`,
+`rel_`); timestamps are ISO-8601 with a UTC offset."""
+
+TAGS = [
+    {"name": "privacy domains", "description": "per-id budgets and their ledgers"},
+    {"name": "label sets", "description": "ids, labels (CSV, JSON, Parquet, Arrow IPC) and budgets"},
+    {"name": "releases", "description": "privatize, charge and deliver once"},
+    {"name": "health", "description": "liveness"},
+]
+
+_IDS_JSON = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": ["string", "integer"]}}},
+             "required": ["ids"]}
+_LABELS_JSON = {
+    "type": "object",
+    "properties": {
+        "ids": {"type": "array", "items": {"type": ["string", "integer"]}},
+        "labels": {"type": "array", "items": {"type": ["number", "string", "null"]}},
+        "rows": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+
+_LABEL_SET = {"label_set_id": "$response.body#/id"}
+_LABEL_SET_LINKS = dict.fromkeys(
+    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases"), _LABEL_SET
+)
+_RELEASE_LINKS = {"get_release": {"release_id": "$response.body#/id"},
+                  "redeliver": {"release_id": "$response.body#/id"}}
+
+
+def _json_example(example: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` adding an example to a JSON body FastAPI documents from its model."""
+    return {"requestBody": {"content": {"application/json": {"example": example}}}}
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     require_secrets(settings, "labels_api_key")
@@ -68,7 +108,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     registry.register(_ReleaseStatusCollector(ctx))
 
-    app = FastAPI(title="labeldp labels party", version=__version__)
+    app = FastAPI(
+        title="labeldp labels party",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    mount_docs(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)
@@ -83,11 +132,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ) -> JSONResponse:
         return ctx.idempotency.execute(scope, key, fingerprint, work).to_response()
 
-    @app.get("/healthz")
+    @app.get(
+        "/healthz",
+        tags=["health"],
+        summary="Liveness",
+        description="Answers while the process serves requests; says nothing about the database (see /readyz).",
+        responses=ok(responses.Health, {"status": "ok", "service": "labels", "version": __version__}, "alive"),
+    )
     def healthz() -> dict[str, Any]:
-        return {"status": "ok", "party": "labels", "version": __version__}
+        return {"status": "ok", "service": "labels", "version": __version__}
 
-    @api.post("/privacy-domains", status_code=201)
+    @api.post(
+        "/privacy-domains",
+        status_code=201,
+        tags=["privacy domains"],
+        summary="Create a privacy domain",
+        description="A per-id budget (ε, δ): no id of the domain is ever charged past it, across all its label "
+        "sets and releases. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.PrivacyDomain, responses.EXAMPLE_DOMAIN, "created", 201, {"Location": "the domain's URL"}),
+            **errors(401, 409, 413, 422, 503, e409="privacy_domain_exists"),
+        },
+        openapi_extra=_json_example({"name": "conversions", "epsilon": 10, "delta": 1e-6}),
+    )
     def create_privacy_domain(
         body: privacy_domains.PrivacyDomainCreate, key: str | None = Depends(idempotency_key)
     ) -> JSONResponse:
@@ -99,11 +166,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim),
         )
 
-    @api.get("/privacy-domains/{name}")
+    @api.get(
+        "/privacy-domains/{name}",
+        tags=["privacy domains"],
+        summary="Read a privacy domain",
+        description="Its per-id budget, how many ids its ledger holds, the largest spend and the ids exhausted.",
+        responses={
+            **ok(responses.PrivacyDomain, responses.EXAMPLE_DOMAIN, "the domain"),
+            **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),
+        },
+    )
     def get_privacy_domain(name: str) -> dict[str, Any]:
         return privacy_domains.get_privacy_domain(ctx, name)
 
-    @api.post("/label-sets", status_code=201)
+    @api.post(
+        "/label-sets",
+        status_code=201,
+        tags=["label sets"],
+        summary="Create a label set",
+        description="Public ids (inline, up to 10⁶, or uploaded later to `/ids`) and the rules their labels "
+        "follow; it charges its privacy domain's per-id ledger. `Idempotency-Key` makes a retry safe.",
+        responses={
+            **ok(responses.LabelSet, responses.EXAMPLE_LABEL_SET, "created", 201, {"Location": "the set's URL"},
+                 _LABEL_SET_LINKS),
+            **errors(401, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
+        },
+        openapi_extra=_json_example(
+            {"name": "spend", "label_type": "real", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions",
+             "ids": ["u001", "u002", "u003"]}
+        ),
+    )
     def create_label_set(body: label_sets.LabelSetCreate, key: str | None = Depends(idempotency_key)) -> JSONResponse:
         scope = "POST /v1/label-sets"
         response = keyed(
@@ -115,19 +207,47 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("label set created")
         return response
 
-    @api.get("/label-sets")
+    @api.get(
+        "/label-sets",
+        tags=["label sets"],
+        summary="List label sets",
+        description="Oldest first, a page at a time: pass `next_cursor` back as `cursor`.",
+        responses={
+            **ok(responses.LabelSetPage, responses.EXAMPLE_LABEL_SET_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
+    )
     def list_label_sets(
         limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT), cursor: str | None = Query(None, max_length=400)
     ) -> dict[str, Any]:
         return label_sets.list_label_sets(ctx, limit, cursor)
 
-    @api.delete("/label-sets/{label_set_id}/labels")
+    @api.delete(
+        "/label-sets/{label_set_id}/labels",
+        tags=["label sets"],
+        summary="Delete a label set's raw labels",
+        description="Once spent, raw labels need not be kept: ids, the ledger and the releases stay; no further "
+        "release of the set is possible.",
+        responses={
+            **ok(responses.LabelSet, {**responses.EXAMPLE_LABEL_SET, "labels_deleted": True}, "labels deleted"),
+            **errors(401, 404, 409, 422, 503, e404="label_set_not_found"),
+        },
+    )
     def delete_labels(label_set_id: str) -> dict[str, Any]:
         out = label_sets.delete_labels(ctx, label_set_id)
         log.info("label set %s: raw labels deleted", label_set_id)
         return out
 
-    @api.get("/releases")
+    @api.get(
+        "/releases",
+        tags=["releases"],
+        summary="List releases",
+        description="Oldest first, optionally of one label set; never reads message bytes.",
+        responses={
+            **ok(responses.ReleasePage, responses.EXAMPLE_RELEASE_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
+    )
     def list_releases(
         label_set_id: str | None = Query(None, max_length=40),
         limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
@@ -135,11 +255,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ) -> dict[str, Any]:
         return releases.list_releases(ctx, label_set_id, limit, cursor)
 
-    @api.get("/label-sets/{label_set_id}")
+    @api.get(
+        "/label-sets/{label_set_id}",
+        tags=["label sets"],
+        summary="Read a label set",
+        description="Counts, budget (total, spent, remaining: the least any of its ids has left) and releases.",
+        responses={
+            **ok(responses.LabelSet, responses.EXAMPLE_LABEL_SET, "the label set"),
+            **errors(401, 404, 422, 503, e404="label_set_not_found"),
+        },
+    )
     def get_label_set(label_set_id: str) -> dict[str, Any]:
         return label_sets.get_label_set(ctx, label_set_id)
 
-    @api.post("/label-sets/{label_set_id}/ids")
+    @api.post(
+        "/label-sets/{label_set_id}/ids",
+        tags=["label sets"],
+        summary="Upload a label set's ids",
+        description="Once, for a set created without ids (up to 10⁹): an `id` column as CSV, Parquet or Arrow IPC, "
+        "or JSON `{\"ids\": [...]}`. Streamed to disk, sorted once (the release order).",
+        responses={
+            **ok(responses.LabelSet, responses.EXAMPLE_LABEL_SET, "ids stored"),
+            **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_already_set", e422="duplicate_ids"),
+        },
+        openapi_extra=request_body(
+            {
+                "text/csv": (CSV_TEXT, "id\nu001\nu002\n"),
+                "application/json": (_IDS_JSON, {"ids": ["u001", "u002"]}),
+                "application/vnd.apache.parquet": (BINARY, None),
+                "application/vnd.apache.arrow.stream": (BINARY, None),
+            },
+            "the ids: a column named `id`",
+        ),
+    )
     async def upload_ids(
         label_set_id: str, request: Request, key: str | None = Depends(idempotency_key)
     ) -> JSONResponse:
@@ -159,7 +307,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             body.discard()
 
-    @api.post("/label-sets/{label_set_id}/labels")
+    @api.post(
+        "/label-sets/{label_set_id}/labels",
+        tags=["label sets"],
+        summary="Upload labels",
+        description="All rows or none: every row is validated against the set's ids and rules; errors name the "
+        "row (from 1) and the id, never the value. `validate_only=true` checks without storing.",
+        responses={
+            **ok(responses.LabelsUploaded, responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
+            **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_missing", e422="invalid_labels"),
+        },
+        openapi_extra=request_body(
+            {
+                "text/csv": (CSV_TEXT, "id,label\nu001,3.5\nu002,0\n"),
+                "application/json": (_LABELS_JSON, {"ids": ["u001", "u002"], "labels": [3.5, 0]}),
+                "application/vnd.apache.parquet": (BINARY, None),
+                "application/vnd.apache.arrow.stream": (BINARY, None),
+            },
+            "columns `id` and `label`; JSON also as `{\"rows\": [{\"id\", \"label\"}]}`",
+        ),
+    )
     async def upload_labels(
         label_set_id: str,
         request: Request,
@@ -188,7 +355,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.info("label set %s: %d labels stored", label_set_id, response.body["accepted_rows"])
         return response.to_response()
 
-    @api.post("/label-sets/{label_set_id}/releases", status_code=202)
+    @api.post(
+        "/label-sets/{label_set_id}/releases",
+        status_code=202,
+        tags=["releases"],
+        summary="Release the labels, privatized",
+        description="Estimates the prior, fits the mechanism, privatizes every label, writes the message and "
+        "charges every id in one transaction; the outbox then delivers it. Exactly once per `Idempotency-Key`.",
+        responses={
+            **ok(responses.Release, responses.EXAMPLE_RELEASE, "charged and queued for delivery", 202,
+                 {"Location": "the release's URL"}, _RELEASE_LINKS),
+            **errors(401, 404, 409, 413, 422, 503, e404="label_set_not_found", e409="budget_exhausted"),
+        },
+        openapi_extra=_json_example({"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"}),
+    )
     def create_release(
         label_set_id: str, body: releases.ReleaseCreate, key: str | None = Depends(idempotency_key)
     ) -> JSONResponse:
@@ -208,11 +388,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.info("release %s charged %s on %s", response.body["id"], response.body["epsilon"], label_set_id)
         return response.to_response()
 
-    @api.get("/releases/{release_id}")
+    @api.get(
+        "/releases/{release_id}",
+        tags=["releases"],
+        summary="Read a release",
+        description="Delivery status, attempts, ε and the message digest; never reads the message bytes.",
+        responses={
+            **ok(responses.Release, responses.EXAMPLE_RELEASE, "the release"),
+            **errors(401, 404, 422, 503, e404="release_not_found"),
+        },
+    )
     def get_release(release_id: str) -> dict[str, Any]:
         return releases.get_release(ctx, release_id)
 
-    @api.post("/releases/{release_id}/redeliver", status_code=202)
+    @api.post(
+        "/releases/{release_id}/redeliver",
+        status_code=202,
+        tags=["releases"],
+        summary="Deliver a rejected release again",
+        description="The same bytes again: no new charge.",
+        responses={
+            **ok(responses.Release, responses.EXAMPLE_RELEASE, "queued again", 202),
+            **errors(401, 404, 409, 422, 503, e404="release_not_found", e409="already_delivered"),
+        },
+    )
     def redeliver(release_id: str) -> dict[str, Any]:
         return releases.redeliver(ctx, release_id)
 

@@ -25,6 +25,7 @@ from labeldp.epsilon import InvalidEpsilon, exact_micro, from_delta_units, from_
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.timestamps import iso
 
 from . import ledger
 from .columnar import read_array, read_table, release_unused_memory, write_table
@@ -260,6 +261,7 @@ def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]
         "domain": None if row.label_type == "categorical" else {"low": row.domain_low, "high": row.domain_high},
         "classes": class_names(row),
         "privacy_domain": spend["privacy_domain"],
+        "privacy_domain_id": row.privacy_domain_id,
         "counts": {"ids": row.n_ids, "labeled": row.labeled, "missing": row.n_ids - row.labeled},
         "ids_ready": bool(row.ids_ready),
         "labels_deleted": row.labels_version == LABELS_DELETED,
@@ -268,7 +270,7 @@ def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]
             {"id": r.id, "status": r.status, "mechanism": r.mechanism, "epsilon": from_micro(r.epsilon_micro)}
             for r in releases
         ],
-        "created_at": row.created_at.isoformat() if row.created_at else None,
+        "created_at": iso(row.created_at),
     }
 
 
@@ -294,10 +296,11 @@ def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[
             "name": r.name,
             "label_type": r.label_type,
             "privacy_domain": domain,
+            "privacy_domain_id": r.privacy_domain_id,
             "counts": {"ids": r.n_ids, "labeled": r.labeled, "missing": r.n_ids - r.labeled},
             "labels_deleted": r.labels_version == LABELS_DELETED,
             "spent_epsilon": from_micro(r.spent_micro),
-            "created_at": r.created_at.isoformat() if r.created_at else None,
+            "created_at": iso(r.created_at),
         }
         for r, domain in rows[:limit]
     ]

@@ -25,6 +25,7 @@ from labeldp.epsilon import (
 )
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.timestamps import iso
 
 from . import ledger
 from .context import LabelsContext
@@ -98,6 +99,7 @@ def describe(ctx: LabelsContext, row: PrivacyDomainRow) -> dict[str, Any]:
     spent = ledger.read_spent(ctx.data_dir, row)
     eps = spent.epsilon_micro
     return {
+        "id": row.id,
         "name": row.name,
         "budget_per_id": {
             "epsilon": from_micro(row.epsilon_budget_micro),
@@ -108,7 +110,7 @@ def describe(ctx: LabelsContext, row: PrivacyDomainRow) -> dict[str, Any]:
         "max_spent_epsilon": from_micro(int(eps.max())) if eps.size else 0.0,
         "ids_exhausted": int((eps >= row.epsilon_budget_micro).sum()) if eps.size else 0,
         "ledger_version": row.spent_version,
-        "created_at": row.created_at.isoformat() if row.created_at else None,
+        "created_at": iso(row.created_at),
     }
 
 

@@ -28,6 +28,7 @@ from labeldp.mechanisms import LabelDomain
 from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.randomness import secure_generator
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
+from labeldp.timestamps import iso
 
 from . import ledger
 from .columnar import atomic_write, file_sha256, release_unused_memory
@@ -224,8 +225,8 @@ def describe(r: ReleaseRow) -> dict[str, Any]:
         "message_bytes": r.message_bytes,
         "attempts": r.attempts or 0,
         "last_error": r.last_error,
-        "created_at": r.created_at.isoformat() if r.created_at else None,
-        "delivered_at": r.delivered_at.isoformat() if r.delivered_at else None,
+        "created_at": iso(r.created_at),
+        "delivered_at": iso(r.delivered_at),
     }
 
 

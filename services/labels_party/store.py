@@ -6,16 +6,13 @@ under ``labels_data_dir`` that the rows reference (services/labels_party/columna
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from labeldp.idempotency import idempotency_table
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+from labeldp.timestamps import utcnow
 
 
 class Base(DeclarativeBase):

@@ -107,7 +107,10 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
         header_text = first.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ApiError(422, "invalid_csv", "CSV must be UTF-8") from exc
-    header = next(csv.reader(io.StringIO(header_text)), None)
+    try:
+        header = next(csv.reader(io.StringIO(header_text)), None)
+    except csv.Error:  # e.g. a lone carriage return inside the header (found by schemathesis)
+        raise ApiError(422, "invalid_csv", "CSV header could not be parsed") from None
     if not header:
         raise ApiError(422, "invalid_csv", "empty CSV")
     names = [h.strip().lower() for h in header]

@@ -56,7 +56,7 @@ def _train(features: httpx.Client, release_id: str, epochs: int, label: str) -> 
     )
     last_epoch = -1
     while True:
-        t = _expect(features.get(f"/v1/trainings/{job['training_id']}"), 200)
+        t = _expect(features.get(f"/v1/trainings/{job['id']}"), 200)
         epoch = t["progress"]["epoch"]
         if epoch != last_epoch and t["history"]:
             h = t["history"][-1]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp.database import is_transient
+from labeldp.openapi import BEARER
 from labeldp.signing import secrets_of
 
 log = logging.getLogger("labeldp.http")
@@ -108,10 +110,22 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, not JSON): the same 422 as
+            # any other invalid body, so every route documents one status for bad input.
+            return error_response(
+                422,
+                "invalid_request",
+                "the body could not be parsed: send UTF-8 JSON",
+                [{"loc": ["body"], "type": "body_unparsable", "message": "not UTF-8 JSON"}],
+            )
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code
-        return error_response(exc.status_code, code, message)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(request, headers.get("Allow"))
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(sa_exc.DBAPIError)
     @app.exception_handler(sa_exc.TimeoutError)
@@ -130,6 +144,21 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, "internal_error", "internal error")
 
 
+def allowed_methods(request: Request, named: str | None) -> str:
+    """Every method the request's path has, for a 405's ``Allow``.
+
+    Starlette names only the methods of the first route that matched the path (``named``),
+    but a path often has a route per method (``GET`` and ``POST /v1/label-sets``): the
+    others come from the app's OpenAPI paths, whose templates match the path.
+    """
+    methods = {m.strip() for m in (named or "").split(",") if m.strip()}
+    path = request.scope.get("path", "")
+    for template, item in request.app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in item}
+    return ", ".join(sorted(methods))
+
+
 def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
     """A dependency that admits ``Authorization: Bearer <key>`` for any of the comma-separated keys.
 
@@ -139,7 +168,8 @@ def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
     """
     keys = [k.encode("utf-8") for k in secrets_of(expected_keys)]
 
-    def check(request: Request) -> None:
+    def check(request: Request, _documented: Annotated[Any, Security(BEARER)] = None) -> None:
+        # ``BEARER`` only puts the scheme in the OpenAPI contract; the header is read here.
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         offered = token.strip().encode("utf-8", "surrogateescape")

@@ -34,7 +34,7 @@ def test_regression_mechanism_through_rest(stack, real_label_set, feature_table,
         assert r.status_code == 202, r.text
         wait_for_status(labels, r.json()["id"], "delivered")
         got = features.get(f"/v1/releases/{r.json()['id']}").json()
-        assert got["mechanism"]["name"] == mechanism
+        assert got["mechanism"] == got["mechanism_spec"]["name"] == mechanism
         assert got["accounting"]["total_epsilon_micro"] == 2_000_000
         assert len(features.get(f"/v1/releases/{r.json()['id']}/labels").json()["ids"]) == 600
 
@@ -81,11 +81,11 @@ def test_categorical_label_set_release_and_classifier(stack, tmp_path):
             )
             assert r.status_code == 202, r.text
             wait_for_status(labels, r.json()["id"], "delivered")
-            assert features.get(f"/v1/releases/{r.json()['id']}").json()["mechanism"]["classes"] == classes
+            assert features.get(f"/v1/releases/{r.json()['id']}").json()["mechanism_spec"]["classes"] == classes
         t = features.post("/v1/trainings", json={"release_id": r.json()["id"], "epochs": 8, "batch_size": 128})
         assert t.status_code == 202, t.text
         deadline = time.monotonic() + 120
-        while (status := features.get(f"/v1/trainings/{t.json()['training_id']}").json())["status"] not in (
+        while (status := features.get(f"/v1/trainings/{t.json()['id']}").json())["status"] not in (
             "succeeded", "failed"
         ):
             assert time.monotonic() < deadline

@@ -57,8 +57,8 @@ def test_delivery_retries_until_features_party_is_back(tmp_path):
         with stack.features_client() as f:
             received = f.get(f"/v1/releases/{release_id}").json()
         # The receiver holds exactly the bytes stored with the charge.
-        assert received["body_sha256"] == delivered["message_sha256"]
+        assert received["message_sha256"] == delivered["message_sha256"]
         with sqlite3.connect(tmp_path / "labels.db") as db:
             (name,) = db.execute("select message_file from releases where id = ?", (release_id,)).fetchone()
         stored = (tmp_path / "labels-data" / "messages" / name).read_bytes()
-        assert hashlib.sha256(stored).hexdigest() == received["body_sha256"]
+        assert hashlib.sha256(stored).hexdigest() == received["message_sha256"]

@@ -39,17 +39,18 @@ def test_full_flow_release_train_predict(stack, data, feature_table):
         assert release["epsilon_micro"] == 2_000_000
 
         got = features.get(f"/v1/releases/{release['id']}").json()
-        assert got["body_sha256"] == release["message_sha256"]
+        assert got["message_sha256"] == release["message_sha256"]
         assert got["accounting"]["total_epsilon_micro"] == 2_000_000
-        assert got["mechanism"]["name"] == "rr_on_bins"
+        assert got["id"] == release["id"]
+        assert got["mechanism"] == got["mechanism_spec"]["name"] == "rr_on_bins"
         cols = features.get(f"/v1/releases/{release['id']}/labels").json()
         # Invariant 2: every id exactly once, in sorted order, whatever the upload order.
         assert cols["ids"] == sorted(train_ids)
-        assert set(cols["labels"]) <= set(got["mechanism"]["outputs"])
+        assert set(cols["labels"]) <= set(got["mechanism_spec"]["outputs"])
 
         t = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 2, "batch_size": 128})
         assert t.status_code == 202, t.text
-        training_id = t.json()["training_id"]
+        training_id = t.json()["id"]
         deadline = time.monotonic() + 120
         while True:
             status = features.get(f"/v1/trainings/{training_id}").json()

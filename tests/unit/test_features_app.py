@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 
 from features_party import store
 from features_party.app import create_app
+from labeldp import __version__
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
     SIGNATURE_HEADER,
@@ -148,7 +149,10 @@ def test_upload_infers_kinds_and_keeps_ids_as_strings(client: TestClient, settin
     response = upload(client, "clicks", SMALL_CSV, categorical="zip")
     assert response.status_code == 201
     body = response.json()
+    assert response.headers["location"] == "/v1/feature-tables/clicks"
+    assert body["id"].startswith("ft_") and datetime.fromisoformat(body.pop("created_at")).utcoffset() is not None
     assert body == {
+        "id": body["id"],
         "name": "clicks",
         "n_rows": 3,
         "id_column": "id",
@@ -158,7 +162,8 @@ def test_upload_infers_kinds_and_keeps_ids_as_strings(client: TestClient, settin
             {"name": "zip", "kind": "categorical"},
         ],
     }
-    assert client.get("/v1/feature-tables/clicks", headers=AUTH).json() == body
+    got = client.get("/v1/feature-tables/clicks", headers=AUTH).json()
+    assert got.pop("created_at") and got == body
     import pyarrow.parquet as pq
 
     (parquet,) = (settings.features_data_dir / "tables").glob("*.parquet")
@@ -210,7 +215,7 @@ def test_endpoints_need_the_bearer_key(client: TestClient, small_table: list[str
     assert client.get("/v1/feature-tables/clicks", headers=wrong).json()["code"] == "unauthorized"
     assert client.post("/v1/trainings", json={"release_id": "x"}).status_code == 401
     assert client.post("/v1/feature-tables?name=a", content=b"id\n1\n").status_code == 401
-    assert client.get("/healthz").json() == {"status": "ok", "device": "cpu"}
+    assert client.get("/healthz").json() == {"status": "ok", "service": "features", "version": __version__}
 
 
 def test_metrics_count_inbox_results(client: TestClient, small_table: list[str]) -> None:
@@ -233,19 +238,19 @@ def test_inbox_accepts_then_deduplicates(client: TestClient, small_table: list[s
     first = post_release(client, body)
     assert first.status_code == 201
     assert first.json()["status"] == "accepted"
-    assert len(first.json()["body_sha256"]) == 64
+    assert len(first.json()["message_sha256"]) == 64
 
     again = post_release(client, body)
     assert again.status_code == 200
-    assert again.json() == {"release_id": "rel-1", "status": "duplicate"}
+    assert again.json() == {"id": "rel-1", "status": "duplicate", "message_sha256": first.json()["message_sha256"]}
     assert release_count(client) == 1
 
     meta = client.get("/v1/releases/rel-1", headers=AUTH).json()
     assert meta["feature_table"] == "clicks"
-    assert meta["mechanism"]["name"] == "laplace"
+    assert meta["mechanism"] == meta["mechanism_spec"]["name"] == "laplace"
     assert meta["accounting"]["total_epsilon_micro"] == 1_000_000
     assert meta["row_count"] == 3
-    assert meta["body_sha256"] == first.json()["body_sha256"]
+    assert meta["message_sha256"] == first.json()["message_sha256"]
     assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json() == {"ids": small_table, "labels": labels}
     assert client.get("/v1/releases/nope", headers=AUTH).json()["code"] == "release_not_found"
 
@@ -321,8 +326,8 @@ def test_inbox_stores_a_release_before_any_table_and_a_training_binds_one(client
     )
     assert bound.status_code == 202, bound.text
     with client.app.state.ctx.sessions() as session:
-        assert session.get(store.Training, bound.json()["training_id"]).feature_table == "clicks"
-    assert wait_for_training(client, bound.json()["training_id"])["status"] == "succeeded"
+        assert session.get(store.Training, bound.json()["id"]).feature_table == "clicks"
+    assert wait_for_training(client, bound.json()["id"])["status"] == "succeeded"
 
 
 def test_a_release_with_ids_the_table_lacks_is_stored_and_refused_at_training(
@@ -364,7 +369,7 @@ def trained(client: TestClient) -> dict:
         headers=AUTH,
     )
     assert response.status_code == 202
-    training_id = response.json()["training_id"]
+    training_id = response.json()["id"]
     assert response.json()["status"] == "queued"
     assert response.headers["location"] == f"/v1/trainings/{training_id}"
     progress = client.get(f"/v1/trainings/{training_id}", headers=AUTH).json()
@@ -459,7 +464,7 @@ def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> No
     }
     response = client.post("/v1/trainings", json={"release_id": "rel-1", **options}, headers=AUTH)
     assert response.status_code == 202
-    training = wait_for_training(client, response.json()["training_id"])
+    training = wait_for_training(client, response.json()["id"])
     assert training["status"] == "succeeded", training["error"]
     assert all("selection_loss" in h for h in training["history"])
     card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
@@ -489,7 +494,7 @@ def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> No
         },
         headers=AUTH,
     )
-    done = wait_for_training(client, fixed.json()["training_id"])
+    done = wait_for_training(client, fixed.json()["id"])
     card = client.get(f"/v1/models/{done['model_id']}", headers=AUTH).json()
     assert card["learning"]["debias"] == "targets" and card["learning"]["selected_shrinkage"] == 0.5
     assert card["learning"]["selected_epoch"] == 1 and card["training"]["optimizer"] == "adam"
@@ -515,9 +520,9 @@ def test_learning_options_are_validated(client: TestClient, small_table: list[st
     plain = client.post("/v1/trainings", json=body, headers=AUTH)
     assert plain.status_code == 202
     with client.app.state.ctx.sessions() as session:
-        config = session.get(store.Training, plain.json()["training_id"]).config
+        config = session.get(store.Training, plain.json()["id"]).config
     assert (config["debias"], config["select_epoch"]) == ("none", False)
-    assert wait_for_training(client, plain.json()["training_id"])["status"] == "succeeded"
+    assert wait_for_training(client, plain.json()["id"])["status"] == "succeeded"
 
 
 def test_running_trainings_are_marked_interrupted_on_startup(settings: Settings) -> None:

@@ -313,7 +313,7 @@ def test_categorical_release_trains_a_classifier_end_to_end(
         headers=AUTH,
     )
     assert response.status_code == 202
-    training = wait_for(client, response.json()["training_id"])
+    training = wait_for(client, response.json()["id"])
     assert training["status"] == "succeeded", training["error"]
     last = training["history"][-1]
     assert {"train_loss", "val_loss", "train_accuracy", "val_accuracy"} <= set(last)
@@ -363,7 +363,7 @@ def test_learning_options_are_refused_for_categorical_releases(client: TestClien
         response = client.post("/v1/trainings", json={"release_id": "rel-cat", **option}, headers=AUTH)
         assert response.status_code == 422 and response.json()["code"] == "learning_unavailable", option
     response = client.post("/v1/trainings", json={"release_id": "rel-cat", "epochs": 1, "seed": 0}, headers=AUTH)
-    training = wait_for(client, response.json()["training_id"])
+    training = wait_for(client, response.json()["id"])
     card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
     assert card["learning"] is None and card["training"]["optimizer"] == "adam"
 
@@ -374,6 +374,6 @@ def test_out_of_range_class_labels_fail_the_training_without_values(client: Test
     spec = rr_spec(2.0)
     store_categorical_release(client.app.state.ctx.sessions, "rel-oob", animals["ids"], labels, spec)
     response = client.post("/v1/trainings", json={"release_id": "rel-oob", "epochs": 1}, headers=AUTH)
-    training = wait_for(client, response.json()["training_id"])
+    training = wait_for(client, response.json()["id"])
     assert training["status"] == "failed" and training["model_id"] is None
     assert training["error"].startswith("invalid_class_labels") and "3.0" not in training["error"]

@@ -98,10 +98,10 @@ def test_concurrent_duplicates_create_one_training(client: TestClient, release: 
     assert count(client, store.Training) == 1
     created = [r for r in answers if r.status_code == 202 and "idempotent-replay" not in r.headers]
     assert len(created) == 1
-    training_id = created[0].json()["training_id"]
+    training_id = created[0].json()["id"]
     for r in answers:
         if r.status_code == 202:
-            assert r.json()["training_id"] == training_id
+            assert r.json()["id"] == training_id
         else:
             assert r.status_code == 409 and r.json()["code"] == "idempotency_in_progress", r.text
 

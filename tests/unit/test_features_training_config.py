@@ -43,7 +43,7 @@ def test_post_trainings_with_no_options_runs_the_benchmarks_default_recipe(tmp_p
         response = client.post("/v1/trainings", json={"release_id": "rel-1"}, headers=AUTH)
         assert response.status_code == 202, response.text
         with client.app.state.ctx.sessions() as session:
-            stored = dict(session.get(store.Training, response.json()["training_id"]).config)
+            stored = dict(session.get(store.Training, response.json()["id"]).config)
 
     learning = LearningConfig(stored.pop("debias"), stored.pop("shrinkage"), stored.pop("select_epoch"))
     assert stored.pop("forward_correction") is False

@@ -1,0 +1,161 @@
+"""Typed bodies of the features party's successful answers, for its OpenAPI contract.
+
+As on the labels party (labels_party/responses.py): the domain modules build the bodies;
+these models say what a client receives and forbid unknown fields, so schemathesis and
+``tests/contract`` catch a body that drifts from its contract (README "REST API", naming).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Timestamp = str
+"""ISO-8601 with a UTC offset."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Health(_Body):
+    status: Literal["ok"]
+    service: Literal["features"]
+    version: str = Field(description="the labeldp package version (also the contract's info.version)")
+
+
+class Column(_Body):
+    name: str
+    kind: Literal["numeric", "categorical"]
+
+
+class FeatureTable(_Body):
+    id: str = Field(description="`ft_…`")
+    name: str = Field(description="the table's key in URLs and in trainings")
+    n_rows: int
+    id_column: str
+    columns: list[Column] = Field(description="the features (the id column excluded)")
+    created_at: Timestamp | None
+
+
+class InboxReceipt(_Body):
+    id: str = Field(description="the release id (`rel_…`), the same as on the labels party")
+    status: Literal["accepted", "duplicate"]
+    message_sha256: str
+
+
+class ReceivedRelease(_Body):
+    id: str
+    label_set_id: str
+    feature_table: str | None = Field(description="the sender's hint; a training binds the table")
+    mechanism: str
+    mechanism_spec: dict[str, Any] = Field(description="the mechanism's public parameters as the message carries them")
+    prior: dict[str, Any] | None
+    accounting: dict[str, Any]
+    row_count: int
+    created_at: Timestamp | None = Field(description="when the labels party wrote the message")
+    received_at: Timestamp | None
+    message_sha256: str
+
+
+class ReleaseLabels(_Body):
+    ids: list[str] = Field(description="every id of the release once, sorted")
+    labels: list[float | str] = Field(description="the privatized label of each id")
+
+
+class TrainingQueued(_Body):
+    id: str = Field(description="`trn_…`")
+    status: Literal["queued"]
+
+
+class Progress(_Body):
+    epoch: int
+    epochs: int
+    fraction: float
+
+
+class Training(_Body):
+    id: str = Field(description="`trn_…`")
+    status: Literal["queued", "running", "succeeded", "failed"]
+    release_id: str
+    feature_table: str
+    progress: Progress
+    history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
+    model_id: str | None = Field(description="`mdl_…` once succeeded")
+    device: str | None
+    error: str | None
+    created_at: Timestamp | None
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+
+
+class ModelCard(_Body):
+    task: Literal["regression", "classification"]
+    classes: list[str] | None
+    id: str = Field(description="`mdl_…`")
+    training_id: str
+    release_id: str
+    label_set_id: str
+    feature_table: str
+    mechanism: str
+    mechanism_spec: dict[str, Any]
+    epsilon: float
+    accounting: dict[str, Any]
+    n_train: int
+    n_validation: int
+    metrics: dict[str, Any]
+    metrics_note: str
+    device: str
+    epochs: int
+    created_at: Timestamp | None
+    architecture: str
+    training: dict[str, Any] | None
+    learning: dict[str, Any] | None
+
+
+class Predictions(_Body):
+    predictions: list[float | str] = Field(description="one per requested id or row, in order")
+    probabilities: list[list[float]] | None = Field(None, description="classifiers: per class, in `classes` order")
+    classes: list[str] | None = Field(None, description="classifiers")
+
+
+# --------------------------------------------------------------------------- examples
+
+TS = "2026-11-24T13:55:39.123456+00:00"
+REL = "rel_9f8e7d6c5b4a49382716a5b4c3d2e1f0"
+TRN = "trn_7c6b5a4f3e2d41c0b9a8f7e6d5c4b3a2"
+MDL = "mdl_1a2b3c4d5e6f47089a1b2c3d4e5f6a7b"
+SHA = "3b1f5e0c9a7d4e2f8b6a1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f"
+SPEC = {"name": "laplace", "epsilon": 1.0, "domain": {"low": 0.0, "high": 10.0}, "step": 0.001, "scale": 10.0}
+ACCOUNTING = {"adjacency": "replace-one-label", "composition": "basic",
+              "parts": [{"name": "randomizer", "epsilon_micro": 1_000_000}], "total_epsilon_micro": 1_000_000,
+              "delta": 0.0}
+
+EXAMPLE_TABLE = {
+    "id": "ft_84a29ff790ea4943b002d959b8f2d3b6", "name": "clicks", "n_rows": 3, "id_column": "id",
+    "columns": [{"name": "age", "kind": "numeric"}, {"name": "city", "kind": "categorical"}], "created_at": TS,
+}
+EXAMPLE_RECEIPT = {"id": REL, "status": "accepted", "message_sha256": SHA}
+EXAMPLE_RELEASE = {
+    "id": REL, "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks",
+    "mechanism": "laplace", "mechanism_spec": SPEC, "prior": None, "accounting": ACCOUNTING, "row_count": 3,
+    "created_at": TS, "received_at": TS, "message_sha256": SHA,
+}
+EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
+EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}
+EXAMPLE_TRAINING = {
+    "id": TRN, "status": "succeeded", "release_id": REL, "feature_table": "clicks",
+    "progress": {"epoch": 2, "epochs": 2, "fraction": 1.0},
+    "history": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}, {"epoch": 2, "train_loss": 3.9, "val_loss": 4.2}],
+    "model_id": MDL, "device": "cpu", "error": None, "created_at": TS, "started_at": TS, "finished_at": TS,
+}
+EXAMPLE_MODEL = {
+    "task": "regression", "classes": None, "id": MDL, "training_id": TRN, "release_id": REL,
+    "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks", "mechanism": "laplace",
+    "mechanism_spec": SPEC, "epsilon": 1.0, "accounting": ACCOUNTING, "n_train": 900, "n_validation": 100,
+    "metrics": {"train_loss": 3.9, "val_loss": 4.2}, "metrics_note": "MSE against privatized labels",
+    "device": "cpu", "epochs": 2, "created_at": TS, "architecture": "MLP(2 → 64 → 1)",
+    "training": {"epochs": 2, "batch_size": 256}, "learning": None,
+}
+EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}

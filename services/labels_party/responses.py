@@ -1,0 +1,184 @@
+"""Typed bodies of the labels party's successful answers, for its OpenAPI contract.
+
+The domain modules build these bodies as dicts (they are stored verbatim for Idempotency-Key
+replays); these models say what a client receives. They forbid unknown fields, so a field
+added to a body without its model is a schema violation that schemathesis and
+``tests/contract`` report (README "REST API", naming).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Timestamp = str
+"""ISO-8601 with a UTC offset, e.g. ``2026-11-24T13:55:39.123456+00:00``."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Health(_Body):
+    status: Literal["ok"]
+    service: Literal["labels"]
+    version: str = Field(description="the labeldp package version (also the contract's info.version)")
+
+
+class BudgetPerId(_Body):
+    epsilon: float
+    epsilon_micro: int
+    delta: float
+
+
+class PrivacyDomain(_Body):
+    id: str = Field(description="`pd_…`")
+    name: str
+    budget_per_id: BudgetPerId
+    ids: int = Field(description="ids the domain's ledger holds")
+    max_spent_epsilon: float = Field(description="the most any one id has spent")
+    ids_exhausted: int = Field(description="ids with no ε left")
+    ledger_version: int
+    created_at: Timestamp | None
+
+
+class Domain(_Body):
+    low: float
+    high: float
+
+
+class Counts(_Body):
+    ids: int
+    labeled: int
+    missing: int
+
+
+class Budget(_Body):
+    total_epsilon: float
+    spent_epsilon: float
+    remaining_epsilon: float = Field(description="the least any of its ids has left, and its own cap")
+    total_micro: int
+    spent_micro: int
+    remaining_micro: int
+    remaining_delta: float
+    privacy_domain: str
+    per_id_epsilon: float
+
+
+class ReleaseSummary(_Body):
+    id: str = Field(description="`rel_…`")
+    status: str
+    mechanism: str
+    epsilon: float
+
+
+class LabelSet(_Body):
+    id: str = Field(description="`ls_…`")
+    name: str
+    label_type: Literal["real", "integer", "categorical"]
+    domain: Domain | None = Field(description="label range (real and integer sets)")
+    classes: list[str] | None = Field(description="class names (categorical sets)")
+    privacy_domain: str = Field(description="name of its privacy domain")
+    privacy_domain_id: str
+    counts: Counts
+    ids_ready: bool = Field(description="false until the ids are uploaded")
+    labels_deleted: bool
+    budget: Budget
+    releases: list[ReleaseSummary]
+    created_at: Timestamp | None
+
+
+class LabelSetItem(_Body):
+    id: str
+    name: str
+    label_type: Literal["real", "integer", "categorical"]
+    privacy_domain: str
+    privacy_domain_id: str
+    counts: Counts
+    labels_deleted: bool
+    spent_epsilon: float
+    created_at: Timestamp | None
+
+
+class LabelSetPage(_Body):
+    items: list[LabelSetItem]
+    next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
+
+
+class LabelsUploaded(_Body):
+    label_set_id: str
+    validate_only: bool
+    accepted_rows: int
+    labeled: int
+    missing: int
+
+
+class Release(_Body):
+    id: str = Field(description="`rel_…`: the same id on the features party")
+    label_set_id: str
+    status: Literal["pending", "delivered", "rejected"]
+    mechanism: str = Field(description="the mechanism that ran (what `auto` resolved to)")
+    epsilon: float
+    epsilon_micro: int
+    delta: float
+    accounting: dict[str, Any] = Field(description="how ε was spent (parts, total), as in the message")
+    prior_source: str | None
+    feature_table: str | None
+    row_count: int
+    message_sha256: str
+    message_bytes: int
+    attempts: int
+    last_error: str | None
+    created_at: Timestamp | None
+    delivered_at: Timestamp | None
+
+
+class ReleasePage(_Body):
+    items: list[Release]
+    next_cursor: str | None
+
+
+# --------------------------------------------------------------------------- examples
+
+TS = "2026-11-24T13:55:39.123456+00:00"
+PD = "pd_5f0c1d2e3a4b4c5d8e9f001122334455"
+LS = "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9"
+REL = "rel_9f8e7d6c5b4a49382716a5b4c3d2e1f0"
+
+EXAMPLE_DOMAIN = {
+    "id": PD, "name": "conversions", "budget_per_id": {"epsilon": 10.0, "epsilon_micro": 10_000_000, "delta": 1e-6},
+    "ids": 1000, "max_spent_epsilon": 1.0, "ids_exhausted": 0, "ledger_version": 1, "created_at": TS,
+}
+EXAMPLE_LABEL_SET = {
+    "id": LS, "name": "spend", "label_type": "real", "domain": {"low": 0.0, "high": 10.0}, "classes": None,
+    "privacy_domain": "conversions", "privacy_domain_id": PD,
+    "counts": {"ids": 1000, "labeled": 1000, "missing": 0}, "ids_ready": True, "labels_deleted": False,
+    "budget": {
+        "total_epsilon": 10.0, "spent_epsilon": 1.0, "remaining_epsilon": 9.0, "total_micro": 10_000_000,
+        "spent_micro": 1_000_000, "remaining_micro": 9_000_000, "remaining_delta": 1e-6,
+        "privacy_domain": "conversions", "per_id_epsilon": 10.0,
+    },
+    "releases": [{"id": REL, "status": "delivered", "mechanism": "laplace", "epsilon": 1.0}],
+    "created_at": TS,
+}
+EXAMPLE_LABEL_SET_PAGE = {
+    "items": [{
+        "id": LS, "name": "spend", "label_type": "real", "privacy_domain": "conversions", "privacy_domain_id": PD,
+        "counts": {"ids": 1000, "labeled": 1000, "missing": 0}, "labels_deleted": False, "spent_epsilon": 1.0,
+        "created_at": TS,
+    }],
+    "next_cursor": None,
+}
+EXAMPLE_UPLOADED = {"label_set_id": LS, "validate_only": False, "accepted_rows": 1000, "labeled": 1000, "missing": 0}
+EXAMPLE_RELEASE = {
+    "id": REL, "label_set_id": LS, "status": "pending", "mechanism": "laplace", "epsilon": 1.0,
+    "epsilon_micro": 1_000_000, "delta": 0.0,
+    "accounting": {"adjacency": "replace-one-label", "composition": "basic",
+                   "parts": [{"name": "randomizer", "epsilon_micro": 1_000_000}], "total_epsilon_micro": 1_000_000,
+                   "delta": 0.0},
+    "prior_source": None, "feature_table": "clicks", "row_count": 1000,
+    "message_sha256": "3b1f5e0c9a7d4e2f8b6a1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f", "message_bytes": 24576,
+    "attempts": 0, "last_error": None, "created_at": TS, "delivered_at": None,
+}
+EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}

@@ -1,0 +1,60 @@
+"""Both services' apps in-process, each on its own fresh SQLite database and data folder.
+
+The contract tests read each app's OpenAPI document and call its routes through the
+ASGI interface: the same app object uvicorn serves, without a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from labeldp.settings import Settings
+
+LABELS_KEY = "contract-labels-key-0123456789"
+FEATURES_KEY = "contract-features-key-0123456789"
+EXCHANGE_SECRET = "contract-exchange-secret-0123456789"
+LABELS_AUTH = {"Authorization": f"Bearer {LABELS_KEY}"}
+FEATURES_AUTH = {"Authorization": f"Bearer {FEATURES_KEY}"}
+
+
+def contract_settings(tmp_path: Path) -> Settings:
+    return Settings(
+        labels_database_url=f"sqlite:///{tmp_path / 'labels.db'}",
+        labels_data_dir=tmp_path / "labels-data",
+        labels_api_key=LABELS_KEY,
+        features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
+        features_data_dir=tmp_path / "features-data",
+        features_api_key=FEATURES_KEY,
+        exchange_secret=EXCHANGE_SECRET,
+        device="cpu",
+        training_threads=1,
+    )
+
+
+def labels_app(tmp_path: Path) -> FastAPI:
+    from labels_party.app import create_app
+
+    return create_app(contract_settings(tmp_path))
+
+
+def features_app(tmp_path: Path) -> FastAPI:
+    from features_party.app import create_app
+
+    return create_app(contract_settings(tmp_path))
+
+
+@pytest.fixture
+def labels(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(labels_app(tmp_path)) as client:
+        yield client
+
+
+@pytest.fixture
+def features(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(features_app(tmp_path)) as client:
+        yield client

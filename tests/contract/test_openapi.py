@@ -1,0 +1,179 @@
+"""Both services' OpenAPI contracts are worth generating a client from (issue 10, item 3).
+
+For every operation of both apps: tags, summary, description, the security scheme that
+really guards it, a typed body and an example for every 2xx, the real error envelope with
+an example on every error status, a documented request body with examples for every upload
+type, and no trace of FastAPI's default 422 schema. Also: 405s carry ``Allow``, the docs pages
+load nothing from a CDN, and real bodies of every resource validate against their models.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from tests.contract.conftest import features_app, labels_app
+from tests.contract.flow import run_flow
+
+from labeldp import __version__
+
+UPLOAD_TYPES = {"text/csv", "application/json", "application/vnd.apache.parquet", "application/vnd.apache.arrow.stream"}
+PUBLIC = {("get", "/healthz")}
+SIGNED = {("post", "/v1/releases")}  # the features party's inbox
+
+
+@pytest.fixture(scope="module", params=["labels", "features"])
+def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    make = labels_app if request.param == "labels" else features_app
+    return make(tmp_path_factory.mktemp(request.param))
+
+
+def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(m, p, op) for p, item in spec["paths"].items() for m, op in item.items()]
+
+
+def _resolve(spec: dict[str, Any], ref: str) -> dict[str, Any]:
+    node: Any = spec
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> None:
+    spec = app.openapi()
+    assert spec["info"]["version"] == __version__ and spec["info"]["description"]
+    declared_tags = {t["name"] for t in spec["tags"]}
+    assert "HTTPValidationError" not in json.dumps(spec)  # FastAPI's default 422 body is not what we send
+    ops = _operations(spec)
+    assert len(ops) >= 10
+    for method, path, op in ops:
+        where = f"{method.upper()} {path}"
+        assert op.get("summary") and op.get("description"), where
+        assert op.get("tags") and set(op["tags"]) <= declared_tags, where
+        schemes = {name for requirement in op.get("security", []) for name in requirement}
+        if (method, path) in PUBLIC:
+            assert not schemes, where
+        elif (method, path) in SIGNED and spec["info"]["title"].endswith("features party"):
+            assert schemes == {"exchange_signature"}, where
+        else:
+            assert schemes == {"bearer"}, where
+            bearer = spec["components"]["securitySchemes"]["bearer"]
+            assert (bearer["type"], bearer["scheme"]) == ("http", "bearer"), where
+        statuses = op["responses"]
+        assert any(s.startswith("2") for s in statuses), where
+        for status, response in statuses.items():
+            content = response.get("content", {}).get("application/json")
+            assert content is not None, f"{where} {status}: no JSON body documented"
+            assert "example" in content, f"{where} {status}: no example"
+            ref = content["schema"].get("$ref")
+            assert ref, f"{where} {status}: untyped body"
+            if status.startswith("2"):
+                model = _resolve(spec, ref)
+                assert model.get("additionalProperties") is False, f"{where} {status}: {ref} admits any field"
+            else:
+                assert ref.endswith("/ErrorBody"), f"{where} {status}: not the error envelope"
+                assert set(content["example"]) == {"code", "message", "details"}, where
+        errors = {s for s in statuses if not s.startswith("2")}
+        if (method, path) not in PUBLIC:
+            assert "401" in errors, where
+            assert "503" in errors, where  # every guarded route reads the database
+        if "{" in path:
+            assert "404" in errors, where
+        if method == "post" and not path.endswith("/redeliver"):  # a redelivery has no body
+            body = op.get("requestBody")
+            assert body and body.get("content"), where
+            assert {"413", "422"} <= errors, where
+            for kind, media in body["content"].items():
+                binary = media["schema"].get("format") == "binary"
+                assert binary or "example" in media, f"{where}: {kind} body without an example"
+            if set(body["content"]) - {"application/json"}:
+                assert "415" in errors, where
+
+
+def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: FastAPI) -> None:
+    spec = app.openapi()
+    ids = [op["operationId"] for _, _, op in _operations(spec)]
+    assert len(ids) == len(set(ids)) and all(re.fullmatch(r"[a-z][a-z_]*", i) for i in ids), ids
+    links = [
+        (op["operationId"], link)
+        for _, _, op in _operations(spec)
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    ]
+    assert links, "no links: schemathesis's stateful phase would have nothing to follow"
+    params_of = {
+        op["operationId"]: {p["name"] for p in op.get("parameters", [])} for _, _, op in _operations(spec)
+    }
+    for source, link in links:
+        assert link["operationId"] in params_of, (source, link)
+        assert set(link["parameters"]) <= params_of[link["operationId"]], (source, link)
+
+
+def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
+    spec = app.openapi()
+    paths = spec["paths"]
+    if spec["info"]["title"].endswith("labels party"):
+        for path in ("/v1/label-sets/{label_set_id}/ids", "/v1/label-sets/{label_set_id}/labels"):
+            assert set(paths[path]["post"]["requestBody"]["content"]) == UPLOAD_TYPES, path
+    else:
+        assert "text/csv" in paths["/v1/feature-tables"]["post"]["requestBody"]["content"]
+        inbox = paths["/v1/releases"]["post"]
+        assert set(inbox["responses"]) >= {"200", "201", "401", "409", "413", "422", "503"}
+
+
+def test_a_405_says_which_methods_the_path_has(app: FastAPI) -> None:
+    spec = app.openapi()
+    with TestClient(app) as client:
+        for path, item in spec["paths"].items():
+            concrete = re.sub(r"\{[^}]+\}", "x", path)
+            allowed = {m.upper() for m in item}
+            wrong = next(m for m in ("PUT", "PATCH", "DELETE", "POST") if m not in allowed)
+            r = client.request(wrong, concrete)
+            assert r.status_code == 405, (wrong, path)
+            assert set(r.headers["allow"].replace(" ", "").split(",")) >= allowed, (path, r.headers["allow"])
+            assert r.json() == {"code": "method_not_allowed", "message": "Method Not Allowed", "details": []}
+
+
+def test_docs_pages_load_their_assets_from_the_service(app: FastAPI) -> None:
+    with TestClient(app) as client:
+        for page in ("/docs", "/redoc"):
+            html = client.get(page)
+            assert html.status_code == 200
+            urls = re.findall(r"""(?:src|href|url)\s*[:=]\s*['"]([^'"]+)['"]""", html.text)
+            assert urls, page
+            for url in urls:
+                assert not re.match(r"(https?:)?//", url), f"{page} loads {url} from elsewhere"
+                if not url.endswith(".json"):
+                    assert client.get(url).status_code == 200, url
+
+
+def test_real_bodies_of_every_resource_match_their_models(tmp_path: Path) -> None:
+    from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
+
+    from features_party import responses as fr
+    from labels_party import responses as lr
+
+    with TestClient(labels_app(tmp_path / "l")) as labels, TestClient(features_app(tmp_path / "f")) as features:
+        flow = run_flow(labels, features)
+        lr.PrivacyDomain.model_validate(flow.privacy_domain)
+        lr.LabelSet.model_validate(flow.label_set)
+        lr.Release.model_validate(flow.release)
+        lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
+        lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
+        lr.Health.model_validate(labels.get("/healthz").json())
+        fr.FeatureTable.model_validate(flow.feature_table)
+        fr.ReceivedRelease.model_validate(flow.received)
+        columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
+        fr.ReleaseLabels.model_validate(columns.json())
+        fr.Training.model_validate(flow.training)
+        fr.ModelCard.model_validate(flow.model)
+        fr.Health.model_validate(features.get("/healthz").json())
+        predicted = features.post(
+            f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
+        )
+        fr.Predictions.model_validate(predicted.json())
