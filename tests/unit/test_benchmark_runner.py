@@ -277,6 +277,7 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
     plans = utility.default_plans(housing=csv, quick=False)
     assert set(plans) == {
         "california_housing",
+        "california_housing_paper",
         "simulated_linear",
         "simulated_nonlinear",
         "criteo_like",
