@@ -237,6 +237,18 @@ def _own_data(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
     return plan, data
 
 
+def _learners(task: str, names: list[str] | None) -> list[Any]:
+    """The runner's learners for ``--learners``, plus ``paper`` (Liu & Huang's network on unscaled
+    features, ``benchmarks/paper_learner.py``) when named."""
+    from labeldp.benchmarks import utility
+    from labeldp.benchmarks.paper_learner import PAPER, RawFeatureMLP
+
+    if task != "regression" or not names or PAPER not in names:
+        return list(utility.learners_for(task, names))
+    rest = [n for n in names if n != PAPER]
+    return (list(utility.learners_for(task, rest)) if rest else []) + [RawFeatureMLP()]
+
+
 def _bench_utility(args: argparse.Namespace) -> int:
     """The privacy–utility protocol (docs/architecture.md, "Benchmark protocol") over the requested data sets."""
     import shlex
@@ -300,7 +312,7 @@ def _bench_utility(args: argparse.Namespace) -> int:
             trials=trials,
             epsilons=eps,
             mechanisms=args.mechanisms,
-            learners=utility.learners_for(plan.task, learner_names),
+            learners=_learners(plan.task, learner_names),
             cache_dir=args.cache,
             device=device,
             threads=args.threads,
@@ -462,7 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
     util.add_argument("--epochs", type=int, help="training epochs (default: each data set's paper recipe)")
     util.add_argument("--learners", type=_names,
                       help="comma-separated regression learners: plain, private, oracle (default all three where the "
-                      "features party has fit_private_regressor); classification always uses plain")
+                      "features party has fit_private_regressor), and paper (Liu & Huang's network on unscaled "
+                      "features, a yardstick); classification always uses plain")
     util.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder (default bench/results)")
     util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
     util.add_argument("--quick", action="store_true",

@@ -685,3 +685,40 @@ def test_the_plot_labels_clips_marks_the_paper_and_shares_one_legend():
         assert legend_axis.get_legend() is not None and not legend_axis.axison
     finally:
         plt.close(fig)
+
+
+def test_the_paper_learner_trains_on_unscaled_features_through_the_runner(tmp_path):
+    from labeldp.benchmarks.paper_learner import PAPER, RawFeatureMLP
+    from labeldp.cli import _learners
+
+    assert [lr.name for lr in _learners("regression", ["plain", "paper"])] == ["plain", PAPER]
+    assert [lr.name for lr in _learners("regression", ["paper"])] == [PAPER]
+    assert [lr.name for lr in _learners("regression", None)] == ["plain", "private"]  # private carries oracle
+    learner = RawFeatureMLP()
+    result = utility.run_utility(
+        _plan(),
+        trials=1,
+        epsilons=[2.0, math.inf],
+        mechanisms=["laplace"],
+        learners=[PlainRegressor(), learner],
+        cache_dir=tmp_path / "cache",
+        device="cpu",
+        threads=1,
+        progress=None,
+    )
+    for eps in (2.0, math.inf):
+        paper, plain = (result.values("laplace", eps, "test_mse", lr) for lr in (PAPER, "plain"))
+        assert paper.size == 1 and np.isfinite(paper).all() and paper[0] != plain[0]
+    text = report.write_markdown(result, tmp_path / "u.md").read_text()
+    assert "Test MSE — learner `paper`" in text and "unscaled" in text
+
+    # Same seed, same predictions; a text feature or a cosine schedule is refused, not silently changed.
+    data = ds.simulated("linear", 120, 2)
+    features = data.table.drop(["id"])
+    config = utility.training_config(TINY_RECIPE, seed=5, device="cpu", threads=1)
+    job = utility.FitJob(features, data.labels, None, config, features)
+    np.testing.assert_array_equal(learner.fit_predict(job)[PAPER], learner.fit_predict(job)[PAPER])
+    with pytest.raises(ValueError, match="numeric features only"):
+        learner.fit_predict(dataclasses.replace(job, train_table=features.append_column("c", data.table["id"])))
+    with pytest.raises(ValueError, match="cosine"):
+        learner.fit_predict(dataclasses.replace(job, config=config.replace(schedule="cosine")))

@@ -343,6 +343,12 @@ def _describe_learner(name: str, info: dict[str, Any]) -> str:
         return f"`fit_private_regressor`, the default `LearningConfig` ({learning}); {held}, scored privately"
     if kind == "fit_classifier":
         return "`fit_classifier` on the privatized classes as they are, last epoch"
+    if kind == "raw_feature_mlp":
+        return (
+            "Liu & Huang's learner (`benchmarks/paper_learner.py`): the same 3-layer ReLU network on the features "
+            "and privatized labels as they are, unscaled (\"we use the data directly\"), every training row, "
+            "last epoch — a yardstick for their absolute numbers, not a features-party learner"
+        )
     if not info and name in _LEARNERS_BY_NAME:  # summaries written before learners were recorded
         return _LEARNERS_BY_NAME[name] + " (its settings were not recorded in this summary)"
     return str(info or name)
