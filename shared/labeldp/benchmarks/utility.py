@@ -339,6 +339,15 @@ def default_plans(
             recipe(LIU_HUANG_TRAINING, 10),
             reference="liu_huang_housing",
         )
+        plans["california_housing_paper"] = DatasetPlan(
+            "california_housing_paper",
+            partial(ds.california_housing, path, statlib_only=True),
+            {**plans["california_housing"].params, "loader": "california_housing_paper"},
+            recipe(LIU_HUANG_TRAINING, 10),
+            reference="liu_huang_housing",
+            note="Liu & Huang's features (their Table 3, no `ocean_proximity`) and training, to compare absolute "
+            "numbers with their Table 4 like for like",
+        )
     for kind in ("linear", "nonlinear"):
         plans[f"simulated_{kind}"] = DatasetPlan(
             f"simulated_{kind}",
