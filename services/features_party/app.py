@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,12 +29,14 @@ from features_party import feature_tables, inbox, jobs, models, responses, store
 from features_party.device import resolve_device
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.metrics import mount_metrics
 from labeldp.migrations import SERVICES
 from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
+from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -329,7 +331,17 @@ def _api_router(ctx: AppContext) -> APIRouter:
         # The body as sent (unset fields left out): which learning options were explicit matters.
         fingerprint = request_fingerprint(scope, body.model_dump_json(exclude_unset=True))
         response = ctx.idempotency.execute(
-            scope, key, fingerprint, lambda claim: jobs.create_training(ctx.sessions, ctx.data_dir, body, claim)
+            scope,
+            key,
+            fingerprint,
+            lambda claim: jobs.create_training(
+                ctx.sessions,
+                ctx.data_dir,
+                body,
+                claim,
+                queue_max=ctx.settings.training_queue_max,
+                retry_after=ctx.runner.board.retry_after_seconds,
+            ),
         )
         if not response.replayed:
             ctx.trainings.labels(status=jobs.QUEUED).inc()
@@ -348,7 +360,7 @@ def _api_router(ctx: AppContext) -> APIRouter:
     )
     def get_training(training_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
-            return jobs.describe_training(jobs.get_training(session, training_id))
+            return jobs.training_status(session, jobs.get_training(session, training_id), ctx.runner.board)
 
     @router.get(
         "/models/{model_id}",
@@ -384,4 +396,60 @@ def _api_router(ctx: AppContext) -> APIRouter:
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:
         return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
 
+    _management_routes(router, ctx)
     return router
+
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="items per page")]
+Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")]
+
+
+def _management_routes(router: APIRouter, ctx: AppContext) -> None:
+    """Lists (labeldp.pagination), cancel and the training event stream (docs/architecture.md,
+    "Progress and events")."""
+
+    @router.get("/feature-tables")
+    def list_feature_tables(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
+        with ctx.sessions() as session:
+            return feature_tables.list_feature_tables(session, limit, cursor)
+
+    @router.get("/releases")
+    def list_releases(
+        label_set_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    ) -> dict[str, Any]:
+        with ctx.sessions() as session:
+            return inbox.list_releases(session, limit, cursor, label_set_id)
+
+    @router.get("/trainings")
+    def list_trainings(
+        status: str | None = Query(None, max_length=16),
+        release_id: str | None = Query(None, max_length=256),
+        limit: Limit = DEFAULT_LIMIT,
+        cursor: Cursor = None,
+    ) -> dict[str, Any]:
+        with ctx.sessions() as session:
+            return jobs.list_trainings(session, limit, cursor, status, release_id)
+
+    @router.get("/models")
+    def list_models(
+        release_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    ) -> dict[str, Any]:
+        with ctx.sessions() as session:
+            return models.list_models(session, limit, cursor, release_id)
+
+    @router.post("/trainings/{training_id}/cancel")
+    def cancel_training(training_id: str) -> JSONResponse:
+        status_code, body = jobs.cancel_training(ctx.sessions, ctx.runner.board, training_id)
+        return JSONResponse(body, status_code=status_code)
+
+    @router.get("/trainings/{training_id}/events")
+    async def training_events(training_id: str, request: Request) -> StreamingResponse:
+        def poll() -> Any:
+            return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
+
+        await run_in_threadpool(poll)  # 404 before the stream starts
+        return StreamingResponse(
+            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set),
+            media_type=EVENT_STREAM,
+            headers=STREAM_HEADERS,
+        )

@@ -1,8 +1,13 @@
-"""Training jobs: queue, run in the background, record progress, leave a model.
+"""Training jobs: queue, run in the background, record progress, leave a model, or be cancelled.
 
 One worker thread per app trains one model at a time (a GPU or the CPU cores are
-the bottleneck, not concurrency). Progress is written to the database after every
-epoch so ``GET /v1/trainings/{id}`` shows it while the job runs. Error messages
+the bottleneck, not concurrency). The queue is bounded (``LABELDP_TRAINING_QUEUE_MAX``
+queued trainings; more get 429 ``training_queue_full`` and create nothing). Progress is
+written to the database after every epoch and kept per batch in memory
+(:mod:`features_party.progress`), so ``GET /v1/trainings/{id}`` and its event stream show
+it while the job runs. A queued training is cancelled at once; a running one stops at
+the next batch boundary and leaves no model (docs/architecture.md, "Progress and
+events"). Error messages
 stored on a failed training are written by this module, never copied from an
 exception, so they can carry no label value or feature row.
 
@@ -18,14 +23,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, store
@@ -35,15 +40,22 @@ from features_party.debiasing import LabelLaw, label_law
 from features_party.device import resolve_device
 from features_party.loop import EpochReport
 from features_party.persistence import TrainedModel
+from features_party.progress import ProgressBoard, describe_progress
 from features_party.regression import fit_private_regressor
 from features_party.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
+from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
-from labeldp.timestamps import iso
+from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
+STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+QUEUE_LOCK = 0x6C616264  # PostgreSQL advisory lock serializing the queue bound's count-then-insert
 MODELS_DIR = "models"
 LEARNING_FIELDS = ("debias", "shrinkage", "select_epoch")
 
@@ -82,19 +94,28 @@ class TrainingInterrupted(Exception):
     """Raised between epochs when the service shuts down."""
 
 
+class TrainingCancelled(Exception):
+    """Raised at a batch or epoch boundary once the training was asked to stop."""
+
+
 def create_training(
     session_factory: sessionmaker[Session],
     data_dir: Path,
     request: TrainingRequest,
     claim: Claim | None = None,
+    *,
+    queue_max: int | None = None,
+    retry_after: Callable[[], int] | None = None,
 ) -> StoredResponse:
     """Bind the release to a feature table that holds every one of its ids, then queue a training row.
 
     Every check runs before anything is written. The training row and, with an
     ``Idempotency-Key``, the stored answer (``claim``) commit in one transaction, so a
-    retry either finds both or neither.
+    retry either finds both or neither. With ``queue_max``, a full queue is a 429
+    ``training_queue_full`` (checked first, and again in that transaction).
     """
     with session_factory() as session:
+        _check_queue(session, queue_max, retry_after)
         release = inbox.get_release(session, request.release_id)
         table_name = request.feature_table or release.feature_table
         if not table_name:
@@ -121,6 +142,7 @@ def create_training(
         {"Location": f"/v1/trainings/{training_id}"},
     )
     with session_factory.begin() as session:
+        _check_queue(session, queue_max, retry_after, lock=True)
         session.add(
             store.Training(
                 training_id=training_id,
@@ -137,6 +159,31 @@ def create_training(
             claim.complete(session, response)
     log.info("training %s queued for release %s on table %s", training_id, release_id, table_row.name)
     return response
+
+
+def _check_queue(
+    session: Session, queue_max: int | None, retry_after: Callable[[], int] | None, lock: bool = False
+) -> None:
+    """429 ``training_queue_full`` with ``Retry-After`` when ``queue_max`` trainings wait already.
+
+    ``lock``: hold the queue while counting, so two requests cannot both take the last
+    slot (SQLite's transactions already begin IMMEDIATE; PostgreSQL takes an advisory lock).
+    """
+    if queue_max is None:
+        return
+    bind = session.get_bind()
+    if lock and bind.dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK})
+    queued = session.scalar(select(func.count()).select_from(store.Training).where(store.Training.status == QUEUED))
+    if (queued or 0) >= queue_max:
+        seconds = retry_after() if retry_after is not None else 30
+        raise ApiError(
+            429,
+            "training_queue_full",
+            f"{queued} trainings are queued (at most {queue_max}); retry later or cancel one",
+            details=[{"queued": queued, "queue_max": queue_max}],
+            headers={"Retry-After": str(seconds)},
+        )
 
 
 def check_join(data_dir: Path, table_row: store.FeatureTable, ids: list[str]) -> None:
@@ -270,9 +317,129 @@ def describe_training(row: store.Training) -> dict[str, Any]:
     }
 
 
-def recover(session_factory: sessionmaker[Session]) -> list[str]:
-    """After a restart: fail trainings a crash left running; return the queued ones to resubmit."""
+def training_status(session: Session, row: store.Training, board: ProgressBoard | None) -> dict[str, Any]:
+    """``GET /v1/trainings/{id}``: the stored training with batch-level progress, elapsed time and
+    ETA while this process runs it, and its place in the queue while it waits."""
+    body = describe_training(row)
+    live = board.get(row.training_id) if board is not None and row.status in (RUNNING, CANCELLING) else None
+    body["progress"] = describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)
+    body["queue_position"] = queue_position(session, row)
+    return body
+
+
+def queue_position(session: Session, row: store.Training) -> int | None:
+    """1 for the next training to run; None once it left the queue. The worker takes trainings in
+    creation order (as :func:`recover` resubmits them)."""
+    if row.status != QUEUED:
+        return None
+    earlier = session.scalar(
+        select(func.count())
+        .select_from(store.Training)
+        .where(store.Training.status == QUEUED)
+        .where(
+            or_(
+                store.Training.created_at < row.created_at,
+                and_(store.Training.created_at == row.created_at, store.Training.training_id < row.training_id),
+            )
+        )
+    )
+    return int(earlier or 0) + 1
+
+
+def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoard, training_id: str) -> Snapshot:
+    """One poll of a training's event stream: its status without the epoch history (the last
+    entry is ``last_epoch``); it changes with the status, the batch and the queue position."""
+    with session_factory() as session:
+        body = training_status(session, get_training(session, training_id), board)
+    history = body.pop("history")
+    body["last_epoch"] = history[-1] if history else None
+    progress = body["progress"]
+    key = (body["status"], progress["epoch"], progress["batch"], body["queue_position"])
+    return Snapshot(body, body["status"] in TERMINAL, key)
+
+
+def list_trainings(
+    session: Session,
+    limit: int,
+    cursor: str | None,
+    status: str | None = None,
+    release_id: str | None = None,
+) -> dict[str, Any]:
+    """A page of trainings, oldest first (``status``/``release_id`` filter); the epoch history is
+    left to ``GET /v1/trainings/{id}``."""
+    limit = check_limit(limit)
+    if status is not None and status not in STATUSES:
+        raise ApiError(422, "invalid_status", f"status must be one of {', '.join(STATUSES)}")
+    stmt = select(store.Training)
+    if status is not None:
+        stmt = stmt.where(store.Training.status == status)
+    if release_id is not None:
+        stmt = stmt.where(store.Training.release_id == release_id)
+    where = after(store.Training.created_at, store.Training.training_id, cursor)
+    if where is not None:
+        stmt = stmt.where(where)
+    rows = session.scalars(stmt.order_by(store.Training.created_at, store.Training.training_id).limit(limit + 1)).all()
+    items = []
+    for row in rows[:limit]:
+        item = describe_training(row)
+        item.pop("history")
+        items.append(item)
+    last = rows[limit - 1] if len(rows) > limit else None
+    return {
+        "items": items,
+        "next_cursor": encode_cursor(last.created_at, last.training_id) if last else None,
+    }
+
+
+def cancel_training(
+    session_factory: sessionmaker[Session], board: ProgressBoard, training_id: str
+) -> tuple[int, dict[str, Any]]:
+    """Cancel a training: a queued one at once (200, ``cancelled``), a running one at its next
+    batch boundary (202, ``cancelling``); one already over is a 409 ``training_finished``.
+
+    Each transition is a compare-and-set on the status, so a cancel racing the worker's start
+    or finish either wins or sees the state it lost to, never both.
+    """
     with session_factory.begin() as session:
+        get_training(session, training_id)
+        if _move(session, training_id, QUEUED, status=CANCELLED, finished_at=utcnow()):
+            code = 200
+        elif _move(session, training_id, RUNNING, status=CANCELLING):
+            code = 202
+        else:
+            row = get_training(session, training_id)
+            session.refresh(row)
+            if row.status != CANCELLING:
+                raise ApiError(
+                    409, "training_finished", f"the training is {row.status}", details=[{"status": row.status}]
+                )
+            code = 202  # asked already: the same answer
+    if code == 202:
+        board.request_cancel(training_id)
+    log.info("training %s: cancel requested (%s)", training_id, "cancelled" if code == 200 else "at next batch")
+    with session_factory() as session:
+        return code, training_status(session, get_training(session, training_id), board)
+
+
+def _move(session: Session, training_id: str, current: str, **values: Any) -> bool:
+    """Compare-and-set on a training's status: apply ``values`` only if it is ``current``."""
+    result = session.execute(
+        update(store.Training)
+        .where(store.Training.training_id == training_id, store.Training.status == current)
+        .values(**values)
+    )
+    return cast(CursorResult[Any], result).rowcount == 1
+
+
+def recover(session_factory: sessionmaker[Session]) -> list[str]:
+    """After a restart: fail trainings a crash left running (finish those it was cancelling);
+    return the queued ones to resubmit."""
+    with session_factory.begin() as session:
+        session.execute(
+            update(store.Training)
+            .where(store.Training.status == CANCELLING)
+            .values(status=CANCELLED, finished_at=utcnow())
+        )
         result = session.execute(
             update(store.Training)
             .where(store.Training.status == RUNNING)
@@ -281,7 +448,7 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
         queued = session.scalars(
             select(store.Training.training_id)
             .where(store.Training.status == QUEUED)
-            .order_by(store.Training.created_at)
+            .order_by(store.Training.created_at, store.Training.training_id)
         ).all()
     interrupted = cast(CursorResult[Any], result).rowcount
     if interrupted:
@@ -298,20 +465,47 @@ class JobContext:
     device: str = "auto"
     threads: int = 0
     on_status: Callable[[str], None] | None = None
+    board: ProgressBoard = field(default_factory=ProgressBoard)
 
     def status_changed(self, status: str) -> None:
         if self.on_status is not None:
             self.on_status(status)
 
 
+class _Listener:
+    """The loop's callbacks for one training (:class:`features_party.loop.BatchListener`): every
+    batch moves the live progress and stops the training if it was cancelled; every epoch is
+    written to the database, only while the row is still running (a cancel from another
+    process is seen there)."""
+
+    def __init__(self, ctx: JobContext, training_id: str, stop: threading.Event | None) -> None:
+        self.ctx, self.training_id, self.stop = ctx, training_id, stop
+        self.history: list[dict[str, Any]] = []
+
+    def on_batch(self, epoch: int, step: int, steps: int) -> None:
+        self.ctx.board.batch(self.training_id, epoch, step, steps)
+        if self.ctx.board.cancel_requested(self.training_id):
+            raise TrainingCancelled()
+
+    def __call__(self, report: EpochReport) -> None:
+        self.history.append(report.as_history())
+        with self.ctx.session_factory.begin() as s:
+            written = _move(s, self.training_id, RUNNING, epoch=report.epoch, history=list(self.history))
+        if not written:
+            raise TrainingCancelled()
+        self.ctx.board.epoch(self.training_id, report.epoch)
+        if self.stop is not None and self.stop.is_set() and report.epoch < report.epochs:
+            raise TrainingInterrupted()
+
+
 def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None = None) -> None:
-    """Run one queued training to success or failure; never raises."""
+    """Run one queued training to success, failure or cancellation; never raises."""
     device = resolve_device(ctx.device)
     with ctx.session_factory.begin() as session:
+        if not _move(session, training_id, QUEUED, status=RUNNING, started_at=store.utcnow(), device=device):
+            return  # gone, cancelled while queued, or taken by another worker
         row = session.get(store.Training, training_id)
-        if row is None or row.status != QUEUED:
-            return
-        row.status, row.started_at, row.device = RUNNING, store.utcnow(), device
+        assert row is not None
         options = dict(row.config)
         forward_correction = bool(options.pop("forward_correction", False))
         # Rows queued before learning options existed train as they were requested: plainly.
@@ -325,19 +519,25 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
     log.info("training %s started on %s", training_id, device)
-    history: list[dict[str, Any]] = []
+    ctx.board.start(training_id, config.epochs)
+    listener = _Listener(ctx, training_id, stop)
+    try:
+        _train_and_record(ctx, training_id, listener, config, release_id, table_name, forward_correction, learning)
+    finally:
+        ctx.board.finish(training_id)
 
-    def on_epoch(report: EpochReport) -> None:
-        history.append(report.as_history())
-        with ctx.session_factory.begin() as s:
-            s.execute(
-                update(store.Training)
-                .where(store.Training.training_id == training_id)
-                .values(epoch=report.epoch, history=list(history))
-            )
-        if stop is not None and stop.is_set() and report.epoch < report.epochs:
-            raise TrainingInterrupted()
 
+def _train_and_record(
+    ctx: JobContext,
+    training_id: str,
+    listener: _Listener,
+    config: TrainingConfig,
+    release_id: str,
+    table_name: str,
+    forward_correction: bool,
+    learning: LearningConfig,
+) -> None:
+    """Train on the release and record the model, or record why not (failed, cancelled)."""
     model_path: Path | None = None
     try:
         with ctx.session_factory() as session:
@@ -358,8 +558,10 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             id_column = table_row.id_column
         features = feature_tables.select_rows(table, id_column, ids)
         del table
+        if ctx.board.cancel_requested(training_id):
+            raise TrainingCancelled()
         trained = fit_for_release(
-            task, features, labels, config, on_epoch,
+            task, features, labels, config, listener,
             forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
         )
 
@@ -369,6 +571,21 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         trained.save(model_path)
         last = _selected_entry(trained)
         with ctx.session_factory.begin() as session:
+            # Succeed only from running: a cancel that came after the last batch still wins.
+            finished = _move(
+                session,
+                training_id,
+                RUNNING,
+                status=SUCCEEDED,
+                model_id=model_id,
+                finished_at=store.utcnow(),
+                epoch=config.epochs,
+                history=list(trained.history_),
+            )
+            if not finished:
+                if session.get(store.Training, training_id) is None:
+                    raise FileNotFoundError("the training row is gone")  # deleted while it ran: keep no model
+                raise TrainingCancelled()
             session.add(
                 store.Model(
                     model_id=model_id,
@@ -384,20 +601,29 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
                     **meta,
                 )
             )
-            row = session.get(store.Training, training_id)
-            if row is None:
-                raise FileNotFoundError("the training row is gone")  # deleted while it ran: fail, keep no model
-            row.status, row.model_id, row.finished_at = SUCCEEDED, model_id, store.utcnow()
-            row.epoch, row.history = config.epochs, list(trained.history_)
+    except TrainingCancelled:
+        if model_path is not None:
+            model_path.unlink(missing_ok=True)
+        with ctx.session_factory.begin() as session:
+            session.execute(
+                update(store.Training)
+                .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
+                .values(status=CANCELLED, finished_at=store.utcnow())
+            )
+        log.info("training %s cancelled at epoch %d", training_id, len(listener.history))
+        ctx.status_changed(CANCELLED)
+        return
     except Exception as exc:
         if model_path is not None:
             model_path.unlink(missing_ok=True)
         message = _safe_error(exc)
         log.error("training %s failed: %s (%s)", training_id, message, type(exc).__name__)
         with ctx.session_factory.begin() as session:
-            row = session.get(store.Training, training_id)
-            if row is not None:
-                row.status, row.error, row.finished_at = FAILED, message, store.utcnow()
+            session.execute(
+                update(store.Training)
+                .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
+                .values(status=FAILED, error=message, finished_at=store.utcnow())
+            )
         ctx.status_changed(FAILED)
         return
     log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
@@ -438,6 +664,10 @@ class TrainingRunner:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
+
+    @property
+    def board(self) -> ProgressBoard:
+        return self.ctx.board
 
     def start(self) -> None:
         """Recover from a previous process, then start the worker and resubmit queued work."""

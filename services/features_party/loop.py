@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +77,18 @@ class EpochReport:
         if self.selection_loss is not None:
             entry["selection_loss"] = self.selection_loss
         return entry
+
+
+
+@runtime_checkable
+class BatchListener(Protocol):
+    """An ``on_epoch`` callback that also wants each batch (the service's progress and cancel, see
+    :mod:`features_party.jobs`): ``on_batch(epoch, step, steps)`` runs after every optimizer step, with
+    ``step`` of ``steps`` counted from 1; raising there stops the training at that batch boundary."""
+
+    def __call__(self, report: EpochReport) -> None: ...
+
+    def on_batch(self, epoch: int, step: int, steps: int) -> None: ...
 
 
 
@@ -194,6 +206,7 @@ def fit_network(
     n_train = len(plan.train_idx)
     steps_per_epoch = math.ceil(n_train / config.batch_size)
     current_lr = config.learning_rate
+    on_batch = on_epoch.on_batch if isinstance(on_epoch, BatchListener) else None
 
     for epoch in range(1, config.epochs + 1):
         started = time.perf_counter()
@@ -216,6 +229,8 @@ def fit_network(
             total += loss.detach().double() * len(batch)
             if objective.accuracy:
                 correct += (out.detach().argmax(dim=1) == y_tr[batch]).sum()
+            if on_batch is not None:
+                on_batch(epoch, step + 1, steps_per_epoch)
         train_loss = float(total.item()) / n_train * objective.loss_scale
         train_acc = float(correct.item()) / n_train if objective.accuracy else None
         val_loss, val_acc = evaluate(model, objective, *validation) if validation is not None else (None, None)

@@ -14,12 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
 from features_party.persistence import TrainedClassifier, TrainedModel, load_model
 from features_party.tasks import CLASSIFICATION, LabelTask
 from labeldp.http_api import ApiError
+from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.timestamps import iso
 
 MAX_PREDICT_ROWS = 1_000_000
@@ -114,6 +116,28 @@ def model_card(
         "architecture": row.architecture,
         "training": {k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
         "learning": learning_card(training, model) if task.task != CLASSIFICATION else None,
+    }
+
+
+def list_models(
+    session: Session, limit: int, cursor: str | None, release_id: str | None = None
+) -> dict[str, Any]:
+    """A page of model cards, oldest first. Cards come from the catalogue alone: what model
+    selection chose lives in each model file and is on ``GET /v1/models/{id}``."""
+    limit = check_limit(limit)
+    stmt = select(store.Model, store.Training).outerjoin(
+        store.Training, store.Training.training_id == store.Model.training_id
+    )
+    if release_id is not None:
+        stmt = stmt.where(store.Model.release_id == release_id)
+    where = after(store.Model.created_at, store.Model.model_id, cursor)
+    if where is not None:
+        stmt = stmt.where(where)
+    rows = session.execute(stmt.order_by(store.Model.created_at, store.Model.model_id).limit(limit + 1)).all()
+    last = rows[limit - 1][0] if len(rows) > limit else None
+    return {
+        "items": [model_card(model, training) for model, training in rows[:limit]],
+        "next_cursor": encode_cursor(last.created_at, last.model_id) if last else None,
     }
 
 

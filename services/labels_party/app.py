@@ -8,12 +8,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
@@ -414,6 +415,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     def redeliver(release_id: str) -> dict[str, Any]:
         return releases.redeliver(ctx, release_id)
+
+    @api.get("/releases/{release_id}/events")
+    async def release_events(release_id: str, request: Request) -> StreamingResponse:
+        """The release's delivery stage as Server-Sent Events, until delivered or rejected."""
+        await run_in_threadpool(releases.release_snapshot, ctx, release_id)  # 404 before the stream starts
+        return StreamingResponse(
+            event_stream(
+                lambda: run_in_threadpool(releases.release_snapshot, ctx, release_id),
+                "release",
+                stopping=shutdown_flag(request.app).is_set,
+            ),
+            media_type=EVENT_STREAM,
+            headers=STREAM_HEADERS,
+        )
 
     app.include_router(api)
     return app

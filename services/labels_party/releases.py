@@ -10,6 +10,7 @@ not at all. Delivery later resends those bytes, never new ones.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 from functools import partial
@@ -22,6 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
+from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 from labeldp.mechanisms import LabelDomain
@@ -208,11 +210,27 @@ def message_path(ctx: LabelsContext, release_id: str) -> Path:
     return ctx.messages_dir / f"{release_id}.json"
 
 
+DELIVERY_STAGES = ("queued", "sending", "retrying", "delivered", "rejected")
+"""Where a charged release is on its way: waiting for the outbox, being sent (the outbox holds
+its lease), waiting to retry after a failed attempt, then delivered or rejected."""
+
+
+def stage(r: ReleaseRow, now: float | None = None) -> str:
+    """The release's delivery stage (:data:`DELIVERY_STAGES`); the message was written and the
+    ledger charged before the release existed, so every stage comes after those."""
+    if r.status in ("delivered", "rejected"):
+        return r.status
+    if (r.lease_until or 0.0) > (time.time() if now is None else now):
+        return "sending"
+    return "retrying" if (r.attempts or 0) > 0 else "queued"
+
+
 def describe(r: ReleaseRow) -> dict[str, Any]:
     return {
         "id": r.id,
         "label_set_id": r.label_set_id,
         "status": r.status,
+        "stage": stage(r),
         "mechanism": r.mechanism,
         "epsilon": from_micro(r.epsilon_micro),
         "epsilon_micro": r.epsilon_micro,
@@ -253,6 +271,14 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
         r.next_attempt_at = 0.0
         s.flush()
         return describe(r)
+
+
+def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
+    """One poll of ``GET /v1/releases/{id}/events``: the release as ``GET`` shows it (catalogue
+    facts, never the message or a label); over once delivered or rejected."""
+    with ctx.sessions() as s:
+        body = describe(_load(s, release_id))
+    return Snapshot(body, body["status"] in ("delivered", "rejected"), (body["stage"], body["attempts"]))
 
 
 def status_counts(ctx: LabelsContext) -> dict[str, int]:

@@ -14,6 +14,7 @@ from typing import Any
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from labeldp.events import shutdown_flag
     from labeldp.settings import Settings
 
     settings = Settings()
@@ -21,7 +22,17 @@ def _serve(args: argparse.Namespace) -> int:
         from labels_party.app import create_app
     else:
         from features_party.app import create_app
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=settings.log_level.lower()))
+    exit_server = server.handle_exit
+
+    def handle_exit(sig: int, frame: object) -> None:
+        # Event streams end first: uvicorn waits for open responses before it stops the app.
+        shutdown_flag(app).set()
+        exit_server(sig, frame)  # type: ignore[arg-type]
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return 0
 
 
@@ -62,6 +73,29 @@ def _demo(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         keep=args.keep,
     )
+
+
+def _watch(args: argparse.Namespace) -> int:
+    import httpx
+
+    from labeldp.settings import Settings
+    from labeldp.signing import secrets_of
+    from labeldp.watch import follow_release, follow_training
+
+    training = args.kind == "training"
+    settings = Settings()
+    url = args.url or ("http://127.0.0.1:8002" if training else "http://127.0.0.1:8001")
+    keys = secrets_of(args.key or (settings.features_api_key if training else settings.labels_api_key))
+    headers = {"authorization": f"Bearer {keys[0]}"} if keys else {}
+    with httpx.Client(base_url=url, headers=headers, timeout=30.0) as client:
+        try:
+            final = (follow_training if training else follow_release)(client, args.id)
+        except (httpx.HTTPError, RuntimeError) as exc:
+            print(f"labeldp watch: {exc}", file=sys.stderr)
+            return 1
+    if final.get("error"):
+        print(f"error: {final['error']}", file=sys.stderr)
+    return 0 if final["status"] in ("succeeded", "delivered") else 1
 
 
 def _domain(text: str | None) -> tuple[float, float] | None:
@@ -401,6 +435,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, default=5, help="training epochs per model (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, databases)")
     demo.set_defaults(func=_demo)
+
+    watch = sub.add_parser(
+        "watch",
+        help="follow a training or a release with a progress bar",
+        description="Read the job's event stream (GET /v1/trainings/ID/events on the features party, "
+        "GET /v1/releases/ID/events on the labels party) and draw a progress bar on stderr until it is over. "
+        "Exit status 0 when it succeeded or was delivered, 1 otherwise.",
+    )
+    watch.add_argument("kind", choices=["training", "release"], help="what to follow")
+    watch.add_argument("id", help="the training's or the release's id")
+    watch.add_argument("--url", help="the service (default http://127.0.0.1:8002 trainings, :8001 releases)")
+    watch.add_argument(
+        "--key", help="bearer key (default LABELDP_FEATURES_API_KEY or LABELDP_LABELS_API_KEY, the first one)"
+    )
+    watch.set_defaults(func=_watch)
 
     optimize = sub.add_parser(
         "optimize",

@@ -20,6 +20,7 @@ import numpy as np
 
 from labeldp.local_stack import LocalStack
 from labeldp.synthetic import make_conversions
+from labeldp.watch import follow_release, follow_training
 
 MECHANISMS = ("auto", "rr_on_bins", "laplace")
 """``auto``: no mechanism named, the default configuration (the table shows what it resolved to)."""
@@ -37,36 +38,24 @@ def _expect(response: httpx.Response, *codes: int) -> dict:
     return response.json()
 
 
-def _wait_delivered(labels: httpx.Client, release_id: str, timeout: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rel = _expect(labels.get(f"/v1/releases/{release_id}"), 200)
-        if rel["status"] == "delivered":
-            return rel
-        if rel["status"] == "rejected":
-            raise RuntimeError(f"release {release_id} rejected: {rel['last_error']}")
-        time.sleep(0.2)
-    raise RuntimeError(f"release {release_id} not delivered in {timeout}s")
+def _wait_delivered(labels: httpx.Client, release_id: str, label: str) -> dict:
+    """Follow the release's delivery from its event stream (a bar on stderr)."""
+    rel = follow_release(labels, release_id, label=f"  {label}: release")
+    if rel["status"] != "delivered":
+        raise RuntimeError(f"release {release_id} {rel['status']}: {rel['last_error']}")
+    return rel
 
 
 def _train(features: httpx.Client, release_id: str, epochs: int, label: str) -> dict:
+    """Queue a training and follow it from its event stream (a bar on stderr: epoch, batch, ETA)."""
     job = _expect(
         features.post("/v1/trainings", json={"release_id": release_id, "epochs": epochs, "batch_size": 512}),
         202,
     )
-    last_epoch = -1
-    while True:
-        t = _expect(features.get(f"/v1/trainings/{job['id']}"), 200)
-        epoch = t["progress"]["epoch"]
-        if epoch != last_epoch and t["history"]:
-            h = t["history"][-1]
-            _say(f"    {label}: epoch {epoch}/{epochs}  train {h['train_loss']:.3f}  val {h['val_loss']:.3f}")
-            last_epoch = epoch
-        if t["status"] == "succeeded":
-            return t
-        if t["status"] == "failed":
-            raise RuntimeError(f"training failed: {t['error']}")
-        time.sleep(0.3)
+    t = follow_training(features, job["id"], label=f"  {label}: training")
+    if t["status"] != "succeeded":
+        raise RuntimeError(f"training {t['status']}: {t['error']}")
+    return t
 
 
 def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs: int = 5, keep: bool = False) -> int:
@@ -145,7 +134,7 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
                     rel = _expect(labels.post(f"/v1/label-sets/{ls['id']}/releases", json=request), 202)
                     if mech == "auto":
                         label = f"ε={eps:g} auto→{rel['mechanism']}"
-                    _wait_delivered(labels, rel["id"])
+                    _wait_delivered(labels, rel["id"], label)
                     _say(f"  {label}: release {rel['id']} delivered, training")
                     got = _expect(features.get(f"/v1/releases/{rel['id']}/labels"), 200)
                     noisy = np.asarray(got["labels"])

@@ -59,6 +59,13 @@ class Settings(BaseSettings):
     features_data_dir: Path = Field(Path("var/features-data"), description="feature tables, models")
     device: str = Field("auto", description="training device: auto, cpu or cuda")
     training_threads: int = Field(0, description="torch CPU threads (0 = torch default)")
+    training_queue_max: int = Field(
+        32,
+        ge=1,
+        le=100_000,
+        description="trainings that may wait in the queue (the running one not counted); more get 429 "
+        "training_queue_full with Retry-After and create nothing",
+    )
 
     # --- both ---------------------------------------------------------------
     exchange_secret: str = Field(

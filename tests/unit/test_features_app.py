@@ -381,7 +381,9 @@ def trained(client: TestClient) -> dict:
 def test_training_end_to_end(client: TestClient, trained: dict) -> None:
     training = trained["training"]
     assert training["status"] == "succeeded", training["error"]
-    assert training["progress"] == {"epoch": 3, "epochs": 3, "fraction": 1.0}
+    progress = training["progress"]
+    assert (progress["epoch"], progress["epochs"], progress["fraction"], progress["eta_seconds"]) == (3, 3, 1.0, 0.0)
+    assert progress["elapsed_seconds"] > 0 and training["queue_position"] is None
     assert [h["epoch"] for h in training["history"]] == [1, 2, 3]
     assert all(h["val_loss"] is not None for h in training["history"])
     assert training["device"] == "cpu"
