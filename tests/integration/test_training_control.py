@@ -121,7 +121,7 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
                                  json={"release_id": release["id"], "epochs": epochs, "batch_size": batch_size})
 
         # A long training runs; its stream shows batches, elapsed time and an ETA.
-        a = start(500, 8).json()["training_id"]
+        a = start(500, 8).json()["id"]
         a_stream = Stream(streamer, f"/v1/trainings/{a}/events")
         running = a_stream.until(lambda e: e.data["status"] == "running" and (e.data["progress"]["batch"] or 0) >= 2
                                  and e.data["progress"]["eta_seconds"] is not None)
@@ -131,7 +131,7 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
         assert "history" not in running.data
 
         # Two wait; a third is refused and creates nothing.
-        b, c = (start(1, 512).json()["training_id"] for _ in range(2))
+        b, c = (start(1, 512).json()["id"] for _ in range(2))
         assert [features.get(f"/v1/trainings/{t}").json()["queue_position"] for t in (a, b, c)] == [None, 1, 2]
         full = start(1, 512, **{"idempotency-key": "fourth"})
         assert full.status_code == 429 and full.json()["code"] == "training_queue_full"
@@ -144,7 +144,7 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
         assert features.get(f"/v1/trainings/{c}").json()["queue_position"] == 1
         d = start(1, 512, **{"idempotency-key": "fourth"})  # the refused key was not kept
         assert d.status_code == 202 and "idempotent-replay" not in d.headers
-        d_id = d.json()["training_id"]
+        d_id = d.json()["id"]
 
         # Cancel the running one: it stops at the next batch and leaves no model.
         stopping = features.post(f"/v1/trainings/{a}/cancel")
@@ -161,13 +161,13 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
         assert features.get("/v1/trainings/nope/events").status_code == 404
 
         # Lists, oldest first, page by page.
-        assert [t["training_id"] for t in _pages(features, "/v1/trainings", 1)] == [a, b, c, d_id]
-        assert [t["training_id"] for t in _pages(features, "/v1/trainings", 5, status="cancelled")] == [a, b]
+        assert [t["id"] for t in _pages(features, "/v1/trainings", 1)] == [a, b, c, d_id]
+        assert [t["id"] for t in _pages(features, "/v1/trainings", 5, status="cancelled")] == [a, b]
         cards = _pages(features, "/v1/models", 1)
         assert [m["training_id"] for m in cards] == [c, d_id]
         assert len(list((stack.workdir / "features-data" / "models").glob("*"))) == 2  # none for a
         assert [t["name"] for t in _pages(features, "/v1/feature-tables", 1)] == ["clicks"]
-        assert [r["release_id"] for r in _pages(features, "/v1/releases", 1)] == [release["id"]]
+        assert [r["id"] for r in _pages(features, "/v1/releases", 1)] == [release["id"]]
         assert features.get("/v1/models", params={"cursor": "x"}).json()["code"] == "invalid_cursor"
         assert features.get("/v1/trainings", params={"limit": 501}).status_code == 422
         assert not _has_canary("\n".join(a_stream.raw))
@@ -195,7 +195,7 @@ def test_a_stopping_server_closes_its_streams_instead_of_waiting_for_the_job(sta
         assert Stream(labels, f"/v1/releases/{release['id']}/events").rest()[-1].data["status"] == "delivered"
         job = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 1000, "batch_size": 64})
         assert job.status_code == 202, job.text
-        training = job.json()["training_id"]
+        training = job.json()["id"]
         stream = Stream(streamer, f"/v1/trainings/{training}/events")
         stream.until(lambda e: e.data["status"] == "running" and (e.data["progress"]["batch"] or 0) >= 1)
         proc = stack.processes["features"]

@@ -306,9 +306,9 @@ def test_trainings_list_in_creation_order_with_filters(sessions) -> None:
         everything = _page_through(lambda limit, cursor: jobs.list_trainings(s, limit, cursor), 2)
         expected = [r.training_id for r in s.scalars(select(store.Training).order_by(store.Training.created_at,
                                                                                      store.Training.training_id))]
-        assert [t["training_id"] for t in everything] == expected
+        assert [t["id"] for t in everything] == expected
         assert "history" not in everything[0]
-        assert [t["training_id"] for t in jobs.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
+        assert [t["id"] for t in jobs.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
         assert jobs.list_trainings(s, 10, None, release_id="other")["items"] == []
         for bad in (lambda: jobs.list_trainings(s, 10, None, status="done"),
                     lambda: jobs.list_trainings(s, 10, "garbage"),
@@ -340,8 +340,8 @@ def test_feature_tables_releases_and_models_page_through_once(sessions) -> None:
         tables = _page_through(lambda limit, cursor: feature_tables.list_feature_tables(s, limit, cursor), 3)
         assert [t["name"] for t in tables] == ["f0", "f1", "f2", "f3", "t"]  # "t" was created now, after T0
         releases = _page_through(lambda limit, cursor: inbox.list_releases(s, limit, cursor), 2)
-        assert [r["release_id"] for r in releases] == ["rel_0", "rel_1", "rel_2", "rel"]
+        assert [r["id"] for r in releases] == ["rel_0", "rel_1", "rel_2", "rel"]
         assert inbox.list_releases(s, 10, None, label_set_id="nobody")["items"] == []
         cards = _page_through(lambda limit, cursor: models.list_models(s, limit, cursor), 2)
-        assert [c["model_id"] for c in cards] == ["m0", "m1", "m2"]
+        assert [c["id"] for c in cards] == ["m0", "m1", "m2"]
         assert cards[0]["training_id"] == "tm0" and cards[0]["epsilon"] == 1e-6
