@@ -300,6 +300,7 @@ class JobContext:
     data_dir: Path
     device: str = "auto"
     threads: int = 0
+    on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
     on_status: Callable[[str], None] | None = None
 
     def status_changed(self, status: str) -> None:
@@ -404,6 +405,8 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         ctx.status_changed(FAILED)
         return
     log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
+    if ctx.on_trained is not None:
+        ctx.on_trained(trained.n_train_ * len(trained.history_))
     ctx.status_changed(SUCCEEDED)
 
 
