@@ -187,7 +187,7 @@ def _loop(
     failures = 0
     while not stop.is_set():
         try:
-            due = deliver_due(sessions, client, settings, rng, metrics)
+            due = deliver_due(sessions, client, settings, rng, metrics, metrics_file)
             if due or metrics_file.due():
                 measure_queue(sessions, metrics)
             failures = 0
@@ -238,11 +238,13 @@ def deliver_due(
     settings: Settings,
     rng: random.Random,
     metrics: OutboxMetrics | None = None,
+    heartbeat: OutboxMetricsFile | None = None,
 ) -> list[str]:
     """One pass: lease due releases (retrying a lock briefly) and push each; returns the ids leased.
 
     A database error ends the pass (the caller backs off); any other error is confined to
-    its release, which is tried again when its lease ends.
+    its release, which is tried again when its lease ends. ``heartbeat`` is rewritten between
+    releases, so a pass of long deliveries does not read as a dead sender.
     """
     due = retry_transient(lambda: claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2))
     for release_id in due:
@@ -252,4 +254,6 @@ def deliver_due(
             if is_transient(exc):
                 raise
             log.error("release %s: delivery failed (%s); retried when its lease ends", release_id, type(exc).__name__)
+        if heartbeat is not None and heartbeat.due():
+            heartbeat.write()
     return due

@@ -355,6 +355,44 @@ class OutboxMetricsFile:
         self.path.unlink(missing_ok=True)
 
 
+def sender_alive(directory: Path, max_age: float, host: str | None = None) -> bool:
+    """Whether a sender on ``host`` (this one by default) wrote its file within ``max_age`` seconds.
+
+    The outbox's health: it listens on no port, so its healthcheck reads its heartbeat.
+    """
+    host = host or socket.gethostname()
+    now = time.time()
+    for path in directory.glob(f"outbox-{host}-*.prom"):
+        try:
+            if now - path.stat().st_mtime <= max_age:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m labeldp.metrics heartbeat --max-age S``: exit 0 while this host's outbox writes its file."""
+    import argparse
+
+    from labeldp.settings import Settings
+
+    parser = argparse.ArgumentParser(prog="python -m labeldp.metrics")
+    commands = parser.add_subparsers(dest="command", required=True)
+    heartbeat = commands.add_parser("heartbeat", help="exit 0 if this host's outbox wrote its metrics recently")
+    heartbeat.add_argument("--max-age", type=float, default=300.0, help="seconds (default 300)")
+    args = parser.parse_args(argv)
+    folder = Settings().labels_data_dir / OUTBOX_METRICS_DIR
+    if sender_alive(folder, args.max_age):
+        return 0
+    print(f"no outbox heartbeat in {folder} within {args.max_age:.0f} s")
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
+
+
 class OutboxFiles:
     """A collector that serves every live sender's file, merged by metric and labelled ``sender``.
 

@@ -220,3 +220,24 @@ def test_the_metrics_scrape_reads_no_database(settings: Settings, labels: TestCl
     response = labels.get("/metrics")
     assert response.status_code == 200
     assert "labeldp_http_request_duration_seconds" in response.text
+
+
+def test_the_outbox_heartbeat_is_its_healthcheck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from labeldp.metrics import _main, sender_alive
+
+    folder = tmp_path / OUTBOX_METRICS_DIR
+    assert not sender_alive(folder, 300)
+    out = OutboxMetricsFile(folder, outbox_metrics())
+    out.write()
+    assert out.path.name.startswith(f"outbox-{socket.gethostname()}-")
+    assert sender_alive(folder, 300)
+    assert not sender_alive(folder, 300, host="another-host")  # a replica's file says nothing about this one
+    os.utime(out.path, (time.time() - 400,) * 2)
+    assert not sender_alive(folder, 300)
+    out.write()
+    monkeypatch.setenv("LABELDP_LABELS_DATA_DIR", str(tmp_path))
+    assert _main(["heartbeat", "--max-age", "300"]) == 0
+    out.remove()
+    assert _main(["heartbeat", "--max-age", "300"]) == 1
