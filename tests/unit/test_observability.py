@@ -241,3 +241,35 @@ def test_the_outbox_heartbeat_is_its_healthcheck(tmp_path: Path, monkeypatch: py
     assert _main(["heartbeat", "--max-age", "300"]) == 0
     out.remove()
     assert _main(["heartbeat", "--max-age", "300"]) == 1
+
+
+def test_the_outbox_measures_its_queue_from_the_catalogue(settings: Settings, labels: TestClient) -> None:
+    """A release no sender has picked up yet: depth 1, its age, releases by status."""
+    from labeldp.database import make_session_factory
+    from labels_party.outbox import measure_queue
+
+    auth = {"Authorization": f"Bearer {LABELS_KEY}", "X-Request-ID": "queue-trace"}
+    ids = [f"u{i:03d}" for i in range(50)]
+    ls = labels.post("/v1/label-sets", headers=auth, json={
+        "name": "q", "label_type": "real", "domain": {"low": 0.0, "high": 10.0}, "ids": ids,
+    }).json()
+    csv = "id,label\n" + "".join(f"{i},{k % 10}\n" for k, i in enumerate(ids))
+    assert labels.post(f"/v1/label-sets/{ls['id']}/labels", content=csv.encode(),
+                       headers={**auth, "content-type": "text/csv"}).status_code == 200
+    release = labels.post(f"/v1/label-sets/{ls['id']}/releases", headers=auth,
+                          json={"mechanism": "laplace", "epsilon": 1.0})
+    assert release.status_code == 202, release.text
+    time.sleep(0.05)
+
+    metrics = outbox_metrics()
+    engine = labels.app.state.ctx.sessions.kw["bind"]
+    measure_queue(make_session_factory(engine), metrics)
+    value = metrics.registry.get_sample_value
+    assert value("labeldp_outbox_queue_depth") == 1
+    assert 0 < value("labeldp_outbox_oldest_pending_seconds") < 60
+    assert value("labeldp_releases", {"status": "pending"}) == 1
+
+    from labels_party.store import ReleaseRow
+
+    with make_session_factory(engine)() as s:  # what the outbox will send as X-Request-ID
+        assert s.get(ReleaseRow, release.json()["id"]).request_id == "queue-trace"
