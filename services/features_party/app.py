@@ -31,9 +31,10 @@ from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
 from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
-from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
+from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
-from labeldp.metrics import mount_metrics
+from labeldp.logs import RequestContext, configure_logging
+from labeldp.metrics import TrainingObserver, features_metrics, instrument
 from labeldp.migrations import SERVICES
 from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
@@ -82,19 +83,16 @@ def _context(settings: Settings) -> AppContext:
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     registry = CollectorRegistry()
-    inbox_messages = Counter(
-        "labeldp_features_inbox_messages", "Release messages received, by result", ["result"], registry=registry
-    )
-    trainings = Counter(
-        "labeldp_features_trainings", "Training status transitions, by new status", ["status"], registry=registry
-    )
+    measured = features_metrics(registry)
+    training_metrics = TrainingObserver(measured)
     runner = jobs.TrainingRunner(
         jobs.JobContext(
             session_factory=sessions,
             data_dir=data_dir,
             device=settings.device,
             threads=settings.training_threads,
-            on_status=lambda status: trainings.labels(status=status).inc(),
+            on_status=training_metrics.status_changed,
+            on_trained=training_metrics.trained,
         )
     )
     return AppContext(
@@ -103,8 +101,8 @@ def _context(settings: Settings) -> AppContext:
         sessions=sessions,
         data_dir=data_dir,
         registry=registry,
-        inbox_messages=inbox_messages,
-        trainings=trainings,
+        inbox_messages=measured.inbox_messages,
+        trainings=measured.trainings,
         runner=runner,
         model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
@@ -115,7 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; the training worker lives as long as the app's lifespan."""
     settings = settings or Settings()
     require_secrets(settings, "features_api_key", "exchange_secret")
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "features")
     ctx = _context(settings)
 
     @asynccontextmanager
@@ -144,7 +142,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
-    mount_metrics(app, ctx.registry)
+    # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
+    instrument(app, ctx.registry, "features")
+    app.add_middleware(RequestContext)
     app.include_router(_public_router(ctx))
     app.include_router(_inbox_router(ctx))
     app.include_router(_api_router(ctx), dependencies=[Depends(bearer_auth(settings.features_api_key))])

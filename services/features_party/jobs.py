@@ -464,6 +464,7 @@ class JobContext:
     data_dir: Path
     device: str = "auto"
     threads: int = 0
+    on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -627,6 +628,8 @@ def _train_and_record(
         ctx.status_changed(FAILED)
         return
     log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
+    if ctx.on_trained is not None:
+        ctx.on_trained(trained.n_train_ * len(trained.history_))
     ctx.status_changed(SUCCEEDED)
 
 

@@ -23,7 +23,11 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         from features_party.app import create_app
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=settings.log_level.lower()))
+    # uvicorn's own lines go through the app's JSON log handler; its access line is replaced by
+    # the app's (labeldp.logs.RequestContext), which carries the request id.
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=settings.log_level.lower(), log_config=None, access_log=False,
+    ))
     exit_server = server.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:
@@ -37,12 +41,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _outbox(args: argparse.Namespace) -> int:
-    from labeldp.http_api import configure_logging
+    from labeldp.logs import configure_logging
     from labeldp.settings import Settings
     from labels_party.outbox import run_outbox
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "outbox")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -52,12 +56,12 @@ def _outbox(args: argparse.Namespace) -> int:
 
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.database import open_database
-    from labeldp.http_api import configure_logging
+    from labeldp.logs import configure_logging
     from labeldp.migrations import SERVICES
     from labeldp.settings import Settings
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, f"{args.party}-migrations")
     url = settings.labels_database_url if args.party == "labels" else settings.features_database_url
     open_database(url, SERVICES[args.party], settings).dispose()
     print(f"{args.party} database: schema at head")
