@@ -29,14 +29,14 @@ from features_party import feature_tables, inbox, jobs, models, responses, store
 from features_party.device import resolve_device
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
 from labeldp.logs import RequestContext, configure_logging
 from labeldp.metrics import TrainingObserver, features_metrics, instrument
 from labeldp.migrations import SERVICES
-from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -408,19 +408,46 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     """Lists (labeldp.pagination), cancel and the training event stream (docs/architecture.md,
     "Progress and events")."""
 
-    @router.get("/feature-tables")
+    @router.get(
+        "/feature-tables",
+        tags=["feature tables"],
+        summary="List feature tables",
+        description="Oldest first; a cursor page (`next_cursor` null on the last page).",
+        responses={
+            **ok(responses.FeatureTablePage, responses.EXAMPLE_TABLE_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
+    )
     def list_feature_tables(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
         with ctx.sessions() as session:
             return feature_tables.list_feature_tables(session, limit, cursor)
 
-    @router.get("/releases")
+    @router.get(
+        "/releases",
+        tags=["releases"],
+        summary="List received releases",
+        description="Oldest received first, optionally of one label set; never loads a message body.",
+        responses={
+            **ok(responses.ReceivedReleasePage, responses.EXAMPLE_RELEASE_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
+    )
     def list_releases(
         label_set_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
     ) -> dict[str, Any]:
         with ctx.sessions() as session:
             return inbox.list_releases(session, limit, cursor, label_set_id)
 
-    @router.get("/trainings")
+    @router.get(
+        "/trainings",
+        tags=["trainings"],
+        summary="List trainings",
+        description="In creation order (the order the queue runs them), optionally by status or release.",
+        responses={
+            **ok(responses.TrainingPage, responses.EXAMPLE_TRAINING_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_status"),
+        },
+    )
     def list_trainings(
         status: str | None = Query(None, max_length=16),
         release_id: str | None = Query(None, max_length=256),
@@ -430,19 +457,51 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         with ctx.sessions() as session:
             return jobs.list_trainings(session, limit, cursor, status, release_id)
 
-    @router.get("/models")
+    @router.get(
+        "/models",
+        tags=["models"],
+        summary="List model cards",
+        description="Oldest first, optionally of one release.",
+        responses={
+            **ok(responses.ModelPage, responses.EXAMPLE_MODEL_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
+    )
     def list_models(
         release_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
     ) -> dict[str, Any]:
         with ctx.sessions() as session:
             return models.list_models(session, limit, cursor, release_id)
 
-    @router.post("/trainings/{training_id}/cancel")
+    @router.post(
+        "/trainings/{training_id}/cancel",
+        tags=["trainings"],
+        summary="Cancel a training",
+        description="A queued training is cancelled at once (200); a running one stops at its next batch "
+        "boundary (202, `cancelling`, then `cancelled`) and leaves no model behind; one already over is a 409.",
+        responses={
+            **ok(responses.Training, {**responses.EXAMPLE_TRAINING, "status": "cancelled", "model_id": None},
+                 "cancelled"),
+            **ok(responses.Training, responses.EXAMPLE_CANCELLING, "stops at the next batch", 202),
+            **errors(401, 404, 409, 422, 503, e404="training_not_found", e409="training_finished"),
+        },
+    )
     def cancel_training(training_id: str) -> JSONResponse:
         status_code, body = jobs.cancel_training(ctx.sessions, ctx.runner.board, training_id)
         return JSONResponse(body, status_code=status_code)
 
-    @router.get("/trainings/{training_id}/events")
+    @router.get(
+        "/trainings/{training_id}/events",
+        tags=["trainings"],
+        summary="Follow a training",
+        description="Server-Sent Events: a `training` event whenever its status, epoch or batch changes (with "
+        "elapsed time, ETA and queue position), then `end` once it is over (`closing` if the server stops first).",
+        response_class=EventStreamResponse,
+        responses={
+            **event_stream_ok(responses.EXAMPLE_TRAINING_EVENTS, "the event stream"),
+            **errors(401, 404, 422, 503, by_ref=True, e404="training_not_found"),
+        },
+    )
     async def training_events(training_id: str, request: Request) -> StreamingResponse:
         def poll() -> Any:
             return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)

@@ -72,15 +72,20 @@ class TrainingQueued(_Body):
 class Progress(_Body):
     epoch: int
     epochs: int
-    fraction: float
+    batch: int | None = Field(description="batch within the epoch, while this process runs it")
+    batches: int | None
+    fraction: float = Field(description="share of all batches done, 0 to 1")
+    elapsed_seconds: float | None = Field(description="wall time since the training started")
+    eta_seconds: float | None = Field(description="estimated seconds left, while running; 0 once succeeded")
 
 
 class Training(_Body):
     id: str = Field(description="`trn_…`")
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
     release_id: str
     feature_table: str
     progress: Progress
+    queue_position: int | None = Field(description="1 for the next training to run; null once it left the queue")
     history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
     model_id: str | None = Field(description="`mdl_…` once succeeded")
     device: str | None
@@ -112,6 +117,26 @@ class ModelCard(_Body):
     architecture: str
     training: dict[str, Any] | None
     learning: dict[str, Any] | None
+
+
+class FeatureTablePage(_Body):
+    items: list[FeatureTable]
+    next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
+
+
+class ReceivedReleasePage(_Body):
+    items: list[ReceivedRelease]
+    next_cursor: str | None
+
+
+class TrainingPage(_Body):
+    items: list[Training]
+    next_cursor: str | None
+
+
+class ModelPage(_Body):
+    items: list[ModelCard]
+    next_cursor: str | None
 
 
 class Predictions(_Body):
@@ -146,7 +171,9 @@ EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
 EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}
 EXAMPLE_TRAINING = {
     "id": TRN, "status": "succeeded", "release_id": REL, "feature_table": "clicks",
-    "progress": {"epoch": 2, "epochs": 2, "fraction": 1.0},
+    "progress": {"epoch": 2, "epochs": 2, "batch": None, "batches": None, "fraction": 1.0,
+                 "elapsed_seconds": 3.2, "eta_seconds": 0.0},
+    "queue_position": None,
     "history": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}, {"epoch": 2, "train_loss": 3.9, "val_loss": 4.2}],
     "model_id": MDL, "device": "cpu", "error": None, "created_at": TS, "started_at": TS, "finished_at": TS,
 }
@@ -159,3 +186,16 @@ EXAMPLE_MODEL = {
     "training": {"epochs": 2, "batch_size": 256}, "learning": None,
 }
 EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}
+EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}
+EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
+EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_TRAINING], "next_cursor": None}
+EXAMPLE_MODEL_PAGE = {"items": [EXAMPLE_MODEL], "next_cursor": None}
+EXAMPLE_CANCELLING = {
+    **EXAMPLE_TRAINING, "status": "cancelling", "model_id": None, "finished_at": None,
+    "progress": {"epoch": 1, "epochs": 2, "batch": 7, "batches": 40, "fraction": 0.59,
+                 "elapsed_seconds": 1.9, "eta_seconds": 1.3},
+}
+EXAMPLE_TRAINING_EVENTS = (
+    'event: training\nid: 1\ndata: {"id":"trn_…","progress":{"epoch":1,"fraction":0.25,…},"status":"running",…}\n\n'
+    'event: end\nid: 2\ndata: {"id":"trn_…","model_id":"mdl_…","status":"succeeded",…}\n\n'
+)

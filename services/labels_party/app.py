@@ -13,14 +13,14 @@ from prometheus_client import CollectorRegistry
 
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, event_stream, shutdown_flag
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
 from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
 from labeldp.logs import RequestContext, configure_logging
 from labeldp.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.migrations import SERVICES
-from labeldp.openapi import BINARY, CSV_TEXT, errors, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import BINARY, CSV_TEXT, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -401,7 +401,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def redeliver(release_id: str) -> dict[str, Any]:
         return releases.redeliver(ctx, release_id)
 
-    @api.get("/releases/{release_id}/events")
+    @api.get(
+        "/releases/{release_id}/events",
+        tags=["releases"],
+        summary="Follow a release's delivery",
+        description="Server-Sent Events: a `release` event whenever its stage or attempts change, then `end` "
+        "once delivered or rejected (`closing` if the server stops first). Catalogue facts only, never a label.",
+        response_class=EventStreamResponse,
+        responses={
+            **event_stream_ok(responses.EXAMPLE_RELEASE_EVENTS, "the event stream"),
+            **errors(401, 404, 422, 503, by_ref=True, e404="release_not_found"),
+        },
+    )
     async def release_events(release_id: str, request: Request) -> StreamingResponse:
         """The release's delivery stage as Server-Sent Events, until delivered or rejected."""
         await run_in_threadpool(releases.release_snapshot, ctx, release_id)  # 404 before the stream starts

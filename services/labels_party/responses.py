@@ -118,6 +118,9 @@ class Release(_Body):
     id: str = Field(description="`rel_…`: the same id on the features party")
     label_set_id: str
     status: Literal["pending", "delivered", "rejected"]
+    stage: Literal["queued", "sending", "retrying", "delivered", "rejected"] = Field(
+        description="where delivery stands: queued, sending (the outbox holds it), retrying after a failed attempt"
+    )
     mechanism: str = Field(description="the mechanism that ran (what `auto` resolved to)")
     epsilon: float
     epsilon_micro: int
@@ -172,7 +175,7 @@ EXAMPLE_LABEL_SET_PAGE = {
 }
 EXAMPLE_UPLOADED = {"label_set_id": LS, "validate_only": False, "accepted_rows": 1000, "labeled": 1000, "missing": 0}
 EXAMPLE_RELEASE = {
-    "id": REL, "label_set_id": LS, "status": "pending", "mechanism": "laplace", "epsilon": 1.0,
+    "id": REL, "label_set_id": LS, "status": "pending", "stage": "queued", "mechanism": "laplace", "epsilon": 1.0,
     "epsilon_micro": 1_000_000, "delta": 0.0,
     "accounting": {"adjacency": "replace-one-label", "composition": "basic",
                    "parts": [{"name": "randomizer", "epsilon_micro": 1_000_000}], "total_epsilon_micro": 1_000_000,
@@ -182,3 +185,7 @@ EXAMPLE_RELEASE = {
     "attempts": 0, "last_error": None, "created_at": TS, "delivered_at": None,
 }
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
+EXAMPLE_RELEASE_EVENTS = (
+    'event: release\nid: 1\ndata: {"attempts":0,"id":"rel_…","stage":"sending","status":"pending",…}\n\n'
+    'event: end\nid: 2\ndata: {"attempts":1,"id":"rel_…","stage":"delivered","status":"delivered",…}\n\n'
+)

@@ -22,12 +22,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.responses import StreamingResponse
+
 EVENT_STREAM = "text/event-stream"
 END = "end"
 CLOSING = "closing"
 POLL_SECONDS = 0.25
 HEARTBEAT_SECONDS = 15.0
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class EventStreamResponse(StreamingResponse):
+    """A stream of :func:`encode_event` frames; as a route's ``response_class`` it documents the
+    operation's body as ``text/event-stream``."""
+
+    media_type = EVENT_STREAM
 
 
 def encode_event(event: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
