@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -625,16 +625,13 @@ class BlockRR(_CategoricalMechanism):
 
 CategoricalMechanism = RandomizedResponse | RRWithPrior | BlockRR
 
-_BY_NAME: dict[str, type[_CategoricalMechanism]] = {
-    RandomizedResponse.name: RandomizedResponse,
-    RRWithPrior.name: RRWithPrior,
-    BlockRR.name: BlockRR,
-}
 
 
 def mechanism_from_spec(spec: CategoricalMechanismSpec) -> CategoricalMechanism:
-    """The fitted public mechanism a categorical spec describes."""
-    return _BY_NAME[spec.name].from_spec(spec)  # type: ignore[attr-defined]
+    """The fitted public mechanism a categorical spec describes (through the registry's entry)."""
+    from labeldp.mechanisms.registry import entry_for_spec  # the registry imports this module
+
+    return cast(CategoricalMechanism, entry_for_spec(spec).from_spec(spec))
 
 
 # --------------------------------------------------------------------------- Alg. 2: split prior
