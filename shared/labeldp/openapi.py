@@ -6,6 +6,10 @@ real error body ``{code, message, details}`` (labeldp.http_api) instead of FastA
 422 schema. ``tests/contract`` checks every route of both apps for these properties, and
 schemathesis checks that the running apps answer only what their contracts say
 (docs/architecture.md "Layers": service support, shared by both services).
+
+A route states ``tags``, ``summary``, ``description`` and ``responses={**ok(Model, example,
+...), **errors(401, 404, ...)}`` with a ``Model`` in its service's ``responses.py``; a body it
+reads itself (an upload, a signed message) is documented with ``openapi_extra=request_body(...)``.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
     409: {"Retry-After": {"description": "seconds to wait (idempotency_in_progress)", "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
-    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}},
 }
 
 
@@ -114,6 +118,8 @@ def ok(
 ) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entry of a success with its typed body and an example of it.
 
+    ``headers`` are always sent with this answer (``Location`` of a created resource).
+
     ``links`` maps an operation id to its parameters taken from this answer, e.g.
     ``{"get_label_set": {"label_set_id": "$response.body#/id"}}``: what a client can call
     next with the id it got, and the paths schemathesis's stateful phase follows.
@@ -122,7 +128,10 @@ def ok(
     if model is not None:
         entry["model"] = model
     if headers:
-        entry["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
+        entry["headers"] = {
+            name: {"description": text, "schema": {"type": "string"}, "required": True}
+            for name, text in headers.items()
+        }
     if links:
         entry["links"] = {op: {"operationId": op, "parameters": params} for op, params in links.items()}
     return {status: entry}
@@ -171,6 +180,64 @@ BINARY = {"type": "string", "format": "binary"}
 CSV_TEXT = {"type": "string"}
 
 
+def keep_example_nulls(app: FastAPI) -> None:
+    """Put back the nulls FastAPI drops from examples when it builds the contract.
+
+    FastAPI encodes the whole OpenAPI document with ``exclude_none``, so an example body's
+    ``"classes": null`` vanished and the example no longer matched its own model (a required,
+    nullable field). The fields a model requires and allows to be null are restored as null.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        fresh = app.openapi_schema is None
+        spec = build()
+        if fresh:
+            for item in spec.get("paths", {}).values():
+                for op in item.values():
+                    for response in op.get("responses", {}).values():
+                        media = response.get("content", {}).get("application/json", {})
+                        if "example" in media:
+                            _restore_nulls(spec, media["example"], media.get("schema", {}))
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _restore_nulls(spec: dict[str, Any], value: Any, schema: dict[str, Any]) -> None:
+    schema = _resolve(spec, schema)
+    if isinstance(value, list):
+        for element in value:
+            _restore_nulls(spec, element, schema.get("items", {}))
+        return
+    if not isinstance(value, dict):
+        return
+    if "anyOf" in schema:  # an optional object: the branch that is one
+        branches = [_resolve(spec, b) for b in schema["anyOf"]]
+        schema = next((b for b in branches if "properties" in b), {})
+    properties = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name not in value and _nullable(properties.get(name, {})):
+            value[name] = None
+    for name, sub in properties.items():
+        if name in value:
+            _restore_nulls(spec, value[name], sub)
+
+
+def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if not ref:
+        return schema
+    node: Any = spec
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return dict(node)
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "null" or any(branch.get("type") == "null" for branch in schema.get("anyOf", []))
+
+
 _ASSETS = "/docs-assets"
 
 
@@ -180,7 +247,9 @@ def mount_docs(app: FastAPI) -> None:
     The assets ship in the ``fastapi-offline`` wheel: the docs work on a host with no route
     to a CDN (both services' networks) and load no third-party code into an operator's browser.
     Build the app with ``docs_url=None, redoc_url=None`` so FastAPI's CDN pages are not mounted.
+    The contract those pages show keeps its examples' nulls (:func:`keep_example_nulls`).
     """
+    keep_example_nulls(app)
     import fastapi_offline
 
     static = Path(fastapi_offline.__file__).parent / "static"

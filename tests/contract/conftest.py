@@ -7,13 +7,18 @@ ASGI interface: the same app object uvicorn serves, without a socket.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from labeldp.settings import Settings
+
+if TYPE_CHECKING:
+    from tests.contract.flow import Flow
 
 LABELS_KEY = "contract-labels-key-0123456789"
 FEATURES_KEY = "contract-features-key-0123456789"
@@ -58,3 +63,20 @@ def labels(tmp_path: Path) -> Iterator[TestClient]:
 def features(tmp_path: Path) -> Iterator[TestClient]:
     with TestClient(features_app(tmp_path)) as client:
         yield client
+
+
+@dataclass
+class Parties:
+    labels: TestClient
+    features: TestClient
+    flow: Flow
+
+
+@pytest.fixture(scope="session")
+def parties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parties]:
+    """Both apps after one whole flow (tests/contract/flow.py), shared: the flow trains a model."""
+    from tests.contract.flow import run_flow
+
+    tmp = tmp_path_factory.mktemp("parties")
+    with TestClient(labels_app(tmp / "labels")) as labels, TestClient(features_app(tmp / "features")) as features:
+        yield Parties(labels, features, run_flow(labels, features))

@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi.testclient import TestClient
-from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
-from tests.contract.flow import run_flow
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties
 
 from labeldp import __version__
 
@@ -23,10 +22,8 @@ def test_health_and_version_are_the_same_shape_on_both(labels: TestClient, featu
         assert client.get("/openapi.json").json()["info"]["version"] == __version__
 
 
-def test_every_resource_carries_its_prefixed_id_references_and_aware_timestamps(
-    labels: TestClient, features: TestClient
-) -> None:
-    flow = run_flow(labels, features)
+def test_every_resource_carries_its_prefixed_id_references_and_aware_timestamps(parties: Parties) -> None:
+    flow, labels = parties.flow, parties.labels
     assert flow.privacy_domain["id"].startswith("pd_")
     assert flow.label_set["id"].startswith("ls_")
     assert flow.label_set["privacy_domain_id"] == flow.privacy_domain["id"]
@@ -58,8 +55,8 @@ def test_every_resource_carries_its_prefixed_id_references_and_aware_timestamps(
         assert _aware(item["created_at"]), path
 
 
-def test_predict_row_errors_are_numbered_from_1(labels: TestClient, features: TestClient) -> None:
-    flow = run_flow(labels, features)
+def test_predict_row_errors_are_numbered_from_1(parties: Parties) -> None:
+    flow, features = parties.flow, parties.features
     r = features.post(
         f"/v1/models/{flow.model['id']}/predict",
         json={"rows": [{"age": 30, "city": "paris"}, {"age": "old", "city": "lyon"}]},

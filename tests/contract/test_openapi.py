@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from tests.contract.conftest import features_app, labels_app
-from tests.contract.flow import run_flow
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties, features_app, labels_app
 
 from labeldp import __version__
 
@@ -67,13 +65,14 @@ def test_every_operation_is_described_tagged_secured_and_typed(app: FastAPI) -> 
         statuses = op["responses"]
         assert any(s.startswith("2") for s in statuses), where
         for status, response in statuses.items():
-            if path.endswith("/events") and status == "200":  # Server-Sent Events: text, not JSON
-                stream = response.get("content", {}).get("text/event-stream")
-                assert stream and stream.get("example"), where
+            media = response.get("content", {})
+            assert media, f"{where} {status}: no body documented"
+            for kind, content in media.items():  # a stream (text/event-stream) documents its own type
+                assert "example" in content, f"{where} {status} {kind}: no example"
+            content = media.get("application/json")
+            if content is None:
+                assert status.startswith("2"), f"{where} {status}: errors are JSON"
                 continue
-            content = response.get("content", {}).get("application/json")
-            assert content is not None, f"{where} {status}: no JSON body documented"
-            assert "example" in content, f"{where} {status}: no example"
             ref = content["schema"].get("$ref")
             assert ref, f"{where} {status}: untyped body"
             if status.startswith("2"):
@@ -118,6 +117,26 @@ def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: 
         assert set(link["parameters"]) <= params_of[link["operationId"]], (source, link)
 
 
+def test_every_response_example_is_a_valid_body_of_its_model(app: FastAPI) -> None:
+    from features_party import responses as fr
+    from labeldp.openapi import ErrorBody
+    from labels_party import responses as lr
+
+    spec = app.openapi()
+    models = fr if spec["info"]["title"].endswith("features party") else lr
+    for method, path, op in _operations(spec):
+        for status, response in op["responses"].items():
+            content = response["content"].get("application/json")
+            if content is None:
+                continue
+            name = content["schema"]["$ref"].rsplit("/", 1)[-1]
+            model = ErrorBody if name == "ErrorBody" else getattr(models, name)
+            try:  # a client reading the docs sees a real body
+                model.model_validate(content["example"])
+            except ValueError as exc:
+                raise AssertionError(f"{method.upper()} {path} {status}: {exc}") from None
+
+
 def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
     spec = app.openapi()
     paths = spec["paths"]
@@ -156,28 +175,26 @@ def test_docs_pages_load_their_assets_from_the_service(app: FastAPI) -> None:
                     assert client.get(url).status_code == 200, url
 
 
-def test_real_bodies_of_every_resource_match_their_models(tmp_path: Path) -> None:
-    from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
-
+def test_real_bodies_of_every_resource_match_their_models(parties: Parties) -> None:
     from features_party import responses as fr
     from labels_party import responses as lr
 
-    with TestClient(labels_app(tmp_path / "l")) as labels, TestClient(features_app(tmp_path / "f")) as features:
-        flow = run_flow(labels, features)
-        lr.PrivacyDomain.model_validate(flow.privacy_domain)
-        lr.LabelSet.model_validate(flow.label_set)
-        lr.Release.model_validate(flow.release)
-        lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
-        lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
-        lr.Health.model_validate(labels.get("/healthz").json())
-        fr.FeatureTable.model_validate(flow.feature_table)
-        fr.ReceivedRelease.model_validate(flow.received)
-        columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
-        fr.ReleaseLabels.model_validate(columns.json())
-        fr.Training.model_validate(flow.training)
-        fr.ModelCard.model_validate(flow.model)
-        fr.Health.model_validate(features.get("/healthz").json())
-        predicted = features.post(
-            f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
-        )
-        fr.Predictions.model_validate(predicted.json())
+    flow, labels, features = parties.flow, parties.labels, parties.features
+    lr.PrivacyDomain.model_validate(flow.privacy_domain)
+    lr.LabelSet.model_validate(flow.label_set)
+    lr.Release.model_validate(flow.release)
+    lr.LabelSetPage.model_validate(labels.get("/v1/label-sets", headers=LABELS_AUTH).json())
+    lr.ReleasePage.model_validate(labels.get("/v1/releases", headers=LABELS_AUTH).json())
+    lr.Health.model_validate(labels.get("/healthz").json())
+    fr.FeatureTable.model_validate(flow.feature_table)
+    fr.ReceivedRelease.model_validate(flow.received)
+    columns = features.get(f"/v1/releases/{flow.release['id']}/labels", headers=FEATURES_AUTH)
+    fr.ReleaseLabels.model_validate(columns.json())
+    fr.Training.model_validate(flow.training)
+    fr.ModelCard.model_validate(flow.model)
+    fr.Health.model_validate(features.get("/healthz").json())
+    predicted = features.post(
+        f"/v1/models/{flow.model['id']}/predict", json={"ids": ["u001", "u002"]}, headers=FEATURES_AUTH
+    )
+    assert predicted.status_code == 200, predicted.text
+    fr.Predictions.model_validate(predicted.json())

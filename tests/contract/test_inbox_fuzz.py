@@ -1,0 +1,102 @@
+"""The inbox's parser under signed garbage (issue 10, item 1).
+
+Schemathesis cannot sign, so against the running service it only ever reaches the inbox's
+signature check. Here every generated body is signed with the exchange secret, so it goes
+past the signature into the schema, digest and id checks: random JSON, and a real release
+message with one field (top-level or nested) replaced by random JSON or removed. Every answer
+must be one the contract documents for the inbox, with the error envelope; never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.contract.conftest import EXCHANGE_SECRET, LABELS_AUTH, features_app, labels_app
+
+from labeldp.schema import SIGNATURE_HEADER
+from labeldp.signing import sign
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@pytest.fixture(scope="module")
+def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A real release message, as the labels party wrote it."""
+    from labels_party import releases
+
+    with TestClient(labels_app(tmp_path_factory.mktemp("labels"))) as labels:
+        ids = [f"u{i}" for i in range(20)]
+        ls = labels.post(
+            "/v1/label-sets", json={"name": "s", "domain": {"low": 0, "high": 10}, "ids": ids}, headers=LABELS_AUTH
+        ).json()
+        labels.post(
+            f"/v1/label-sets/{ls['id']}/labels", json={"ids": ids, "labels": [1.0] * 20}, headers=LABELS_AUTH
+        )
+        rel = labels.post(
+            f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "rr_on_bins", "epsilon": 1}, headers=LABELS_AUTH
+        ).json()
+        path = releases.message_path(labels.app.state.ctx, rel["id"])  # type: ignore[attr-defined]
+        return json.loads(path.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    with TestClient(features_app(tmp_path_factory.mktemp("features"))) as client:
+        yield client
+
+
+@st.composite
+def mutated(draw: st.DrawFn, message: dict[str, Any]) -> Any:
+    body = json.loads(json.dumps(message))
+    parent = body
+    key = draw(st.sampled_from(sorted(body)))
+    if isinstance(body[key], dict) and body[key] and draw(st.booleans()):
+        parent, key = body[key], draw(st.sampled_from(sorted(body[key])))
+    if draw(st.booleans()):
+        del parent[key]
+    else:
+        parent[key] = draw(JSON)
+    return body
+
+
+def test_signed_garbage_gets_a_documented_answer(inbox: TestClient, message: dict[str, Any]) -> None:
+    spec = inbox.get("/openapi.json").json()
+    documented = {int(s) for s in spec["paths"]["/v1/releases"]["post"]["responses"]}
+    seen: set[int] = set()
+
+    @given(body=st.one_of(JSON, mutated(message)))
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def post(body: Any) -> None:
+        raw = json.dumps(body).encode()
+        r = inbox.post(
+            "/v1/releases",
+            content=raw,
+            headers={"content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET)},
+        )
+        seen.add(r.status_code)
+        assert r.status_code in documented, (r.status_code, r.text)
+        if r.status_code >= 400:
+            assert set(r.json()) == {"code", "message", "details"}, r.text
+
+    post()
+    assert 422 in seen  # past the signature: the parser answered, not the signature check
+
+
+def test_the_unmutated_message_is_accepted(features: TestClient, message: dict[str, Any]) -> None:
+    # The control: the same message unmutated goes through (on a fresh inbox), so the 422s
+    # above come from the mutations, not from a message the inbox could never accept.
+    raw = json.dumps(message).encode()
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET)}
+    r = features.post("/v1/releases", content=raw, headers=headers)
+    assert r.status_code == 201 and r.json()["id"] == message["release_id"], r.text
