@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,13 +29,14 @@ from features_party import feature_tables, inbox, jobs, models, responses, store
 from features_party.device import resolve_device
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import event_response, event_stream, shutdown_flag, stream_responses
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
-from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
+from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
-from labeldp.metrics import mount_metrics
+from labeldp.logs import RequestContext, configure_logging
+from labeldp.metrics import TrainingObserver, features_metrics, instrument
 from labeldp.migrations import SERVICES
-from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -82,19 +83,16 @@ def _context(settings: Settings) -> AppContext:
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     registry = CollectorRegistry()
-    inbox_messages = Counter(
-        "labeldp_features_inbox_messages", "Release messages received, by result", ["result"], registry=registry
-    )
-    trainings = Counter(
-        "labeldp_features_trainings", "Training status transitions, by new status", ["status"], registry=registry
-    )
+    measured = features_metrics(registry)
+    training_metrics = TrainingObserver(measured)
     runner = jobs.TrainingRunner(
         jobs.JobContext(
             session_factory=sessions,
             data_dir=data_dir,
             device=settings.device,
             threads=settings.training_threads,
-            on_status=lambda status: trainings.labels(status=status).inc(),
+            on_status=training_metrics.status_changed,
+            on_trained=training_metrics.trained,
         )
     )
     return AppContext(
@@ -103,8 +101,8 @@ def _context(settings: Settings) -> AppContext:
         sessions=sessions,
         data_dir=data_dir,
         registry=registry,
-        inbox_messages=inbox_messages,
-        trainings=trainings,
+        inbox_messages=measured.inbox_messages,
+        trainings=measured.trainings,
         runner=runner,
         model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
@@ -115,7 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; the training worker lives as long as the app's lifespan."""
     settings = settings or Settings()
     require_secrets(settings, "features_api_key", "exchange_secret")
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "features")
     ctx = _context(settings)
 
     @asynccontextmanager
@@ -144,7 +142,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
-    mount_metrics(app, ctx.registry)
+    # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
+    instrument(app, ctx.registry, "features")
+    app.add_middleware(RequestContext)
     app.include_router(_public_router(ctx))
     app.include_router(_inbox_router(ctx))
     app.include_router(_api_router(ctx), dependencies=[Depends(bearer_auth(settings.features_api_key))])
@@ -410,14 +410,16 @@ Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of
 def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     """Lists (labeldp.pagination), cancel and the training event stream (docs/architecture.md,
     "Progress and events")."""
-    page_errors = errors(401, 422, 503, e422="invalid_cursor")
 
     @router.get(
         "/feature-tables",
         tags=["feature tables"],
         summary="List feature tables",
-        description="Oldest first, a page at a time: pass `next_cursor` back as `cursor` until it is null.",
-        responses={**ok(responses.FeatureTablePage, responses.EXAMPLE_TABLE_PAGE, "a page"), **page_errors},
+        description="Oldest first; a cursor page (`next_cursor` null on the last page).",
+        responses={
+            **ok(responses.FeatureTablePage, responses.EXAMPLE_TABLE_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
     )
     def list_feature_tables(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
         with ctx.sessions() as session:
@@ -427,9 +429,11 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         "/releases",
         tags=["releases"],
         summary="List received releases",
-        description="Every release the inbox stored, oldest received first, optionally of one label set; "
-        "never reads a message body.",
-        responses={**ok(responses.ReceivedReleasePage, responses.EXAMPLE_RELEASE_PAGE, "a page"), **page_errors},
+        description="Oldest received first, optionally of one label set; never loads a message body.",
+        responses={
+            **ok(responses.ReceivedReleasePage, responses.EXAMPLE_RELEASE_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
     )
     def list_releases(
         label_set_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
@@ -441,8 +445,7 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         "/trainings",
         tags=["trainings"],
         summary="List trainings",
-        description="Oldest first, without the epoch history; filter by `status` (queued, running, cancelling, "
-        "succeeded, failed, cancelled) or `release_id`.",
+        description="In creation order (the order the queue runs them), optionally by status or release.",
         responses={
             **ok(responses.TrainingPage, responses.EXAMPLE_TRAINING_PAGE, "a page"),
             **errors(401, 422, 503, e422="invalid_status"),
@@ -460,10 +463,12 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get(
         "/models",
         tags=["models"],
-        summary="List models",
-        description="Model cards, oldest first, optionally of one release. What private model selection chose "
-        "(it lives in the model file) is on `GET /v1/models/{model_id}`.",
-        responses={**ok(responses.ModelPage, responses.EXAMPLE_MODEL_PAGE, "a page"), **page_errors},
+        summary="List model cards",
+        description="Oldest first, optionally of one release.",
+        responses={
+            **ok(responses.ModelPage, responses.EXAMPLE_MODEL_PAGE, "a page"),
+            **errors(401, 422, 503, e422="invalid_cursor"),
+        },
     )
     def list_models(
         release_id: str | None = Query(None, max_length=256), limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
@@ -475,12 +480,12 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
         "/trainings/{training_id}/cancel",
         tags=["trainings"],
         summary="Cancel a training",
-        description="A queued training is cancelled at once (200). A running one answers 202 `cancelling` and "
-        "stops at its next batch boundary, then reads `cancelled` with no model. One already over is a 409.",
+        description="A queued training is cancelled at once (200); a running one stops at its next batch "
+        "boundary (202, `cancelling`, then `cancelled`) and leaves no model behind; one already over is a 409.",
         responses={
-            **ok(responses.Training, {**responses.EXAMPLE_RUNNING, "status": "cancelled", "history": []},
-                 "cancelled while queued"),
-            **ok(responses.Training, responses.EXAMPLE_CANCELLING, "running: stops at the next batch", 202),
+            **ok(responses.Training, {**responses.EXAMPLE_TRAINING, "status": "cancelled", "model_id": None},
+                 "cancelled"),
+            **ok(responses.Training, responses.EXAMPLE_CANCELLING, "stops at the next batch", 202),
             **errors(401, 404, 409, 422, 503, e404="training_not_found", e409="training_finished"),
         },
     )
@@ -493,21 +498,22 @@ def _management_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get(
         "/trainings/{training_id}/events",
         tags=["trainings"],
-        summary="Follow a training (Server-Sent Events)",
-        description="Its status and batch-level progress (elapsed, ETA, queue position) as they change, until it "
-        "succeeds, fails or is cancelled.",
-        response_class=Response,
-        response_model=responses.TrainingEvent,
+        summary="Follow a training",
+        description="Server-Sent Events: a `training` event whenever its status, epoch or batch changes (with "
+        "elapsed time, ETA and queue position), then `end` once it is over (`closing` if the server stops first).",
+        response_class=EventStreamResponse,
         responses={
-            **stream_responses(responses.TrainingEvent, "training", responses.EXAMPLE_TRAINING_EVENT),
-            **errors(401, 404, 422, 503, e404="training_not_found"),
+            **event_stream_ok(responses.EXAMPLE_TRAINING_EVENTS, "the event stream"),
+            **errors(401, 404, 422, 503, by_ref=True, e404="training_not_found"),
         },
     )
-    async def training_events(training_id: str, request: Request) -> Response:
+    async def training_events(training_id: str, request: Request) -> StreamingResponse:
         def poll() -> Any:
             return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
 
         await run_in_threadpool(poll)  # 404 before the stream starts
-        return event_response(
-            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set)
+        return StreamingResponse(
+            event_stream(lambda: run_in_threadpool(poll), "training", stopping=shutdown_flag(request.app).is_set),
+            media_type=EVENT_STREAM,
+            headers=STREAM_HEADERS,
         )

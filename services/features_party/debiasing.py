@@ -19,11 +19,12 @@ m(y) = E[ŷ | y]:
   privatized validation rows it is discounted by its own noise
   (:func:`cautious_shrinkage`).
 
-Laws that are not affine in any public t (clipped additive noise, the
-exponential mechanism) are :class:`MonotoneLaw`: m is computed exactly on the
-mechanism's lattice; predictions invert it exactly, while debiased labels use
-its least-squares line over the domain lattice, m(y) ≈ a·y + b (so ỹ is then
-unbiased for the linearized mean (m(y) − b)/a, which is close to y wherever m is
+Each mechanism states its law (``labeldp.mechanisms.law.TransitionLaw``, derived here
+through the registry: docs/architecture.md, "The mechanism contract"). Laws that are
+not affine in any public t (clipped additive noise, the exponential mechanism) are
+:class:`MonotoneLaw`: m is computed exactly on the mechanism's lattice; predictions
+invert it exactly, while debiased labels use its least-squares line over the domain
+lattice, m(y) ≈ a·y + b (so ỹ is then unbiased for the linearized mean (m(y) − b)/a, which is close to y wherever m is
 close to linear, and the selection estimate of :mod:`features_party.selection`
 is unbiased for the loss against that).
 """
@@ -37,11 +38,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from labeldp.mechanisms.law import TransitionLaw
+from labeldp.mechanisms.registry import entry_for_spec
+from labeldp.schema import mechanism_spec
+
 Debias = Literal["none", "targets", "predictions"]
 DEBIAS_MODES: tuple[str, ...] = ("none", "targets", "predictions")
-MAX_TABLE_POINTS = 4097  # inverse table of a monotone law (exact at its points; interpolated between)
 _MIN_SLOPE = 1e-12
-_LINEAR_RTOL = 1e-9
 
 ArrayMap = Callable[[np.ndarray], np.ndarray]
 
@@ -167,146 +170,32 @@ def law_from_dict(data: Mapping[str, Any] | None) -> LabelLaw:
 # --------------------------------------------------------------------------- laws of the catalogue
 
 
-def _spec_object(spec: Any) -> Any:
-    """A spec object from an object or its JSON dict (as a release stores it)."""
-    if isinstance(spec, Mapping):
-        from pydantic import TypeAdapter
-
-        from labeldp.schema import MechanismSpec
-
-        return TypeAdapter(MechanismSpec).validate_python(dict(spec))
-    return spec
-
-
 def label_law(spec: Any) -> LabelLaw:
     """The law of E[ŷ | y] for a release's mechanism spec (object or JSON dict; ``None``: identity).
 
-    ValueError for categorical specs (classifiers use the transition matrix) and
-    for mechanisms whose law this module does not know.
+    Derived from the registry: the spec's mechanism is rebuilt (``from_spec`` checks it) and
+    states its own :class:`~labeldp.mechanisms.law.TransitionLaw`. ValueError for categorical
+    specs (classifiers use the transition matrix) and for a spec inconsistent with itself;
+    LookupError for a spec no registry entry declares — never a silent fall-back.
     """
     if spec is None:
         return IDENTITY
-    spec = _spec_object(spec)
-    name = getattr(spec, "name", None)
+    spec = mechanism_spec(spec)
     if getattr(spec, "classes", None) is not None:
         raise ValueError("categorical releases have a transition matrix, not a regression label law")
-    builder = _BUILDERS.get(str(name))
-    if builder is None:
-        raise ValueError(f"no label law for mechanism {name!r}")
-    return builder(spec)
+    return law_of(entry_for_spec(spec).from_spec(spec).law())
 
 
-def _rr_on_bins(spec: Any) -> LabelLaw:
-    """E[ŷ | y] = a·Φ(y) + b with a = p − q, b = q·Σ outputs (from the spec, checked against ε)."""
-    from labeldp.mechanisms.rr_on_bins import RROnBins
-
-    mech = RROnBins.from_spec(spec)
-    a, b = float(spec.debias_a), float(spec.debias_b)
-    close = [math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12) for u, v in ((a, mech.debias_a_), (b, mech.debias_b_))]
-    if not all(close):
-        raise ValueError("the spec's debias_a/debias_b disagree with its epsilon and outputs")
-    outputs = mech.outputs_
-
-    def phi(labels: np.ndarray) -> np.ndarray:
-        return outputs[mech.bin_index(labels)]
-
-    def mean(labels: np.ndarray) -> np.ndarray:
-        return a * phi(labels) + b
-
-    return LabelLaw("rr_on_bins", a, b, float(outputs[0]), float(outputs[-1]), mean_fn=mean, target_fn=phi)
-
-
-def _unbiased(spec: Any) -> LabelLaw:
-    """E[ŷ | y] = y for labels in the domain (labels outside are clipped first)."""
-    from labeldp.mechanisms.unbiased import UnbiasedRandomizer
-
-    mech = UnbiasedRandomizer.from_spec(spec)
-    low, high = float(spec.domain.low), float(spec.domain.high)
-    return LabelLaw(
-        "unbiased", 1.0, 0.0, low, high, mean_fn=mech.conditional_mean, target_fn=lambda y: np.clip(y, low, high)
-    )
-
-
-def _rp_with_prior(spec: Any) -> LabelLaw:
-    """E[ŷ | y] = (1 − κ)·t(y) + κ·centre, t(y) = the snapped label projected onto [A₁, A₂].
-
-    The far points are uniform over the interval's lattice and the near block is
-    symmetric, so the law is affine in the projected value; a and b are read off
-    the exact conditional mean at A₁ and A₂ and checked on every lattice point.
-    """
-    from labeldp.mechanisms.rp_with_prior import RPWithPrior
-
-    mech = RPWithPrior.from_spec(spec)
-    first = int(mech.output_indices_[0])
-    outputs = mech.outputs_
-
-    def projected(labels: np.ndarray) -> np.ndarray:
-        return outputs[mech.projected_index(labels) - first]
-
-    inside = outputs[mech.a1_index_ - first : mech.a2_index_ - first + 1]
-    means = mech.conditional_mean(inside)
-    if inside.size >= 2:
-        a = float((means[-1] - means[0]) / (inside[-1] - inside[0]))
-        b = float(means[0] - a * inside[0])
-    else:
-        a, b = 1.0, float(means[0] - inside[0])
-    scale = max(1.0, float(np.max(np.abs(means))))
-    if not np.allclose(a * inside + b, means, rtol=0, atol=_LINEAR_RTOL * scale):  # pragma: no cover - defensive
-        low, high = float(spec.domain.low), float(spec.domain.high)
-        return _monotone("rp_with_prior", mech.conditional_mean, outputs, low, high)
-    return LabelLaw(
-        "rp_with_prior", a, b, float(inside[0]), float(inside[-1]), mean_fn=mech.conditional_mean, target_fn=projected
-    )
-
-
-def _lattice_law(spec: Any) -> LabelLaw:
-    """Additive noise on the domain lattice: affine (snap) unclipped, monotone when clipped or range-restricted."""
-    from labeldp.mechanisms.additive import MECHANISMS
-
-    mech: Any = MECHANISMS[spec.name]
-    mech = mech.from_spec(spec)
-    low, high = float(spec.domain.low), float(spec.domain.high)
-    if not getattr(spec, "clipped", False) and spec.name != "exponential":
-
-        def snap(labels: np.ndarray) -> np.ndarray:
-            return mech.lattice_value(mech.lattice_index(labels))
-
-        return LabelLaw(spec.name, 1.0, 0.0, low, high, mean_fn=mech.conditional_mean, target_fn=snap)
-    return _monotone(spec.name, mech.conditional_mean, mech.lattice_, low, high)
-
-
-def _monotone(name: str, mean_fn: ArrayMap, lattice: np.ndarray, low: float, high: float) -> MonotoneLaw:
-    """m exactly on the lattice; a, b the least-squares line of m over the lattice (uniform weights)."""
-    lattice = np.asarray(lattice, dtype=np.float64)
-    means = np.asarray(mean_fn(lattice), dtype=np.float64)
-    if np.any(np.diff(means) < -1e-9 * max(1.0, float(np.max(np.abs(means))))):
-        raise ValueError(f"the conditional mean of {name} is not monotone")
-    centred = lattice - lattice.mean()
-    a = float(np.dot(centred, means - means.mean()) / np.dot(centred, centred))
-    b = float(means.mean() - a * lattice.mean())
-    pick = np.unique(np.rint(np.linspace(0, lattice.size - 1, min(lattice.size, MAX_TABLE_POINTS))).astype(np.int64))
-    return MonotoneLaw(
-        name,
-        a,
-        b,
-        low,
-        high,
-        mean_fn=mean_fn,
-        target_fn=None,
-        values=tuple(lattice[pick].tolist()),
-        means=tuple(means[pick].tolist()),
-    )
-
-
-_BUILDERS: dict[str, Callable[[Any], LabelLaw]] = {
-    "rr_on_bins": _rr_on_bins,
-    "unbiased": _unbiased,
-    "rp_with_prior": _rp_with_prior,
-    "laplace": _lattice_law,
-    "staircase": _lattice_law,
-    "gaussian": _lattice_law,
-    "exponential": _lattice_law,
-}
+def law_of(law: TransitionLaw) -> LabelLaw:
+    """The estimators' form of a mechanism's regression law (affine or monotone)."""
+    if law.kind == "affine":
+        return LabelLaw(law.name, law.a, law.b, law.low, law.high, mean_fn=law.mean, target_fn=law.target)
+    if law.kind == "monotone":
+        return MonotoneLaw(
+            law.name, law.a, law.b, law.low, law.high, mean_fn=law.mean, target_fn=None,
+            values=law.values, means=law.means,
+        )
+    raise ValueError(f"the {law.name} law is a transition matrix, not a regression label law")
 
 
 # --------------------------------------------------------------------------- estimators

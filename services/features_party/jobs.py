@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import feature_tables, inbox, store
 from features_party.classifier import fit_classifier
 from features_party.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
-from features_party.debiasing import IDENTITY, label_law
+from features_party.debiasing import LabelLaw, label_law
 from features_party.device import resolve_device
 from features_party.loop import EpochReport
 from features_party.persistence import TrainedModel
@@ -70,8 +70,8 @@ class TrainingRequest(TrainingOptions):
     )
     forward_correction: bool = Field(
         False,
-        description="categorical releases whose spec carries a transition_matrix: train with the forward-"
-        "corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
+        description="categorical releases whose rows follow one transition matrix T (the mechanism's law): "
+        "train with the forward-corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
     )
     debias: Literal["none", "targets", "predictions"] = Field(
         DEFAULT_LEARNING.debias,
@@ -199,9 +199,10 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
     """The learning configuration a training will run with (None: classification), or 422.
 
     Fields the request leaves out fall back to what can run: without a validation
-    split nothing is selected (and debiasing stays off unless asked for, at λ = 1),
-    and a release whose mechanism has no known label law trains plainly. Fields the
-    request sets explicitly are honoured or refused, never silently changed.
+    split nothing is selected (and debiasing stays off unless asked for, at λ = 1).
+    Every mechanism of the registry states its label law; a spec whose law cannot be
+    rebuilt is refused (422), never trained plainly in its place. Fields the request
+    sets explicitly are honoured or refused, never silently changed.
     """
     explicit = request.model_fields_set & set(LEARNING_FIELDS)
     if task.task == CLASSIFICATION:
@@ -210,15 +211,7 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
             raise ApiError(422, "learning_unavailable", message)
         return None
     learning = request.learning()
-    try:
-        label_law(spec)
-    except ValueError:
-        asks_debias = "debias" in explicit and request.debias != "none"
-        if asks_debias or ("select_epoch" in explicit and request.select_epoch):
-            raise ApiError(
-                422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
-            ) from None
-        return PLAIN
+    _release_law(spec)
     if request.validation_fraction == 0 and learning.needs_validation:
         debias = learning.debias if "debias" in explicit else "none"
         learning = LearningConfig(
@@ -233,13 +226,24 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
     return learning
 
 
+def _release_law(spec: Any) -> LabelLaw:
+    """The release's label law (registry-derived), or 422 when its spec is inconsistent with itself."""
+    try:
+        return label_law(spec)
+    except ValueError:
+        raise ApiError(
+            422, "label_law_unavailable", "the release's mechanism spec does not rebuild to a consistent label law"
+        ) from None
+
+
 def _check_forward_correction(task: LabelTask) -> None:
     """Forward correction needs a categorical release whose spec states its transition matrix."""
     if task.task != CLASSIFICATION or task.transition_matrix is None:
         raise ApiError(
             422,
             "forward_correction_unavailable",
-            "forward_correction needs a categorical release whose mechanism spec carries a transition_matrix",
+            "forward_correction needs a categorical release whose rows all follow one transition matrix "
+            "(not a split prior's two stages)",
         )
     try:
         check_transition_matrix(task.transition_matrix, task.n_classes)
@@ -268,15 +272,7 @@ def fit_for_release(
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        try:
-            law = label_law(spec)
-        except ValueError:
-            if learning.debias != "none" or learning.select_epoch:
-                raise ApiError(
-                    422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
-                ) from None
-            law = IDENTITY  # plain training needs no law; its validation estimate is then against the labels as given
-        return fit_private_regressor(features, labels, law, config, learning, on_epoch)
+        return fit_private_regressor(features, labels, _release_law(spec), config, learning, on_epoch)
     if task.n_classes < 2:
         raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
     try:
@@ -370,8 +366,8 @@ def list_trainings(
     release_id: str | None = None,
     board: ProgressBoard | None = None,
 ) -> dict[str, Any]:
-    """A page of trainings, oldest first (``status``/``release_id`` filter), each as ``GET`` shows it
-    but without the epoch history, which is left to ``GET /v1/trainings/{id}``."""
+    """A page of trainings, oldest first (``status``/``release_id`` filter), each as
+    ``GET /v1/trainings/{id}`` shows it (the contract's ``Training``)."""
     limit = check_limit(limit)
     if status is not None and status not in STATUSES:
         raise ApiError(422, "invalid_status", f"status must be one of {', '.join(STATUSES)}")
@@ -384,11 +380,7 @@ def list_trainings(
     if where is not None:
         stmt = stmt.where(where)
     rows = session.scalars(stmt.order_by(store.Training.created_at, store.Training.training_id).limit(limit + 1)).all()
-    items = []
-    for row in rows[:limit]:
-        item = training_status(session, row, board)
-        item.pop("history")
-        items.append(item)
+    items = [training_status(session, row, board) for row in rows[:limit]]
     last = rows[limit - 1] if len(rows) > limit else None
     return {
         "items": items,
@@ -469,6 +461,7 @@ class JobContext:
     data_dir: Path
     device: str = "auto"
     threads: int = 0
+    on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -632,6 +625,8 @@ def _train_and_record(
         ctx.status_changed(FAILED)
         return
     log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
+    if ctx.on_trained is not None:
+        ctx.on_trained(trained.n_train_ * len(trained.history_))
     ctx.status_changed(SUCCEEDED)
 
 

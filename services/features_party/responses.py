@@ -70,58 +70,29 @@ class TrainingQueued(_Body):
 
 
 class Progress(_Body):
-    epoch: int = Field(description="epochs completed")
+    epoch: int
     epochs: int
-    batch: int | None = Field(description="batches done in the epoch now running (while this process runs it)")
-    batches: int | None = Field(description="batches per epoch")
-    fraction: float = Field(description="of all batches (of epochs when batches are unknown)")
-    elapsed_seconds: float | None = Field(description="since it started (to its finish once over)")
-    eta_seconds: float | None = Field(description="remaining batches at the rate measured so far; 0 once succeeded")
+    batch: int | None = Field(description="batch within the epoch, while this process runs it")
+    batches: int | None
+    fraction: float = Field(description="share of all batches done, 0 to 1")
+    elapsed_seconds: float | None = Field(description="wall time since the training started")
+    eta_seconds: float | None = Field(description="estimated seconds left, while running; 0 once succeeded")
 
 
-TrainingStatus = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
-
-
-class TrainingSummary(_Body):
-    """A training as lists show it: everything but the epoch history."""
-
+class Training(_Body):
     id: str = Field(description="`trn_…`")
-    status: TrainingStatus = Field(description="`cancelling`: asked to stop, stops at the next batch boundary")
+    status: Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
     release_id: str
     feature_table: str
     progress: Progress
-    queue_position: int | None = Field(description="1 for the next to run, while queued")
+    queue_position: int | None = Field(description="1 for the next training to run; null once it left the queue")
+    history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
     model_id: str | None = Field(description="`mdl_…` once succeeded")
     device: str | None
     error: str | None
     created_at: Timestamp | None
     started_at: Timestamp | None
     finished_at: Timestamp | None
-
-
-class Training(TrainingSummary):
-    history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
-
-
-class TrainingEvent(TrainingSummary):
-    """The data of each event of ``GET /v1/trainings/{id}/events``."""
-
-    last_epoch: dict[str, Any] | None = Field(description="the newest history entry (losses of the last epoch)")
-
-
-class FeatureTablePage(_Body):
-    items: list[FeatureTable]
-    next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
-
-
-class ReceivedReleasePage(_Body):
-    items: list[ReceivedRelease]
-    next_cursor: str | None
-
-
-class TrainingPage(_Body):
-    items: list[TrainingSummary]
-    next_cursor: str | None
 
 
 class ModelCard(_Body):
@@ -148,8 +119,23 @@ class ModelCard(_Body):
     learning: dict[str, Any] | None
 
 
+class FeatureTablePage(_Body):
+    items: list[FeatureTable]
+    next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
+
+
+class ReceivedReleasePage(_Body):
+    items: list[ReceivedRelease]
+    next_cursor: str | None
+
+
+class TrainingPage(_Body):
+    items: list[Training]
+    next_cursor: str | None
+
+
 class ModelPage(_Body):
-    items: list[ModelCard] = Field(description="cards from the catalogue (model selection's choices: GET one model)")
+    items: list[ModelCard]
     next_cursor: str | None
 
 
@@ -183,24 +169,14 @@ EXAMPLE_RELEASE = {
 }
 EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
 EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}
-HISTORY = [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}, {"epoch": 2, "train_loss": 3.9, "val_loss": 4.2}]
 EXAMPLE_TRAINING = {
     "id": TRN, "status": "succeeded", "release_id": REL, "feature_table": "clicks",
-    "progress": {"epoch": 2, "epochs": 2, "batch": None, "batches": None, "fraction": 1.0, "elapsed_seconds": 41.5,
-                 "eta_seconds": 0.0},
+    "progress": {"epoch": 2, "epochs": 2, "batch": None, "batches": None, "fraction": 1.0,
+                 "elapsed_seconds": 3.2, "eta_seconds": 0.0},
     "queue_position": None,
-    "history": HISTORY,
+    "history": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}, {"epoch": 2, "train_loss": 3.9, "val_loss": 4.2}],
     "model_id": MDL, "device": "cpu", "error": None, "created_at": TS, "started_at": TS, "finished_at": TS,
 }
-EXAMPLE_RUNNING = {
-    **{k: v for k, v in EXAMPLE_TRAINING.items() if k != "history"},
-    "status": "running", "model_id": None, "finished_at": None,
-    "progress": {"epoch": 1, "epochs": 2, "batch": 37, "batches": 120, "fraction": 0.654, "elapsed_seconds": 27.3,
-                 "eta_seconds": 14.4},
-}
-EXAMPLE_CANCELLING = {**EXAMPLE_RUNNING, "status": "cancelling", "history": HISTORY[:1]}
-EXAMPLE_TRAINING_EVENT = {**EXAMPLE_RUNNING, "last_epoch": HISTORY[0]}
-EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_RUNNING], "next_cursor": "WyIyMDI2LTExLTI0VDEzOjU1OjM5IiwidHJuXzciXQ"}
 EXAMPLE_MODEL = {
     "task": "regression", "classes": None, "id": MDL, "training_id": TRN, "release_id": REL,
     "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks", "mechanism": "laplace",
@@ -212,4 +188,14 @@ EXAMPLE_MODEL = {
 EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}
 EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
+EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_TRAINING], "next_cursor": None}
 EXAMPLE_MODEL_PAGE = {"items": [EXAMPLE_MODEL], "next_cursor": None}
+EXAMPLE_CANCELLING = {
+    **EXAMPLE_TRAINING, "status": "cancelling", "model_id": None, "finished_at": None,
+    "progress": {"epoch": 1, "epochs": 2, "batch": 7, "batches": 40, "fraction": 0.59,
+                 "elapsed_seconds": 1.9, "eta_seconds": 1.3},
+}
+EXAMPLE_TRAINING_EVENTS = (
+    'event: training\nid: 1\ndata: {"id":"trn_…","progress":{"epoch":1,"fraction":0.25,…},"status":"running",…}\n\n'
+    'event: end\nid: 2\ndata: {"id":"trn_…","model_id":"mdl_…","status":"succeeded",…}\n\n'
+)

@@ -1,6 +1,7 @@
-"""What a release's labels are: regression values, or class indices with an optional transition matrix.
+"""What a release's labels are: regression values, or class indices with their transition matrix.
 
-Read from the release's mechanism spec alone, generically over mechanisms; no torch.
+Read from the release's mechanism spec alone, generically over mechanisms through the
+registry (the mechanism rebuilt from its spec states its law); no torch.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import numpy as np
+
+from labeldp.mechanisms.registry import entry_for_spec
+from labeldp.schema import mechanism_spec
 
 Task = Literal["regression", "classification"]
 REGRESSION: Final = "regression"
@@ -22,8 +26,10 @@ class LabelTask:
 
     A spec with a ``classes`` list is categorical: the label column holds class
     indices 0..K-1 (as float64) and the features party trains a classifier.
-    ``transition_matrix`` (if the spec carries one) is P(released j | true i),
-    row i, column j; it enables forward loss correction.
+    ``transition_matrix`` is P(released j | true i), row i, column j, from the
+    mechanism's law; it enables forward loss correction. It is None when the rows
+    follow two laws (a split prior's first stage: ``release_laws``), where one
+    matrix would misstate the prior rows' noise.
     """
 
     task: Task
@@ -36,15 +42,23 @@ class LabelTask:
         classes = _field(spec, "classes")
         if not isinstance(classes, (list, tuple)):
             return cls(REGRESSION)
-        matrix = _field(spec, "transition_matrix")
-        if matrix is not None:
-            matrix = tuple(tuple(float(v) for v in row) for row in matrix)
-        return cls(CLASSIFICATION, tuple(str(c) for c in classes), matrix)
+        return cls(CLASSIFICATION, tuple(str(c) for c in classes), _one_matrix(spec))
 
     @property
     def n_classes(self) -> int:
         return len(self.classes or ())
 
+
+
+def _one_matrix(spec: Any) -> tuple[tuple[float, ...], ...] | None:
+    """The transition matrix every row of the release was drawn from, or None if rows differ."""
+    parsed = mechanism_spec(spec)
+    if getattr(parsed, "prior_split", None) is not None:
+        return None
+    matrix = entry_for_spec(parsed).from_spec(parsed).law().matrix
+    if matrix is None:  # pragma: no cover - every categorical entry states a matrix law
+        raise LookupError(f"{parsed.name} states no transition matrix")
+    return tuple(tuple(float(v) for v in row) for row in matrix)
 
 
 def _field(spec: Any, name: str) -> Any:

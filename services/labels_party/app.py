@@ -8,19 +8,19 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CollectorRegistry
 
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
-from labeldp.events import event_response, event_stream, shutdown_flag, stream_responses
+from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.health import mount_readiness
-from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, configure_logging, install_error_handlers
+from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
-from labeldp.metrics import mount_metrics
+from labeldp.logs import RequestContext, configure_logging
+from labeldp.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.migrations import SERVICES
-from labeldp.openapi import BINARY, CSV_TEXT, errors, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import BINARY, CSV_TEXT, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -36,19 +36,6 @@ log = logging.getLogger("labeldp.labels")
 def _mechanism_label(name: str) -> str:
     # Bounded metric cardinality: unknown names from clients collapse to "other".
     return name if name in MECHANISMS or name == "auto" else "other"
-
-
-class _ReleaseStatusCollector:
-    """Releases by delivery status, read from the catalogue at scrape time."""
-
-    def __init__(self, ctx: LabelsContext) -> None:
-        self.ctx = ctx
-
-    def collect(self):
-        family = GaugeMetricFamily("labeldp_releases", "releases by delivery status", labels=["status"])
-        for status, count in releases.status_counts(self.ctx).items():
-            family.add_metric([status], count)
-        yield family
 
 
 DESCRIPTION = """The advertiser's side of labeldp: privacy domains with a per-id ledger, label sets, and
@@ -93,7 +80,7 @@ def _json_example(example: dict[str, Any]) -> dict[str, Any]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     require_secrets(settings, "labels_api_key")
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "labels")
     engine = open_database(settings.labels_database_url, SERVICES["labels"], settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
     # Files a crash left between writing and committing; young ones may be another replica's.
@@ -102,12 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("swept %d orphaned files", swept)
 
     registry = CollectorRegistry()
-    uploaded_rows = Counter("labeldp_uploaded_labels", "labels accepted by uploads", registry=registry)
-    release_outcomes = Counter(
-        "labeldp_release_requests", "release requests by mechanism and outcome", ["mechanism", "outcome"],
-        registry=registry,
-    )
-    registry.register(_ReleaseStatusCollector(ctx))
+    measured = labels_metrics(registry)
+    uploaded_rows, release_outcomes = measured.uploaded_labels, measured.release_requests
 
     app = FastAPI(
         title="labeldp labels party",
@@ -122,7 +105,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)
-    mount_metrics(app, registry)
+    # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
+    instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
+    app.add_middleware(RequestContext)
     app.state.settings = settings
     app.state.ctx = ctx
 
@@ -419,24 +404,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @api.get(
         "/releases/{release_id}/events",
         tags=["releases"],
-        summary="Follow a release's delivery (Server-Sent Events)",
-        description="The release as `GET /v1/releases/{release_id}` shows it, on every change of its delivery "
-        "stage, until it is delivered or rejected; never the message or a label.",
-        response_class=Response,
-        response_model=responses.Release,
+        summary="Follow a release's delivery",
+        description="Server-Sent Events: a `release` event whenever its stage or attempts change, then `end` "
+        "once delivered or rejected (`closing` if the server stops first). Catalogue facts only, never a label.",
+        response_class=EventStreamResponse,
         responses={
-            **stream_responses(responses.Release, "release", responses.EXAMPLE_RELEASE),
-            **errors(401, 404, 422, 503, e404="release_not_found"),
+            **event_stream_ok(responses.EXAMPLE_RELEASE_EVENTS, "the event stream"),
+            **errors(401, 404, 422, 503, by_ref=True, e404="release_not_found"),
         },
     )
-    async def release_events(release_id: str, request: Request) -> Response:
+    async def release_events(release_id: str, request: Request) -> StreamingResponse:
+        """The release's delivery stage as Server-Sent Events, until delivered or rejected."""
         await run_in_threadpool(releases.release_snapshot, ctx, release_id)  # 404 before the stream starts
-        return event_response(
+        return StreamingResponse(
             event_stream(
                 lambda: run_in_threadpool(releases.release_snapshot, ctx, release_id),
                 "release",
                 stopping=shutdown_flag(request.app).is_set,
-            )
+            ),
+            media_type=EVENT_STREAM,
+            headers=STREAM_HEADERS,
         )
 
     app.include_router(api)

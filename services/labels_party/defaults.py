@@ -14,7 +14,8 @@ model-selected):
   every row from ε = 6 on would gain 0.2 % more, not worth a second learning rule). At small ε
   RR-on-Bins' few bins carry the most signal per unit of noise; in the middle the
   staircase mechanism, debiased and early-stopped, does; from ``UNBIASED_FROM`` on the
-  unbiased randomizer, whose outputs need no debiasing, is best.
+  unbiased randomizer, whose outputs need no debiasing, is best. (The bands are data of
+  the registry entries, ``labeldp.mechanisms.registry``: ``auto`` picks from the registry.)
 - Categorical labels: plain randomized response. On the two imbalanced 10-class sets
   (``utility_cifar10_1.md``, ``utility_cifar10_2.md``) it has the best or a
   within-one-standard-error test accuracy and mean per-class accuracy at every ε; the
@@ -24,21 +25,16 @@ model-selected):
 
 from __future__ import annotations
 
-AUTO = "auto"
+from labeldp.mechanisms.registry import BINS_BELOW, UNBIASED_FROM, auto_pick
 
-BINS_BELOW = 0.5
-"""Real and integer labels use ``rr_on_bins`` below this ε."""
-ADDITIVE = "staircase"
-"""The mechanism of the middle band [``BINS_BELOW``, ``UNBIASED_FROM``)."""
-UNBIASED_FROM = 1.0
-"""Real and integer labels use ``unbiased`` from this ε on."""
-CATEGORICAL = "randomized_response"
+AUTO = "auto"
+__all__ = ["AUTO", "BINS_BELOW", "UNBIASED_FROM", "default_mechanism"]
 
 
 def default_mechanism(label_type: str, epsilon: float) -> str:
-    """The catalogue mechanism ``auto`` stands for, from the label type and ε alone."""
-    if label_type == "categorical":
-        return CATEGORICAL
-    if epsilon < BINS_BELOW:
-        return "rr_on_bins"
-    return ADDITIVE if epsilon < UNBIASED_FROM else "unbiased"
+    """The catalogue mechanism ``auto`` stands for, from the label type and ε alone.
+
+    Read off the registry: each entry declares the ε band in which ``auto`` picks it
+    (``Entry.auto_band``; the bands' ends are ``BINS_BELOW`` and ``UNBIASED_FROM``).
+    """
+    return auto_pick("real" if label_type != "categorical" else "categorical", epsilon)

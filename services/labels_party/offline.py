@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from labeldp.epsilon import positive_micro, to_micro_ceil
 from labeldp.http_api import ApiError
 from labeldp.mechanisms import LabelDomain
+from labeldp.mechanisms.contract import Prior
 from labeldp.randomness import secure_generator
 
 from .randomizer import fit_to_public_prior, randomize, validate_public_prior
@@ -69,8 +70,8 @@ def optimize(
         classes = [str(int(v)) if float(v).is_integer() else str(v) for v in values]
         grid = np.arange(values.size, dtype=np.float64)
         mech = fit_to_public_prior(mechanism, epsilon, grid, probs / probs.sum(), classes=classes, params=params)
-        expected = {"expected_accuracy": float(mech.expected_accuracy(probs / probs.sum(), grid=grid))}
-        expected["expected_loss"] = 1.0 - expected["expected_accuracy"]
+        zero_one = mech.loss_under(Prior(grid, probs / probs.sum()))  # Pr[ŷ ≠ y]
+        expected = {"expected_accuracy": 1.0 - zero_one, "expected_loss": zero_one}
     else:
         low, high = domain if domain else (float(values.min()), float(values.max()))
         kind = (
@@ -81,7 +82,7 @@ def optimize(
         d = LabelDomain(kind, low, high)  # type: ignore[arg-type]
         prior = validate_public_prior(list(values), list(probs), d)
         mech = fit_to_public_prior(mechanism, epsilon, prior.values, prior.probs, domain=d, params=params)
-        expected = {"expected_loss": float(mech.expected_loss(prior.values, prior.probs))}
+        expected = {"expected_loss": float(mech.loss_under(Prior(prior.values, prior.probs)))}
     g = mech.guarantee
     return {
         "mechanism": mechanism,

@@ -10,6 +10,11 @@ The sender survives its database: a locked, stopped or restarting database (at s
 in the loop) is logged by error type only, waited out with jittered backoff, and the loop
 carries on. A release whose delivered status could not be recorded keeps its lease and is
 pushed again when the lease ends; the inbox deduplicates on the release id.
+
+Each attempt sends the request id of the request that created the release
+(``X-Request-ID``) and logs under it, so one id follows a release from the advertiser's
+call to the features party's inbox. The sender's metrics (attempts, their latency, the
+queue) go to a file the labels API serves (:mod:`labeldp.metrics`): it listens on no port.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.database import backoff_seconds, is_transient, make_session_factory, open_database, retry_transient
+from labeldp.logs import REQUEST_ID_HEADER, bound_request_id
+from labeldp.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -58,7 +65,12 @@ def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int 
 
 
 def deliver_one(
-    sessions: sessionmaker[Session], client: httpx.Client, settings: Settings, release_id: str, rng: random.Random
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    settings: Settings,
+    release_id: str,
+    rng: random.Random,
+    metrics: OutboxMetrics | None = None,
 ) -> str:
     """Push one release; returns its new status."""
     with sessions() as s:
@@ -67,27 +79,49 @@ def deliver_one(
             return row.status if row else "missing"
         path = settings.labels_data_dir / "messages" / row.message_file
         attempts = row.attempts + 1
+        request_id = row.request_id
+    with bound_request_id(request_id) as rid:
+        return _attempt(sessions, client, settings, release_id, attempts, path, rid, rng, metrics)
+
+
+def _attempt(
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    settings: Settings,
+    release_id: str,
+    attempts: int,
+    path: Path,
+    request_id: str,
+    rng: random.Random,
+    metrics: OutboxMetrics | None,
+) -> str:
     # The exact bytes charged (the file never changes once a row names it), signed and sent
     # a chunk at a time: the sender's memory does not grow with the release.
     headers = {
         "content-type": "application/json",
         "content-length": str(path.stat().st_size),
         SIGNATURE_HEADER: sign_file(path, signing_secret(settings.exchange_secret)),
+        REQUEST_ID_HEADER: request_id,
     }
-    status, error = "pending", None
+    status, error, outcome = "pending", None, "network"
+    started = time.perf_counter()
     try:
         response = client.post(
             f"{settings.features_url.rstrip('/')}/v1/releases", content=_chunks(path), headers=headers
         )
         if response.status_code in (200, 201):
-            status = "delivered"
+            status = outcome = "delivered"
         elif 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
-            status = "rejected"
+            status = outcome = "rejected"
             error = f"{response.status_code} {_error_code(response)}"
         else:
+            outcome = "retry"
             error = f"{response.status_code} {_error_code(response)}"
     except httpx.HTTPError as exc:
         error = type(exc).__name__
+    if metrics is not None:
+        metrics.attempts.labels(outcome).inc()
+        metrics.attempt_seconds.labels(outcome).observe(time.perf_counter() - started)
     values: dict[str, object] = {"attempts": attempts, "status": status, "last_error": error, "lease_until": 0.0}
     if status == "delivered":
         values["delivered_at"] = datetime.now(UTC)
@@ -129,45 +163,97 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
     sessions = make_session_factory(engine)
     rng = random.Random()
     log.info("outbox sending to %s", settings.features_url)
+    metrics = outbox_metrics()
+    metrics_file = OutboxMetricsFile(settings.labels_data_dir / OUTBOX_METRICS_DIR, metrics)
+    metrics_file.remove_stale()
+    try:
+        with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
+            _loop(sessions, client, settings, rng, metrics, metrics_file, stop, once)
+    finally:
+        metrics_file.remove()
+        engine.dispose()
+
+
+def _loop(
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    settings: Settings,
+    rng: random.Random,
+    metrics: OutboxMetrics,
+    metrics_file: OutboxMetricsFile,
+    stop: threading.Event,
+    once: bool,
+) -> None:
     failures = 0
-    with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
-        while not stop.is_set():
-            try:
-                due = deliver_due(sessions, client, settings, rng)
-                failures = 0
-            except Exception as exc:
-                failures += 1
-                wait = backoff_seconds(
-                    failures, settings.outbox_initial_backoff_seconds, settings.outbox_max_backoff_seconds, rng
-                )
-                # The error type only: a driver's message may quote statement parameters.
-                level = logging.WARNING if is_transient(exc) else logging.ERROR
-                log.log(level, "outbox pass failed (%s); retrying in %.1f s", type(exc).__name__, wait)
-                if once:
-                    break
-                stop.wait(wait)
-                continue
+    while not stop.is_set():
+        try:
+            due = deliver_due(sessions, client, settings, rng, metrics, metrics_file)
+            if due or metrics_file.due():
+                measure_queue(sessions, metrics)
+            failures = 0
+        except Exception as exc:
+            failures += 1
+            metrics.pass_failures.labels(type(exc).__name__).inc()
+            wait = backoff_seconds(
+                failures, settings.outbox_initial_backoff_seconds, settings.outbox_max_backoff_seconds, rng
+            )
+            # The error type only: a driver's message may quote statement parameters.
+            level = logging.WARNING if is_transient(exc) else logging.ERROR
+            log.log(level, "outbox pass failed (%s); retrying in %.1f s", type(exc).__name__, wait)
+            metrics_file.write()  # the heartbeat goes on while the database is away
             if once:
                 break
-            if not due:
-                stop.wait(settings.outbox_poll_seconds)
-    engine.dispose()
+            stop.wait(wait)
+            continue
+        if due or metrics_file.due():
+            metrics_file.write()
+        if once:
+            break
+        if not due:
+            stop.wait(settings.outbox_poll_seconds)
+
+
+def measure_queue(sessions: sessionmaker[Session], metrics: OutboxMetrics) -> None:
+    """Releases by status, and the depth and age of the delivery queue (one grouped query)."""
+    with sessions() as s:
+        rows = s.execute(
+            select(ReleaseRow.status, func.count(), func.min(ReleaseRow.created_at)).group_by(ReleaseRow.status)
+        ).all()
+    metrics.releases.clear()
+    pending, oldest = 0, None
+    for status, count, first in rows:
+        metrics.releases.labels(status).set(count)
+        if status == "pending":
+            pending, oldest = int(count), first
+    metrics.queue_depth.set(pending)
+    if oldest is not None and oldest.tzinfo is None:
+        oldest = oldest.replace(tzinfo=UTC)  # SQLite returns naive UTC times
+    age = (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0
+    metrics.oldest_pending_seconds.set(max(age, 0.0))
 
 
 def deliver_due(
-    sessions: sessionmaker[Session], client: httpx.Client, settings: Settings, rng: random.Random
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    settings: Settings,
+    rng: random.Random,
+    metrics: OutboxMetrics | None = None,
+    heartbeat: OutboxMetricsFile | None = None,
 ) -> list[str]:
     """One pass: lease due releases (retrying a lock briefly) and push each; returns the ids leased.
 
     A database error ends the pass (the caller backs off); any other error is confined to
-    its release, which is tried again when its lease ends.
+    its release, which is tried again when its lease ends. ``heartbeat`` is rewritten between
+    releases, so a pass of long deliveries does not read as a dead sender.
     """
     due = retry_transient(lambda: claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2))
     for release_id in due:
         try:
-            deliver_one(sessions, client, settings, release_id, rng)
+            deliver_one(sessions, client, settings, release_id, rng, metrics)
         except Exception as exc:
             if is_transient(exc):
                 raise
             log.error("release %s: delivery failed (%s); retried when its lease ends", release_id, type(exc).__name__)
+        if heartbeat is not None and heartbeat.due():
+            heartbeat.write()
     return due

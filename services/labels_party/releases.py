@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.logs import current_request_id
 from labeldp.mechanisms import LabelDomain
 from labeldp.pagination import after, check_limit, encode_cursor
 from labeldp.randomness import secure_generator
@@ -193,6 +194,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
                 message_sha256=sha,
                 status="pending",
                 created_at=datetime.now(UTC),
+                request_id=current_request_id(),
             )
             s.add(row)
             s.flush()
@@ -279,13 +281,6 @@ def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
     with ctx.sessions() as s:
         body = describe(_load(s, release_id))
     return Snapshot(body, body["status"] in ("delivered", "rejected"), (body["stage"], body["attempts"]))
-
-
-def status_counts(ctx: LabelsContext) -> dict[str, int]:
-    with ctx.sessions() as s:
-        return {
-            k: int(v) for k, v in s.execute(select(ReleaseRow.status, func.count()).group_by(ReleaseRow.status)).all()
-        }
 
 
 def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:

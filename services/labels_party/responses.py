@@ -119,7 +119,7 @@ class Release(_Body):
     label_set_id: str
     status: Literal["pending", "delivered", "rejected"]
     stage: Literal["queued", "sending", "retrying", "delivered", "rejected"] = Field(
-        description="where delivery is: waiting for the outbox, being sent, waiting to retry, or over"
+        description="where delivery stands: queued, sending (the outbox holds it), retrying after a failed attempt"
     )
     mechanism: str = Field(description="the mechanism that ran (what `auto` resolved to)")
     epsilon: float
@@ -185,3 +185,7 @@ EXAMPLE_RELEASE = {
     "attempts": 0, "last_error": None, "created_at": TS, "delivered_at": None,
 }
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
+EXAMPLE_RELEASE_EVENTS = (
+    'event: release\nid: 1\ndata: {"attempts":0,"id":"rel_…","stage":"sending","status":"pending",…}\n\n'
+    'event: end\nid: 2\ndata: {"attempts":1,"id":"rel_…","stage":"delivered","status":"delivered",…}\n\n'
+)

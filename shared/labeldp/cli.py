@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -22,7 +23,11 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         from features_party.app import create_app
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=settings.log_level.lower()))
+    # uvicorn's own lines go through the app's JSON log handler; its access line is replaced by
+    # the app's (labeldp.logs.RequestContext), which carries the request id.
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=settings.log_level.lower(), log_config=None, access_log=False,
+    ))
     exit_server = server.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:
@@ -36,12 +41,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _outbox(args: argparse.Namespace) -> int:
-    from labeldp.http_api import configure_logging
+    from labeldp.logs import configure_logging
     from labeldp.settings import Settings
     from labels_party.outbox import run_outbox
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, "outbox")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -51,12 +56,12 @@ def _outbox(args: argparse.Namespace) -> int:
 
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.database import open_database
-    from labeldp.http_api import configure_logging
+    from labeldp.logs import configure_logging
     from labeldp.migrations import SERVICES
     from labeldp.settings import Settings
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, f"{args.party}-migrations")
     url = settings.labels_database_url if args.party == "labels" else settings.features_database_url
     open_database(url, SERVICES[args.party], settings).dispose()
     print(f"{args.party} database: schema at head")
@@ -125,11 +130,15 @@ def _offline(run: Callable[[], object]) -> int:
     """Run an offline command; print its JSON result, or a one-line error (exit 2)."""
     import json
 
+    from labeldp.epsilon import InvalidEpsilon
     from labels_party.offline import OfflineError
     from labels_party.randomizer import RandomizerError
 
     try:
         result = run()
+    except InvalidEpsilon as exc:
+        print(f"labeldp: error: invalid_epsilon: {exc}", file=sys.stderr)
+        return 2
     except (OfflineError, RandomizerError) as exc:
         code = getattr(exc, "code", "invalid_input")
         print(f"labeldp: error: {code}: {exc}", file=sys.stderr)
@@ -154,12 +163,24 @@ def _optimize(args: argparse.Namespace) -> int:
     )
 
 
+def resolve_mechanism(mechanism: str, epsilon: str, label_type: str) -> str:
+    """``auto`` resolved exactly as the labels party resolves a release's: ``labels_party.defaults``
+    from the label type and the release's exact ε (README, "Default configuration")."""
+    from labeldp.epsilon import exact_micro, from_micro
+    from labels_party.defaults import AUTO, default_mechanism
+
+    if mechanism != AUTO:
+        return mechanism
+    return default_mechanism(label_type, from_micro(exact_micro(epsilon)))
+
+
 def _privatize(args: argparse.Namespace) -> int:
     from labels_party.offline import privatize_csv
 
-    return _offline(
-        lambda: privatize_csv(
-            args.mechanism,
+    def run() -> dict[str, Any]:
+        mechanism = resolve_mechanism(args.mechanism, args.epsilon, args.label_type)
+        result = privatize_csv(
+            mechanism,
             args.epsilon,
             args.input,
             args.output,
@@ -169,7 +190,9 @@ def _privatize(args: argparse.Namespace) -> int:
             classes=args.classes.split(",") if args.classes else None,
             params=args.params,
         )
-    )
+        return result if mechanism == args.mechanism else {**result, "resolved_from": args.mechanism}
+
+    return _offline(run)
 
 
 def _epsilons(text: str | None) -> list[float] | None:
@@ -196,6 +219,74 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
 
 
+_DATASET_ALIASES = {
+    "housing": "california_housing",
+    "housing_paper": "california_housing_paper",
+    "linear": "simulated_linear",
+    "nonlinear": "simulated_nonlinear",
+    "criteo": "criteo_like",
+}
+
+
+def _own_data(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
+    """(plan, data) for ``--data FILE``, None without it, or exit status 2 after a one-line error."""
+    from labeldp.benchmarks import data_file
+
+    if args.data is None:
+        stray = [f"--{n.replace('_', '-')}" for n in ("target", "categorical", "id", "drop", "name")
+                 if getattr(args, n) is not None]
+        if args.domain is not None:
+            stray.append("--domain")
+        if stray:
+            print(f"labeldp: error: {', '.join(stray)} only go with --data FILE", file=sys.stderr)
+            return 2
+        return None
+    if args.target is None or args.domain is None:
+        print("labeldp: error: --data needs --target COLUMN and --domain LOW,HIGH (the public label range)",
+              file=sys.stderr)
+        return 2
+    if args.datasets is not None:
+        print("labeldp: error: --datasets names built-in sets; with --data the file is the data set",
+              file=sys.stderr)
+        return 2
+    try:
+        data = data_file.from_file(
+            args.data,
+            args.target,
+            args.domain,
+            categorical=args.categorical or (),
+            id_column=args.id,
+            drop=args.drop or (),
+            name=args.name,
+        )
+        plan = data_file.file_plan(
+            data,
+            args.data,
+            target=args.target,
+            categorical=args.categorical or (),
+            id_column=args.id,
+            drop=args.drop or (),
+            quick=args.quick,
+            epochs=args.epochs,
+        )
+    except data_file.DataFileError as exc:
+        print(f"labeldp: error: {exc}", file=sys.stderr)
+        return 2
+    return plan, data
+
+
+def _learners(task: str, names: list[str] | None) -> list[Any]:
+    """The runner's learners for ``--learners``, plus ``paper`` (Liu & Huang's network on unscaled
+    features, ``benchmarks/paper_learner.py``) when named."""
+    from labeldp.benchmarks import utility
+    from labeldp.benchmarks.paper_learner import PAPER, RawFeatureMLP
+
+    if task != "regression" or not names or PAPER not in names:
+        return list(utility.learners_for(task, names))
+    rest = [n for n in names if n != PAPER]
+    return (list(utility.learners_for(task, rest)) if rest else []) + [RawFeatureMLP()]
+
+
 def _bench_utility(args: argparse.Namespace) -> int:
     """The privacy–utility protocol (docs/architecture.md, "Benchmark protocol") over the requested data sets."""
     import shlex
@@ -212,21 +303,26 @@ def _bench_utility(args: argparse.Namespace) -> int:
     from features_party.device import resolve_device
 
     device = resolve_device(args.device)
-    plans = utility.default_plans(
-        housing=housing,
-        quick=quick,
-        epochs=args.epochs,
-        sim_n=args.sim_n,
-        sim_d=args.sim_d,
-        criteo_rows=criteo_rows,
-        criteo_train_rows=args.train_rows,
-        cuda=device == "cuda",
-    )
-    aliases = {"housing": "california_housing", "linear": "simulated_linear", "nonlinear": "simulated_nonlinear",
-               "criteo": "criteo_like"}
-    default_sets = list(plans) + (["california_housing"] if housing is None else [])
-    wanted = [aliases.get(d, d) for d in (args.datasets or default_sets)]
-    unknown = [d for d in wanted if d not in plans and d != "california_housing"]
+    own = _own_data(args)
+    if isinstance(own, int):
+        return own
+    if own is not None:
+        plans = {own[0].name: own[0]}
+        wanted = [own[0].name]
+    else:
+        plans = utility.default_plans(
+            housing=housing,
+            quick=quick,
+            epochs=args.epochs,
+            sim_n=args.sim_n,
+            sim_d=args.sim_d,
+            criteo_rows=criteo_rows,
+            criteo_train_rows=args.train_rows,
+            cuda=device == "cuda",
+        )
+        default_sets = list(plans) + ([] if housing else ["california_housing", "california_housing_paper"])
+        wanted = [_DATASET_ALIASES.get(d, d) for d in (args.datasets or default_sets)]
+    unknown = [d for d in wanted if d not in plans and not d.startswith("california_housing")]
     if unknown:
         print(f"labeldp: error: unknown data set(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
@@ -254,12 +350,13 @@ def _bench_utility(args: argparse.Namespace) -> int:
             trials=trials,
             epsilons=eps,
             mechanisms=args.mechanisms,
-            learners=utility.learners_for(plan.task, learner_names),
+            learners=_learners(plan.task, learner_names),
             cache_dir=args.cache,
             device=device,
             threads=args.threads,
             seed=args.seed,
             progress=lambda line: print(line, flush=True),
+            data=own[1] if own is not None else None,
         )
         paths = report.write_all(result, args.out, command=command, quick=quick)
         print(f"[{name}] {result.computed} cells computed, {result.cached} cached, {result.wall_seconds:.0f} s; "
@@ -380,7 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read id,label rows from IN.csv, run the whole randomizer (private prior, fit, "
         "privatize) and write id,label (privatized, ids sorted) to OUT.csv; prints the ε spent per part.",
     )
-    privatize.add_argument("--mechanism", required=True)
+    privatize.add_argument(
+        "--mechanism", required=True,
+        help="a catalogue mechanism, or auto: what a release with no mechanism gets from the labels party's "
+        "default rule for this label type and ε (the output's resolved_from says so)",
+    )
     privatize.add_argument("--epsilon", required=True, help="total ε of the release")
     privatize.add_argument("--epsilon-prior", help="ε₁ for the private prior (default √(k/n), at most ε/2)")
     privatize.add_argument("--input", type=Path, required=True, help="IN.csv with columns id,label")
@@ -403,9 +504,21 @@ def build_parser() -> argparse.ArgumentParser:
     source = util.add_mutually_exclusive_group()
     source.add_argument("--data-dir", type=Path, help="folder holding california_housing.csv")
     source.add_argument("--housing", type=Path, help="path of california_housing.csv")
+    source.add_argument("--data", type=Path, metavar="FILE",
+                        help="your own CSV or Parquet file instead of the built-in sets (with --target, --domain)")
     util.add_argument("--datasets", type=_names,
-                      help="comma-separated: california_housing, simulated_linear, simulated_nonlinear, "
-                      "criteo_like, cifar10_1, cifar10_2 (default: all available)")
+                      help="comma-separated: california_housing, california_housing_paper (Liu & Huang's "
+                      "features), simulated_linear, simulated_nonlinear, criteo_like, cifar10_1, cifar10_2 "
+                      "(default: all available)")
+    own = util.add_argument_group("your own data (--data FILE)")
+    own.add_argument("--target", metavar="COLUMN", help="the label column (a regression target)")
+    own.add_argument("--domain", type=_domain, metavar="LOW,HIGH",
+                     help="the public label range; labels outside are clipped to it (never read from the labels)")
+    own.add_argument("--categorical", type=_names, metavar="COLUMNS",
+                     help="comma-separated feature columns to treat as categories (text columns always are)")
+    own.add_argument("--id", metavar="COLUMN", help="a column of unique row ids (default: rows are numbered)")
+    own.add_argument("--drop", type=_names, metavar="COLUMNS", help="comma-separated columns that are not features")
+    own.add_argument("--name", help="data set name in the result files (default: the file's name)")
     util.add_argument(
         "--mechanisms", type=_names, help="comma-separated mechanism names (default: every one that applies)"
     )
@@ -414,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     util.add_argument("--epochs", type=int, help="training epochs (default: each data set's paper recipe)")
     util.add_argument("--learners", type=_names,
                       help="comma-separated regression learners: plain, private, oracle (default all three where the "
-                      "features party has fit_private_regressor); classification always uses plain")
+                      "features party has fit_private_regressor), and paper (Liu & Huang's network on unscaled "
+                      "features, a yardstick); classification always uses plain")
     util.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder (default bench/results)")
     util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
     util.add_argument("--quick", action="store_true",

@@ -22,8 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from starlette.responses import StreamingResponse
 
 EVENT_STREAM = "text/event-stream"
 END = "end"
@@ -33,26 +32,11 @@ HEARTBEAT_SECONDS = 15.0
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def event_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    """The HTTP answer of a stream; no caching and no proxy buffering, or a bar would stall."""
-    return StreamingResponse(frames, media_type=EVENT_STREAM, headers=STREAM_HEADERS)
+class EventStreamResponse(StreamingResponse):
+    """A stream of :func:`encode_event` frames; as a route's ``response_class`` it documents the
+    operation's body as ``text/event-stream``."""
 
-
-def stream_responses(model: type[BaseModel], event: str, example: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry of an event stream: each event's data is ``model`` (the route names
-    it as ``response_model`` so that it is in the contract's schemas, with ``response_class=Response``
-    so that no JSON body is claimed); an example stream of one ``event`` frame and the ``end`` frame."""
-    frames = (encode_event(event, example, 1) + encode_event(END, example, 2)).decode()
-    return {
-        200: {
-            "description": f"`text/event-stream`: an `{event}` event (data: this schema) on every change, a "
-            f"comment every {HEARTBEAT_SECONDS:g} s while nothing changes, then `{END}` with the final state and "
-            f"the stream closes; `{CLOSING}` instead when the server is stopping (follow the job again later)",
-            "content": {
-                EVENT_STREAM: {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}, "example": frames}
-            },
-        }
-    }
+    media_type = EVENT_STREAM
 
 
 def encode_event(event: str, data: dict[str, Any], event_id: int | None = None) -> bytes:

@@ -246,11 +246,3 @@ class BodySizeLimit:
 
 class _BodyTooLarge(Exception):
     pass
-
-
-def configure_logging(level: str) -> None:
-    """Plain structured-ish log lines; callers never pass label values to loggers."""
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )

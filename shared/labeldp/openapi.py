@@ -84,21 +84,24 @@ _HEADERS: dict[int, dict[str, Any]] = {
 }
 
 
-def errors(*statuses: int, **codes: str) -> dict[int | str, dict[str, Any]]:
+def errors(*statuses: int, by_ref: bool = False, **codes: str) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries for the error statuses a route can answer, each with the envelope.
 
     ``codes`` overrides the example code of a status (``e404="label_set_not_found"``), so the
-    example a client reads is one the route really returns.
+    example a client reads is one the route really returns. ``by_ref``: name the envelope's
+    schema by reference instead of through FastAPI's ``model``, for a route whose success is not
+    JSON (an event stream), where FastAPI would document the envelope under that media type.
     """
     out: dict[int | str, dict[str, Any]] = {}
     for status in statuses:
         description, code, message = _ERRORS[status]
         code = codes.get(f"e{status}", code)
-        entry: dict[str, Any] = {
-            "model": ErrorBody,
-            "description": description,
-            "content": {"application/json": {"example": {"code": code, "message": message, "details": []}}},
-        }
+        body: dict[str, Any] = {"example": {"code": code, "message": message, "details": []}}
+        entry: dict[str, Any] = {"description": description, "content": {"application/json": body}}
+        if by_ref:
+            body["schema"] = {"$ref": "#/components/schemas/ErrorBody"}
+        else:
+            entry["model"] = ErrorBody
         if status in _HEADERS:
             entry["headers"] = _HEADERS[status]
         out[status] = entry
@@ -132,6 +135,17 @@ def ok(
     if links:
         entry["links"] = {op: {"operationId": op, "parameters": params} for op, params in links.items()}
     return {status: entry}
+
+
+def event_stream_ok(example: str, description: str) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry of a Server-Sent Events stream (labeldp.events): not JSON, so the
+    body is documented as ``text/event-stream`` text with an example of its frames."""
+    return {
+        200: {
+            "description": description,
+            "content": {"text/event-stream": {"schema": {"type": "string"}, "example": example}},
+        }
+    }
 
 
 def operation_id(route: APIRoute) -> str:

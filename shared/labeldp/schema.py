@@ -3,7 +3,8 @@
 Everything in a :class:`LabelRelease` is ε-DP in the labels (docs/architecture.md, privacy invariant 2):
 mechanism parameters and the prior come from the noisy prior, ids are the public
 id set in sorted order, and the label column holds privatized values only.
-Mechanism specs form a discriminated union on ``name`` that later mechanisms extend.
+Mechanism specs form a discriminated union on ``name``, derived from the mechanism registry
+(``labeldp.mechanisms.registry``; docs/architecture.md, "The mechanism contract").
 """
 
 from __future__ import annotations
@@ -11,19 +12,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, BinaryIO, Final, Literal, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Final, Literal, Union, cast
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
-from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
-from labeldp.specs.base import NoisyPrior, SpecModel
-from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
-from labeldp.specs.laplace import LaplaceSpec
-from labeldp.specs.rp_with_prior import HistogramPriorSpec, RPWithPriorSpec
-from labeldp.specs.rr_on_bins import RROnBinsSpec
-from labeldp.specs.unbiased import UnbiasedSpec
+from labeldp.mechanisms.registry import ENTRIES
+from labeldp.specs.base import MechanismSpecBase, NoisyPrior, SpecModel
+from labeldp.specs.laplace import LaplaceSpec as LaplaceSpec  # importable from here, as before the registry
+from labeldp.specs.rp_with_prior import HistogramPriorSpec
+from labeldp.specs.rr_on_bins import RROnBinsSpec as RROnBinsSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,20 +33,23 @@ SIGNATURE_HEADER = "X-Labeldp-Signature"
 ARROW_THRESHOLD_ROWS = 10_000
 
 
-MechanismSpec = Annotated[
-    RROnBinsSpec
-    | RPWithPriorSpec
-    | LaplaceSpec
-    | StaircaseSpec
-    | GaussianSpec
-    | ExponentialSpec
-    | UnbiasedSpec
-    | RandomizedResponseSpec
-    | RRWithPriorSpec
-    | BlockRRSpec,
-    Field(discriminator="name"),
-]
-CATEGORICAL_SPECS = (RandomizedResponseSpec, RRWithPriorSpec, BlockRRSpec)
+if TYPE_CHECKING:
+    MechanismSpec = MechanismSpecBase
+else:
+    # The specs of the registry's entries, discriminated by ``name`` (one entry per mechanism).
+    MechanismSpec = Annotated[Union[tuple(entry.spec for entry in ENTRIES)], Field(discriminator="name")]  # noqa: UP007
+CATEGORICAL_SPECS = tuple(entry.spec for entry in ENTRIES if entry.categorical)
+_SPEC_ADAPTER: TypeAdapter[MechanismSpec] | None = None
+
+
+def mechanism_spec(spec: MechanismSpecBase | Mapping[str, Any]) -> MechanismSpecBase:
+    """A mechanism spec from its object or its JSON dict (as a release row stores it)."""
+    global _SPEC_ADAPTER
+    if not isinstance(spec, Mapping):
+        return spec
+    if _SPEC_ADAPTER is None:
+        _SPEC_ADAPTER = TypeAdapter(MechanismSpec)
+    return _SPEC_ADAPTER.validate_python(dict(spec))
 
 
 class EpsilonPart(SpecModel):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +23,18 @@ def _forms(value: float) -> list[bytes]:
         struct.pack("<d", value),
         struct.pack(">d", value),
     ]
+
+
+def _leaves(doc: Any) -> Iterator[str]:
+    """Every value of a JSON log line as text: a label could hide in any field, escaped or not."""
+    if isinstance(doc, dict):
+        for value in doc.values():
+            yield from _leaves(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _leaves(value)
+    else:
+        yield doc if isinstance(doc, str) else json.dumps(doc)
 
 
 def test_canary_labels_never_leave_the_labels_party(stack, data, feature_table):
@@ -65,3 +80,37 @@ def test_canary_labels_never_leave_the_labels_party(stack, data, feature_table):
     # The canary check has power: the labels party's own label files do hold them.
     labels_store = read_tree_bytes(stack.workdir / "labels-data")
     assert any(f in labels_store for c in CANARIES for f in _forms(c))
+
+
+def test_canary_labels_are_in_no_json_log_field_and_no_metric(stack, data, feature_table):
+    """The same canaries through upload, a rejected upload and a release, over every field of every
+    JSON log line (decoded, so an escaped value cannot slip past) and both /metrics pages."""
+    ids = data.ids[400:700]
+    values = [CANARIES[k % len(CANARIES)] if k < 60 else float(v) for k, v in enumerate(data.labels[400:700])]
+    with stack.labels_client() as labels, stack.features_client() as features:
+        ls = create_label_set(labels, ids, budget=10.0, high=data.clip)
+        traced = {"X-Request-ID": "canary-trace"}
+        bad = labels.post(
+            f"/v1/label-sets/{ls['id']}/labels",
+            content=f"id,label\n{ids[0]},{data.clip + CANARIES[2]}\n".encode(),
+            headers={"content-type": "text/csv", **traced},
+        )
+        assert bad.status_code == 422
+        assert upload_csv(labels, ls["id"], list(zip(ids, values)), **traced).status_code == 200
+        r = labels.post(
+            f"/v1/label-sets/{ls['id']}/releases",
+            json={"mechanism": "rr_on_bins", "epsilon": 2.0, "feature_table": feature_table},
+            headers=traced,
+        )
+        assert r.status_code == 202, r.text
+        wait_for_status(labels, r.json()["id"], "delivered")
+        scraped = labels.get("/metrics").text + features.get("/metrics").text
+    texts = []
+    for name in ("labels", "outbox", "features"):
+        for line in stack.log_path(name).read_text().splitlines():
+            texts.extend(_leaves(json.loads(line)))  # every line is one JSON object
+    assert any("canary-trace" in t for t in texts)  # the traced requests were logged
+    haystack = "\n".join(texts) + scraped
+    for c in CANARIES + [data.clip + CANARIES[2]]:
+        for form in _forms(c)[:3]:
+            assert form.decode() not in haystack, f"canary {c} found in a log field or a metric"

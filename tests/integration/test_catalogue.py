@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from labels_party.randomizer import RECIPES
+from labeldp.mechanisms.registry import REGISTRY
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 
-REGRESSION = [m for m, r in RECIPES.items() if "real" in r.label_types]
-CATEGORICAL = [m for m, r in RECIPES.items() if "categorical" in r.label_types]
+REGRESSION = [m for m, r in REGISTRY.items() if "real" in r.label_types]
+CATEGORICAL = [m for m, r in REGISTRY.items() if "categorical" in r.label_types]
 
 
 @pytest.fixture(scope="module")

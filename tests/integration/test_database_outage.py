@@ -91,6 +91,7 @@ def test_outbox_and_api_survive_a_locked_sqlite_database(tmp_path: Path) -> None
                 _assert_unavailable(labels.post(f"/v1/label-sets/{label_set}/releases",
                                                 json={"mechanism": "laplace", "epsilon": 1.0}))
                 assert labels.get("/healthz").status_code == 200
+                assert labels.get("/metrics").status_code == 200  # a scrape never waits for the lock
                 assert stack.processes["outbox"].poll() is None
             wait_for_status(labels, first, "delivered", timeout=30)
 
@@ -128,6 +129,15 @@ def test_services_survive_a_stopped_postgresql(tmp_path: Path, postgres_server: 
                     assert client.get("/healthz").status_code == 200
                 _assert_unavailable(labels.get(f"/v1/label-sets/{label_set}"))
                 _wait_for_log(stack, "outbox", "outbox pass failed (OperationalError)")
+                # /metrics reads no database: both answer, and the outbox's failed passes show up.
+                assert features.get("/metrics").status_code == 200
+                deadline = time.monotonic() + 20
+                while "labeldp_outbox_pass_failures_total{error=\"OperationalError\"" not in (
+                    scrape := labels.get("/metrics")
+                ).text:
+                    assert scrape.status_code == 200, scrape.text
+                    assert time.monotonic() < deadline, "the outbox's failed passes never reached /metrics"
+                    time.sleep(0.3)
                 time.sleep(2.0)  # a few backoff rounds
                 assert stack.processes["outbox"].poll() is None
 

@@ -153,9 +153,8 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
         final = a_stream.rest()[-1]
         assert final.event == "end" and final.data["status"] == "cancelled" and final.data["model_id"] is None
         # Both cancels are counted: the queued one by the route, the running one by the worker.
-        # (The counter is labeldp_features_trainings here; the ops branch renames it labeldp_trainings.)
         metrics = features.get("/metrics").text
-        assert re.search(r'^labeldp_(features_)?trainings_total\{status="cancelled"\} 2\.0$', metrics, re.M), metrics
+        assert re.search(r'^labeldp_trainings_total\{status="cancelled"\} 2\.0$', metrics, re.M), metrics
 
         # The queued ones run next, each stream ending with its model.
         for t in (c, d_id):

@@ -5,7 +5,7 @@ Adding a mechanism is ONE entry in ``CASES``::
     AuditCase(
         name="laplace_unit_eps1",                       # test id, unique
         claimed_epsilon=1.0,                            # the ε the mechanism's ``guarantee`` states
-        mechanism=lambda eps: DiscreteLaplace(eps, UNIT).fit(),
+        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit(),
         extremes=(0.0, 1.0),                            # the neighbouring inputs: the domain's ends
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,                    # optional: enables the floating-point test
@@ -63,14 +63,14 @@ from typing import Any
 import numpy as np
 
 from labeldp.audit import Event, events_from_law
-from labeldp.mechanisms import DiscreteLaplace, LabelDomain, LaplaceHistogramPrior, RROnBins
+from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, RROnBins
 from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
 from labeldp.mechanisms.categorical import BlockRR, RandomizedResponse, RRWithPrior
+from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.rp_with_prior import (
     NoisyLabelHistogramPrior,
     RPWithPrior,
     StepPrior,
-    _Lattice,
     laplace_noised_indices,
 )
 from labeldp.mechanisms.unbiased import UnbiasedRandomizer, input_grid
@@ -324,7 +324,7 @@ def additive_lattice(mech: Any) -> np.ndarray:
     steps, low + step·j for j beyond 0..J (the audited support), computed from the same spec."""
     lattice = spec_lattice(mech)
     spec = mech.to_spec()
-    if getattr(spec, "clipped", True):
+    if getattr(spec, "clip", True):  # the exponential mechanism never leaves the domain
         return lattice
     low, step, n_steps = float(spec.domain.low), float(spec.step), lattice.size - 1
     j = _additive_outputs(mech)
@@ -363,7 +363,7 @@ class NoisedIndices:
     def __init__(self, epsilon: float, domain: LabelDomain = UNIT) -> None:
         self.epsilon = epsilon
         self.estimator = NoisyLabelHistogramPrior(epsilon, domain)
-        self.lattice = _Lattice.for_domain(domain, None)  # the estimator's default lattice
+        self.lattice = Lattice.for_domain(domain, None)  # the estimator's default lattice
 
     @property
     def guarantee(self):
@@ -469,7 +469,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_unit_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: DiscreteLaplace(eps, UNIT).fit(),
+        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit(),
         extremes=(UNIT.low, UNIT.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,
@@ -478,7 +478,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_awkward_eps3",
         claimed_epsilon=3.0,
-        mechanism=lambda eps: DiscreteLaplace(eps, AWKWARD, step=0.01).fit(),
+        mechanism=lambda eps: Laplace(eps, AWKWARD, variant="discrete", step=0.01).fit(),
         extremes=(AWKWARD.low, AWKWARD.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,
@@ -487,7 +487,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_integer_eps0.5",
         claimed_epsilon=0.5,
-        mechanism=lambda eps: DiscreteLaplace(eps, COUNTS).fit(),
+        mechanism=lambda eps: Laplace(eps, COUNTS, variant="discrete").fit(),
         extremes=(COUNTS.low, COUNTS.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,

@@ -49,12 +49,9 @@ import numpy as np
 from labeldp.audit import AuditResult, audit_epsilon_lower_bound, events_from_pilot
 from labeldp.epsilon import exact_micro
 from labeldp.mechanisms import LabelDomain
-from labeldp.mechanisms.additive import MECHANISMS as LATTICE_MECHANISMS
 from labeldp.mechanisms.categorical import release_laws
 from labeldp.mechanisms.prior import snap_to_grid
-from labeldp.mechanisms.rp_with_prior import RPWithPrior
-from labeldp.mechanisms.rr_on_bins import RROnBins
-from labeldp.mechanisms.unbiased import UnbiasedRandomizer
+from labeldp.mechanisms.registry import entry_for_spec
 from labels_party import randomizer
 from labels_party.randomizer import PublicPrior, Randomized
 
@@ -143,14 +140,7 @@ def _law(spec_json: str) -> Any:
     from labeldp.schema import MechanismSpec
 
     spec: Any = TypeAdapter(MechanismSpec).validate_json(spec_json)
-    if spec.name == "rr_on_bins":
-        return RROnBins.from_spec(spec)
-    if spec.name == "rp_with_prior":
-        return RPWithPrior.from_spec(spec)
-    if spec.name == "unbiased":
-        return UnbiasedRandomizer.from_spec(spec)
-    lattice_cls: Any = LATTICE_MECHANISMS[spec.name]
-    return lattice_cls.from_spec(spec)
+    return entry_for_spec(spec).from_spec(spec)
 
 
 @functools.lru_cache(maxsize=4096)  # split releases repeat a few partitions: rebuild each once

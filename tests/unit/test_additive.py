@@ -403,10 +403,10 @@ def test_spec_round_trip(name: str, domain: LabelDomain, variant: str) -> None:
 
 def test_spec_contents() -> None:
     lap = Laplace(0.5, REAL).fit().to_spec()
-    assert isinstance(lap, LaplaceSpec) and lap.variant == "continuous" and lap.clipped
+    assert isinstance(lap, LaplaceSpec) and lap.variant == "continuous" and lap.clip
     assert lap.scale == pytest.approx(3.0 / 0.5) and lap.step == pytest.approx(3.0 / 2**16)
     st = Staircase(0.5, INTEGER, clip=False).fit().to_spec()
-    assert isinstance(st, StaircaseSpec) and not st.clipped and st.gamma == st.r / 15
+    assert isinstance(st, StaircaseSpec) and not st.clip and st.gamma == st.r / 15
     ga = Gaussian(0.5, REAL, 1e-6).fit().to_spec()
     assert isinstance(ga, GaussianSpec) and ga.delta == 1e-6
     assert ga.sigma == pytest.approx(analytic_gaussian_sigma(0.5, 1e-6, 3.0))

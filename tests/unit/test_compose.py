@@ -1,15 +1,23 @@
-"""Invariant 1 in deployment: one way from the labels party to the features party."""
+"""Invariant 1 in deployment: one way from the labels party to the features party; and the
+operations facts of deploy/README.md: CPU by default with a GPU override, health, restarts,
+secrets only from an untracked .env."""
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
+from labeldp.settings import Settings, require_secrets
+
 ROOT = Path(__file__).resolve().parents[2]
 LABELS_SERVICES = {"labels-party-api", "labels-party-outbox"}
+REQUIRED = re.compile(r"\$\{([A-Z_]+):\?[^}]*\}")
 
 
-def _compose() -> dict:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+def _compose(name: str = "docker-compose.yml") -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
 
 
 def _networks(service: dict) -> set[str]:
@@ -44,9 +52,19 @@ def test_exchange_network_is_internal():
         assert (compose["networks"][net] or {}).get("internal") is True
 
 
-def test_features_party_requests_a_gpu():
-    devices = _compose()["services"]["features-party"]["deploy"]["resources"]["reservations"]["devices"]
-    assert any("gpu" in d.get("capabilities", []) for d in devices)
+def test_compose_runs_on_cpu_by_default_and_the_gpu_is_an_override():
+    features = _compose()["services"]["features-party"]
+    assert "deploy" not in features  # `docker compose up` works on a laptop without a GPU
+    assert _env_file(features["env_file"])["LABELDP_DEVICE"] == "cpu"
+    dockerfile = (ROOT / features["build"]["dockerfile"]).read_text()
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in dockerfile  # no CUDA libraries
+
+    gpu = _compose("docker-compose.gpu.yml")["services"]["features-party"]
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert any("gpu" in d.get("capabilities", []) and d.get("driver") == "nvidia" for d in devices)
+    assert gpu["environment"]["LABELDP_DEVICE"] == "cuda"
+    assert gpu["build"]["args"]["TORCH_INDEX_URL"] == "https://pypi.org/simple"  # the CUDA build of torch
+    assert set(_compose("docker-compose.gpu.yml")["services"]) == {"features-party"}
 
 
 def test_every_service_has_its_dockerfile():
@@ -93,17 +111,79 @@ def test_the_ledger_database_is_postgres_reached_only_by_the_labels_party():
         assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy", name
 
 
-def test_the_labels_env_example_points_at_the_postgres_service():
+def test_the_labels_party_reaches_the_postgres_service_with_its_password_from_env():
     services = _compose()["services"]
-    db_env = _env_file(services["postgres"]["env_file"])
-    url = _env_file(services["labels-party-api"]["env_file"])["LABELDP_LABELS_DATABASE_URL"]
-    expected = (
-        f"postgresql+psycopg://{db_env['POSTGRES_USER']}:{db_env['POSTGRES_PASSWORD']}"
-        f"@postgres:5432/{db_env['POSTGRES_DB']}"
+    db = services["postgres"]["environment"]
+    assert REQUIRED.fullmatch(db["POSTGRES_PASSWORD"]).group(1) == "POSTGRES_PASSWORD"
+    for name in LABELS_SERVICES:
+        url = services[name]["environment"]["LABELDP_LABELS_DATABASE_URL"]
+        assert REQUIRED.sub(r"<\1>", url) == (
+            f"postgresql+psycopg://{db['POSTGRES_USER']}:<POSTGRES_PASSWORD>@postgres:5432/{db['POSTGRES_DB']}"
+        ), name
+
+
+SECRET_NAME = re.compile(r"(KEY|SECRET|PASSWORD)")
+
+
+def _required_variables() -> set[str]:
+    return set(REQUIRED.findall((ROOT / "docker-compose.yml").read_text()))
+
+
+def test_every_secret_comes_from_env_and_compose_refuses_to_start_without_it():
+    services = _compose()["services"]
+    for name, service in services.items():
+        for key, value in (service.get("environment") or {}).items():
+            if SECRET_NAME.search(key):
+                assert REQUIRED.fullmatch(str(value)), f"{name}: {key} must be ${{{key}:?...}} from .env"
+        if "env_file" in service:  # tracked files hold settings, never a secret
+            assert not [k for k in _env_file(service["env_file"]) if SECRET_NAME.search(k)], name
+    assert not list(ROOT.glob("deploy/*.env.example"))  # no change-me values left to copy
+    assert _required_variables() == {
+        "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_EXCHANGE_SECRET", "POSTGRES_PASSWORD"
+    }
+
+
+def test_each_container_gets_only_the_secrets_it_uses():
+    services = _compose()["services"]
+
+    def secrets_of(name: str) -> set[str]:
+        return {k for k in services[name].get("environment", {}) if SECRET_NAME.search(k)}
+
+    assert secrets_of("labels-party-api") == {"LABELDP_LABELS_API_KEY"}
+    assert secrets_of("labels-party-outbox") == {"LABELDP_EXCHANGE_SECRET"}  # signs; needs no API key
+    assert secrets_of("features-party") == {"LABELDP_FEATURES_API_KEY", "LABELDP_EXCHANGE_SECRET"}
+
+
+def test_the_documented_generator_writes_every_required_secret_and_each_passes_the_services_checks():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "generate_env.py")], capture_output=True, text=True, check=True
+    ).stdout
+    values = dict(line.split("=", 1) for line in out.splitlines())
+    assert set(values) == _required_variables()
+    assert len(set(values.values())) == len(values)  # independent secrets
+    settings = Settings(
+        labels_api_key=values["LABELDP_LABELS_API_KEY"],
+        features_api_key=values["LABELDP_FEATURES_API_KEY"],
+        exchange_secret=values["LABELDP_EXCHANGE_SECRET"],
     )
-    assert url == expected
+    require_secrets(settings, "labels_api_key", "features_api_key", "exchange_secret")  # raises if weak
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{40,}", v) for v in values.values())  # safe inside a database URL
+    assert "python3 deploy/generate_env.py > .env" in (ROOT / "deploy" / "README.md").read_text()
+
+
+def test_dot_env_is_neither_committed_nor_sent_to_a_build():
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()
+
+
+def test_every_service_has_a_healthcheck_and_the_outbox_reports_its_heartbeat():
+    services = _compose()["services"]
+    for name, service in services.items():
+        assert service.get("healthcheck", {}).get("test"), name
+    probe = services["labels-party-outbox"]["healthcheck"]["test"]
+    assert probe[:4] == ["CMD", "python", "-m", "labeldp.metrics"] and "heartbeat" in probe
 
 
 def test_images_leave_local_state_out():
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
-    assert {".venv", "var", "bench/cache", ".git"} <= ignored
+    assert {".venv", "var", "bench/cache", ".git", ".env", "tests"} <= ignored

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
 from features_party import store
@@ -224,9 +225,9 @@ def test_metrics_count_inbox_results(client: TestClient, small_table: list[str])
     post_release(client, body)
     post_release(client, body, secret="wrong")
     text = client.get("/metrics").text
-    assert 'labeldp_features_inbox_messages_total{result="accepted"} 1.0' in text
-    assert 'labeldp_features_inbox_messages_total{result="duplicate"} 1.0' in text
-    assert 'labeldp_features_inbox_messages_total{result="bad_signature"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="accepted"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="duplicate"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="bad_signature"} 1.0' in text
 
 
 # --------------------------------------------------------------------------- inbox
@@ -429,7 +430,17 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
     unknown = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": ["nobody"]}, headers=AUTH)
     assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_ids"
     metrics = client.get("/metrics").text
-    assert 'labeldp_features_trainings_total{status="succeeded"} 1.0' in metrics
+    assert 'labeldp_trainings_total{status="succeeded"} 1.0' in metrics
+    # Duration and throughput of the one training: rows of the training split times its 3 epochs.
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+    }
+    assert samples[("labeldp_training_duration_seconds_count", (("status", "succeeded"),))] == 1
+    assert samples[("labeldp_training_duration_seconds_sum", (("status", "succeeded"),))] > 0
+    assert samples[("labeldp_training_rows_total", ())] == card["n_train"] * 3
+    assert samples[("labeldp_training_rows_per_second", ())] > 0
 
 
 def test_training_request_validation(client: TestClient, small_table: list[str]) -> None:

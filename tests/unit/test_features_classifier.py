@@ -1,10 +1,9 @@
 """Classification on categorical releases: the same MLP body with a softmax head.
 
-Until ``labeldp.schema``'s mechanism union holds the categorical specs, a release is
-stored here directly (``store_categorical_release``): its stored mechanism is a
-local stand-in spec with ``classes`` (what training reads), and its signed body
-carries the class indices under a Laplace spec (what ``release_columns`` parses).
-Once the union has the real specs, switch that helper to post through the inbox.
+A release is stored here directly (``store_categorical_release``) under a real categorical
+spec of the registry: training reads its ``classes`` and, for forward correction, the
+transition matrix the mechanism rebuilt from the spec states (one matrix for every row,
+so a split-prior release, whose first-stage rows follow plain RR, has none).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +28,7 @@ from features_party.persistence import TrainedClassifier, TrainedRegressor, load
 from features_party.regression import fit_regressor
 from features_party.tasks import CLASSIFICATION, REGRESSION, LabelTask, check_transition_matrix, to_class_indices
 from labeldp.http_api import ApiError
+from labeldp.mechanisms.categorical import RandomizedResponse, RRWithPrior, SplitPriorRandomizer
 from labeldp.schema import (
     EpsilonPart,
     LabelRelease,
@@ -39,20 +38,23 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.settings import Settings
-from labeldp.specs.base import LabelDomainSpec, SpecModel
+from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 API_KEY = "test-features-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 CLASSES = ["cat", "dog", "emu"]
 
 
-class StandInCategoricalSpec(SpecModel):
-    """The contract of the categorical specs: ``classes`` in index order, optionally the transition law."""
+def rr_spec(epsilon: float) -> MechanismSpecBase:
+    """A real randomized-response spec over ``CLASSES``: every row follows one matrix."""
+    return RandomizedResponse(epsilon, CLASSES).fit().to_spec()
 
-    name: Literal["randomized_response"] = "randomized_response"
-    epsilon: float
-    classes: list[str]
-    transition_matrix: list[list[float]] | None = None
+
+def split_spec(epsilon: float, n_rows: int) -> MechanismSpecBase:
+    """A real RRWithPrior spec with Alg. 2's split prior: its rows follow two matrices."""
+    split = SplitPriorRandomizer(RRWithPrior, epsilon, CLASSES, prior_fraction=0.1)
+    split.privatize(np.arange(n_rows, dtype=np.float64) % len(CLASSES), np.random.default_rng(0))
+    return split.to_spec()
 
 
 def rr_matrix(epsilon: float, k: int) -> np.ndarray:
@@ -195,13 +197,13 @@ def test_label_checks() -> None:
 
 
 def test_label_task_from_spec_objects_and_stored_dicts() -> None:
-    spec = StandInCategoricalSpec(epsilon=1.0, classes=CLASSES, transition_matrix=rr_matrix(1.0, 3).tolist())
+    spec = rr_spec(1.0)
     for source in (spec, spec.model_dump(mode="json")):
         task = LabelTask.of(source)
         assert task.task == CLASSIFICATION and task.classes == tuple(CLASSES) and task.n_classes == 3
-        np.testing.assert_allclose(task.transition_matrix, rr_matrix(1.0, 3))
-    without = LabelTask.of(StandInCategoricalSpec(epsilon=1.0, classes=CLASSES))
-    assert without.transition_matrix is None
+        np.testing.assert_allclose(task.transition_matrix, rr_matrix(1.0, 3), rtol=1e-12)
+    without = LabelTask.of(split_spec(1.0, 50))  # two stages: no one matrix for every row
+    assert without.classes == tuple(CLASSES) and without.transition_matrix is None
     laplace = LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=0, high=1), step=0.01, scale=1.0)
     assert LabelTask.of(laplace).task == REGRESSION
     assert LabelTask.of(laplace.model_dump(mode="json")) == LabelTask(REGRESSION)
@@ -210,7 +212,7 @@ def test_label_task_from_spec_objects_and_stored_dicts() -> None:
 def test_fit_for_release_picks_the_task() -> None:
     table, y = three_classes(200)
     config = TrainingConfig(**{**FAST, "epochs": 1})
-    task = LabelTask.of(StandInCategoricalSpec(epsilon=1.0, classes=CLASSES))
+    task = LabelTask.of(split_spec(1.0, 200))
     assert isinstance(jobs.fit_for_release(task, table, y.astype(float), config), TrainedClassifier)
     assert isinstance(jobs.fit_for_release(LabelTask(REGRESSION), table, y.astype(float), config), TrainedRegressor)
     with pytest.raises(ApiError) as info:
@@ -239,7 +241,7 @@ def client(tmp_path: Path):
 
 
 def store_categorical_release(
-    sessions: sessionmaker[Session], release_id: str, ids: list[str], labels: np.ndarray, spec: SpecModel
+    sessions: sessionmaker[Session], release_id: str, ids: list[str], labels: np.ndarray, spec: MechanismSpecBase
 ) -> None:
     """Store a release as the inbox would, with ``spec`` as its mechanism (see the module docstring)."""
     labels = np.asarray(labels, dtype=np.float64)
@@ -248,7 +250,7 @@ def store_categorical_release(
         label_set_id="ls",
         feature_table="animals",
         created_at=datetime(2024, 1, 1, tzinfo=UTC),
-        mechanism=LaplaceSpec(epsilon=2.0, domain=LabelDomainSpec(low=0, high=2), step=1.0, scale=1.0),
+        mechanism=spec,
         accounting=PrivacyAccounting(
             parts=[EpsilonPart(name="randomizer", epsilon_micro=2_000_000)], total_epsilon_micro=2_000_000
         ),
@@ -280,7 +282,7 @@ def wait_for(client: TestClient, training_id: str, timeout: float = 45.0) -> dic
 
 @pytest.fixture
 def animals(client: TestClient) -> dict:
-    """A feature table and an RR(ε=2) release of its 3-class labels, with the transition matrix in the spec."""
+    """A feature table and an RR(ε=2) release of its 3-class labels (a real randomized-response spec)."""
     table, y = three_classes(1200, seed=3)
     ids = [f"a{i:05d}" for i in range(table.num_rows)]
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
@@ -294,7 +296,8 @@ def animals(client: TestClient) -> dict:
     assert response.status_code == 201
     matrix = rr_matrix(2.0, 3)
     noisy = flip(y, matrix, seed=4)
-    spec = StandInCategoricalSpec(epsilon=2.0, classes=CLASSES, transition_matrix=matrix.tolist())
+    spec = rr_spec(2.0)
+    np.testing.assert_allclose(LabelTask.of(spec).transition_matrix, matrix, rtol=1e-12)  # what it was drawn from
     store_categorical_release(client.app.state.ctx.sessions, "rel-cat", ids, noisy.astype(np.float64), spec)
     return {"ids": ids, "y": y, "noisy": noisy, "rows": cols}
 
@@ -345,16 +348,13 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert empty == {"predictions": [], "probabilities": [], "classes": CLASSES}
 
 
-def test_forward_correction_request_needs_a_transition_matrix(client: TestClient, animals: dict) -> None:
-    spec = StandInCategoricalSpec(epsilon=2.0, classes=CLASSES)  # no transition matrix
+def test_forward_correction_request_needs_one_transition_matrix(client: TestClient, animals: dict) -> None:
+    """A split-prior release's rows follow two laws: forward correction by one matrix is refused."""
+    spec = split_spec(2.0, len(animals["ids"]))
     sessions = client.app.state.ctx.sessions
-    store_categorical_release(sessions, "rel-bare", animals["ids"], animals["noisy"].astype(float), spec)
-    response = client.post("/v1/trainings", json={"release_id": "rel-bare", "forward_correction": True}, headers=AUTH)
+    store_categorical_release(sessions, "rel-split", animals["ids"], animals["noisy"].astype(float), spec)
+    response = client.post("/v1/trainings", json={"release_id": "rel-split", "forward_correction": True}, headers=AUTH)
     assert response.status_code == 422 and response.json()["code"] == "forward_correction_unavailable"
-    bad = StandInCategoricalSpec(epsilon=2.0, classes=CLASSES, transition_matrix=[[1.0, 0.0], [0.0, 1.0]])
-    store_categorical_release(sessions, "rel-bad", animals["ids"], animals["noisy"].astype(float), bad)
-    response = client.post("/v1/trainings", json={"release_id": "rel-bad", "forward_correction": True}, headers=AUTH)
-    assert response.status_code == 422 and response.json()["code"] == "invalid_transition_matrix"
 
 
 def test_learning_options_are_refused_for_categorical_releases(client: TestClient, animals: dict) -> None:
@@ -371,7 +371,7 @@ def test_learning_options_are_refused_for_categorical_releases(client: TestClien
 def test_out_of_range_class_labels_fail_the_training_without_values(client: TestClient, animals: dict) -> None:
     labels = animals["noisy"].astype(float)
     labels[7] = 3.0  # not a class index of a 3-class spec
-    spec = StandInCategoricalSpec(epsilon=2.0, classes=CLASSES)
+    spec = rr_spec(2.0)
     store_categorical_release(client.app.state.ctx.sessions, "rel-oob", animals["ids"], labels, spec)
     response = client.post("/v1/trainings", json={"release_id": "rel-oob", "epochs": 1}, headers=AUTH)
     training = wait_for(client, response.json()["id"])

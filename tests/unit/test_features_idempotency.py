@@ -60,7 +60,7 @@ def test_same_key_and_body_queue_one_training(client: TestClient, release: str) 
     assert again.headers["idempotent-replay"] == "true" and "idempotent-replay" not in first.headers
     assert count(client, store.Training) == 1
     metrics = client.get("/metrics").text
-    assert 'labeldp_features_trainings_total{status="queued"} 1.0' in metrics  # the replay queued nothing
+    assert 'labeldp_trainings_total{status="queued"} 1.0' in metrics  # the replay queued nothing
     # without a key, every request is a new training
     assert client.post("/v1/trainings", json=TRAINING, headers=AUTH).status_code == 202
     assert count(client, store.Training) == 2

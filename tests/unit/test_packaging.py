@@ -52,7 +52,14 @@ def _pip_installs(dockerfile: str) -> list[str]:
 
 def test_each_image_installs_its_party_extra() -> None:
     assert _pip_installs("labels-party.Dockerfile") == ['".[labels]"']
-    assert _pip_installs("features-party.Dockerfile") == ['".[features]"']
+    # torch first, from the CPU wheel index by default (deploy/README.md), at the extra's own pin;
+    # then the extra, which that torch already satisfies.
+    assert _pip_installs("features-party.Dockerfile") == [f'"{_torch_pin()}"', '".[features]"']
+
+
+def _torch_pin() -> str:
+    (pin,) = [r.replace(" ", "") for r in PROJECT["optional-dependencies"]["features"] if r.startswith("torch")]
+    return pin
 
 
 def test_labels_party_process_loads_no_torch_and_no_features_party() -> None:

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from labeldp.mechanisms import LabelDomain
+from labeldp.mechanisms.contract import Prior
+from labeldp.mechanisms.registry import REGISTRY
 from labeldp.schema import CATEGORICAL_SPECS, LabelRelease, encode_payload, payload_digest
 from labels_party.randomizer import (
     MECHANISMS,
-    RECIPES,
     RandomizerError,
     randomize,
     validate_public_prior,
@@ -19,8 +20,8 @@ from labels_party.randomizer import (
 
 DOMAIN = LabelDomain("real", 0.0, 10.0)
 CLASSES = ["a", "b", "c", "d"]
-REAL_MECHANISMS = [m for m in MECHANISMS if "real" in RECIPES[m].label_types]
-CATEGORICAL_MECHANISMS = [m for m in MECHANISMS if "categorical" in RECIPES[m].label_types]
+REAL_MECHANISMS = [m for m in MECHANISMS if "real" in REGISTRY[m].label_types]
+CATEGORICAL_MECHANISMS = [m for m in MECHANISMS if "categorical" in REGISTRY[m].label_types]
 
 
 def _labels(n: int = 3000) -> np.ndarray:
@@ -110,3 +111,37 @@ def test_bad_requests_raise_stable_codes(kwargs, code):
     with pytest.raises(RandomizerError) as err:
         randomize(_labels(100), DOMAIN, args.pop("mechanism"), 1_000_000, np.random.default_rng(6), **args)
     assert err.value.code == code
+
+
+@pytest.mark.parametrize(
+    "mechanism, params, ok",
+    [
+        ("staircase", {"gamma": 1.0}, True),  # r = J: the service used to refuse what the mechanism and spec allow
+        ("staircase", {"gamma": 1.5}, False),
+        ("staircase", {"gamma": 0.0}, False),
+        ("unbiased", {"grid_size": 130}, False),  # one limit (129): the mechanism used to allow 256
+        ("rp_with_prior", {"zeta": float("inf")}, False),
+        ("block_rr", {"outputs": "majority", "l": 2}, False),
+    ],
+)
+def test_parameters_are_validated_once_for_the_api_and_direct_construction(mechanism, params, ok):
+    """The params model is the only validation: a release and the mechanism built directly agree."""
+    entry = REGISTRY[mechanism]
+    classes = CLASSES if entry.categorical else None
+    labels = np.arange(400, dtype=np.float64) % 4 if classes else _labels(400)
+    if ok:
+        randomize(labels, DOMAIN, mechanism, 1_000_000, np.random.default_rng(7), params=params, classes=classes)
+        return
+    with pytest.raises(RandomizerError) as err:
+        randomize(labels, DOMAIN, mechanism, 1_000_000, np.random.default_rng(7), params=params, classes=classes)
+    assert err.value.code == "invalid_parameters"
+    with pytest.raises(ValueError):  # the same model refuses the same values on direct construction
+        mech = entry.mechanism(1.0, classes, **params) if classes else entry.mechanism(1.0, DOMAIN, **params)
+        mech.fit_to(None if entry.prior_kind(entry.params()) == "none" else mech_prior(entry))
+
+
+def mech_prior(entry) -> Prior:
+    """A public prior of the entry's label type (for mechanisms fitted to one)."""
+    if entry.categorical:
+        return Prior(np.arange(4.0), np.array([0.4, 0.3, 0.2, 0.1]))
+    return Prior(np.linspace(0.0, 10.0, 11), np.ones(11) / 11)

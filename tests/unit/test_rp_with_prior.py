@@ -11,6 +11,7 @@ from scipy import stats
 
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms import rp_with_prior as rp
+from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.rp_with_prior import (
     NoisyLabelHistogramPrior,
     RPWithPrior,
@@ -370,7 +371,7 @@ def test_prior_is_built_from_the_noised_labels_only(monkeypatch: pytest.MonkeyPa
 def test_same_noised_labels_give_the_same_prior(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two different label vectors whose noised versions coincide yield identical priors."""
     frozen = real_noised = rp.laplace_noised_indices(
-        np.random.default_rng(6).uniform(0, 5, 3000), rp._Lattice.for_domain(REAL, None), 1.0, np.random.default_rng(7)
+        np.random.default_rng(6).uniform(0, 5, 3000), Lattice.for_domain(REAL, None), 1.0, np.random.default_rng(7)
     )
     monkeypatch.setattr(rp, "laplace_noised_indices", lambda labels, lattice, eps, rng: frozen)
     a = NoisyLabelHistogramPrior(1.0, REAL).fit(np.zeros(3000), np.random.default_rng(0))
@@ -392,7 +393,7 @@ def test_prior_reflects_the_noise_not_the_raw_labels() -> None:
 
 def test_laplace_noise_is_calibrated_to_epsilon_one() -> None:
     """E|k| = 2α/(1 − α²) for P(k) ∝ α^|k|, α = e^{−ε₁/J}: noise at 1.5·ε₁ would be far off."""
-    lattice = rp._Lattice.for_domain(REAL, None)
+    lattice = Lattice.for_domain(REAL, None)
     eps1 = 1.0
     labels = np.full(200_000, 1.0)
     noise = rp.laplace_noised_indices(labels, lattice, eps1, np.random.default_rng(13)) - lattice.index(labels)

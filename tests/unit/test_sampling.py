@@ -271,6 +271,22 @@ def test_rp_with_prior_output_law_is_the_exact_law() -> None:
         assert p > P_MIN, (label, p)
 
 
+def test_rp_with_prior_far_draws_are_uniform_where_lemire_rejection_matters() -> None:
+    """Every label's far draw uses the far count's own Lemire threshold.
+
+    With s = 3·2^30 far points, a 32-bit half x gives u = ⌊3x/4⌋: without rejection (or with a
+    threshold other than 2^32 mod s = 2^30) u ≡ 0 (mod 3) gets two x values where the other
+    residues get one, probability up to 1/2 instead of 1/3. (The kernel once overwrote the far
+    threshold with the previous label's output index: 0.61 / 0.28 / 0.11 here.)
+    """
+    s = 3 * 2**30
+    lattice = Lattice(0.0, float(s), s)  # the kernel alone: RPWithPrior would list its s outputs
+    out = kernels.rp_with_prior(np.zeros(300_000), lattice, 0, s, 0, 0, generator(45))  # keep never
+    u = out.astype(np.int64) - 1  # c = z = 0: far index = u + 1 (the near block {0} is skipped)
+    share = np.bincount(u % 3, minlength=3) / u.size
+    assert np.all(np.abs(share - 1 / 3) < 6 * math.sqrt((2 / 9) / u.size)), share
+
+
 def test_unbiased_output_law_is_the_exact_law() -> None:
     mech = UnbiasedRandomizer(1.0, SMALL_REAL, grid_size=9).fit()
     for seed, label in enumerate([-1.0, 0.3, 1.25, 4.0, 9.0]):

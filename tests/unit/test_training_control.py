@@ -307,7 +307,7 @@ def test_trainings_list_in_creation_order_with_filters(sessions) -> None:
         expected = [r.training_id for r in s.scalars(select(store.Training).order_by(store.Training.created_at,
                                                                                      store.Training.training_id))]
         assert [t["id"] for t in everything] == expected
-        assert "history" not in everything[0]
+        assert everything[0]["progress"]["elapsed_seconds"] is None and everything[0]["queue_position"] == 1
         assert [t["id"] for t in jobs.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
         assert jobs.list_trainings(s, 10, None, release_id="other")["items"] == []
         for bad in (lambda: jobs.list_trainings(s, 10, None, status="done"),

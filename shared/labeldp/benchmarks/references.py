@@ -2,7 +2,7 @@
 
 Each :class:`ReferenceTable` maps ε (``math.inf`` for the non-private row) to
 {our mechanism name: (mean, std)}. Column names are translated to the catalogue's
-wire names (Liu & Huang's "Ours" is ``rp_with_prior``). These are the papers' own
+wire names (Liu & Huang's "Ours" is ``rp_with_prior``), checked against the mechanism registry. These are the papers' own
 set-ups (their network, their data preprocessing, their ε₁ and ζ tuned per ε), so
 they are a yardstick for orders of magnitude and rankings, not numbers our runs
 must reproduce digit for digit.
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from labeldp.mechanisms.registry import REGISTRY
 
 INF = math.inf
 
@@ -26,6 +28,11 @@ class ReferenceTable:
     rows: dict[float, dict[str, tuple[float, float]]]
     caveat: str = ""
     goal: bool = False  # the issue's goal compares the default configuration with this table's best
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.mechanisms if m not in REGISTRY]
+        if unknown:  # a column under a name the registry does not know would never meet our numbers
+            raise ValueError(f"{self.key}: columns {unknown} are not registry mechanisms")
 
     @property
     def mechanisms(self) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from labeldp.benchmarks.references import ReferenceTable, references_for
 from labeldp.benchmarks.utility import DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
 
 REGRESSION_BLOCKS = ("test_mse",)
+RATIO = "test_mse_ratio"
+"""The plot's fair-comparison panel: a mechanism's test MSE over the same learner's non-private one."""
 CLASSIFICATION_BLOCKS = ("test_accuracy", "mean_class_accuracy")
 TITLES = {
     "mechanism_mse": "Mechanism MSE (true vs privatized training labels)",
@@ -119,18 +122,49 @@ def learner_block(result: RunResult, mechanism: str) -> list[str]:
     return _table(["ε"] + [f"`{lr}`" for lr in result.learners], rows)
 
 
-def excess_block(result: RunResult, learner: str) -> list[str]:
-    """(E − E∞)/E∞ per trial, paired with the same trial's non-private model."""
+def relative_excess(result: RunResult, mechanism: str, epsilon: float, learner: str) -> np.ndarray:
+    """(E − E∞)/E∞ per trial, paired with the same trial's non-private model of the same learner."""
+    base = result.values(NON_PRIVATE, math.inf, "test_mse", learner)
+    v = result.values(mechanism, epsilon, "test_mse", learner)
+    k = min(v.size, base.size)
+    return (v[:k] - base[:k]) / base[:k]
+
+
+def paper_excess(ref: ReferenceTable, epsilon: float, mechanism: str) -> float | None:
+    """The paper's relative excess: its value at ε over its own non-private value, minus 1
+    (issue 12: the fair comparison, since its non-private model is not ours)."""
+    v, base = ref.get(epsilon, mechanism), ref.get(math.inf, mechanism)
+    if v is None or base is None or base[0] <= 0:
+        return None
+    return v[0] / base[0] - 1.0
+
+
+def paper_best_excess(ref: ReferenceTable, epsilon: float) -> tuple[str, float] | None:
+    """The paper's lowest relative excess at ε and whose it is."""
+    found = {m: e for m in ref.mechanisms if (e := paper_excess(ref, epsilon, m)) is not None}
+    if not found:
+        return None
+    best = min(found, key=lambda m: found[m])
+    return best, found[best]
+
+
+def _test_reference(refs: list[ReferenceTable]) -> ReferenceTable | None:
+    return next((r for r in refs if r.metric == "test MSE"), None)
+
+
+def excess_block(result: RunResult, learner: str, ref: ReferenceTable | None = None) -> list[str]:
+    """(E − E∞)/E∞ per trial, paired with the same trial's non-private model; where ``ref`` reports
+    the mechanism, the paper's own relative excess beside it (their value over their ε = ∞ value)."""
     rows = []
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
-        base = result.values(NON_PRIVATE, math.inf, "test_mse", learner)
         row = [eps_label(eps)]
         for m in result.mechanisms:
-            v = result.values(m, eps, "test_mse", learner)
-            k = min(v.size, base.size)
-            row.append(fmt_percent((v[:k] - base[:k]) / base[:k]) if k else "—")
+            v = relative_excess(result, m, eps, learner)
+            cell = fmt_percent(v) if v.size else "—"
+            theirs = paper_excess(ref, eps, m) if ref is not None else None
+            row.append(cell + (f" (paper {theirs:+.1%})" if theirs is not None else ""))
         rows.append(row)
     return _table(["ε"] + [f"`{m}`" for m in result.mechanisms], rows)
 
@@ -197,6 +231,7 @@ def default_goal_block(
     label_type = "categorical" if result.plan.task == "classification" else "real"
     field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS]
     ref = next((r for r in refs if r.metric == "test MSE" and r.goal), None) if metric == "test_mse" else None
+    fair = _test_reference(refs) if metric == "test_mse" else None
     pick = max if higher_is_better else min
     rows = []
     for eps in result.epsilons:
@@ -243,6 +278,19 @@ def default_goal_block(
                 row += [f"{theirs:g}", "yes" if mine[0] <= theirs else f"no (+{mine[0] / theirs - 1:.1%})"]
             else:
                 row += ["—", "—"]
+        if fair:
+            excess = _stats(relative_excess(result, DEFAULT, eps, learner))
+            best_theirs = paper_best_excess(fair, eps)
+            row.append("—" if excess is None else f"{excess[0]:+.1%} ± {excess[1]:.1%}")
+            if best_theirs is None or excess is None:
+                row += ["—", "—"]
+            else:
+                behind = excess[0] - best_theirs[1]
+                fair_verdict = "yes" if behind <= 0 else "within 1 SE" if behind <= excess[1] else None
+                row += [
+                    f"{best_theirs[1]:+.1%} (`{best_theirs[0]}`)",
+                    fair_verdict or f"no ({behind * 100:+.1f} points)",
+                ]
         rows.append(row)
     header = [
         "ε",
@@ -252,6 +300,12 @@ def default_goal_block(
     ]
     if ref:
         header += [f"best in {ref.citation.split(',')[0]}", "default ≤ it?"]
+    if fair:
+        header += [
+            "default's excess over its non-private model, mean ± SE",
+            f"best excess in {fair.citation.split(',')[0]}",
+            "default's excess ≤ it?",
+        ]
     return _table(header, rows)
 
 
@@ -289,7 +343,22 @@ def _describe_learner(name: str, info: dict[str, Any]) -> str:
         return f"`fit_private_regressor`, the default `LearningConfig` ({learning}); {held}, scored privately"
     if kind == "fit_classifier":
         return "`fit_classifier` on the privatized classes as they are, last epoch"
+    if kind == "raw_feature_mlp":
+        return (
+            "Liu & Huang's learner (`benchmarks/paper_learner.py`): the same 3-layer ReLU network on the features "
+            "and privatized labels as they are, unscaled (\"we use the data directly\"), every training row, "
+            "last epoch — a yardstick for their absolute numbers, not a features-party learner"
+        )
+    if not info and name in _LEARNERS_BY_NAME:  # summaries written before learners were recorded
+        return _LEARNERS_BY_NAME[name] + " (its settings were not recorded in this summary)"
     return str(info or name)
+
+
+_LEARNERS_BY_NAME = {
+    "plain": "the privatized labels as they are, every training row, last epoch (the papers' protocol)",
+    "private": "`fit_private_regressor`: debiasing, shrinkage and epoch chosen on a privatized validation split",
+    "oracle": "the `private` training run with epoch and shrinkage chosen on the TRUE validation labels (not private)",
+}
 
 
 def write_markdown(result: RunResult, path: str | Path, *, command: str | None = None, quick: bool = False) -> Path:
@@ -317,7 +386,8 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
         ]
     recipe = plan.training
     lines += [
-        f"- **Data**: {result.data_description}; {result.n_rows:,} rows, {result.n_features} feature columns.",
+        f"- **Data**: {result.data_description}; {result.n_rows:,} rows"
+        + (f", {result.n_features} feature columns." if result.n_features else "."),
         f"- **Protocol**: {result.trials} trials, each a new 80/20 split "
         f"({result.n_train:,} train / {result.n_test:,} test)"
         " and a new seed; the labels party privatizes the training labels with the catalogue's randomizer at the"
@@ -371,9 +441,20 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             lines += [f"## Test MSE — learner `{learner}`, mean ± std over {result.trials} trials", ""]
             lines += ["**bold**: lowest mean in the row; †: within one standard error (std/√trials) of it.", ""]
             lines += metric_block(result, "test_mse", learner) + [""]
+            fair = _test_reference(references_for(plan.reference))
             lines += [f"## Relative excess test MSE over the non-private model — learner `{learner}`", ""]
-            lines += ["(E − E∞)/E∞ per trial, paired with the same trial's non-private model; mean ± std.", ""]
-            lines += excess_block(result, learner) + [""]
+            lines += [
+                "(E − E∞)/E∞ per trial, paired with the same trial's non-private model; mean ± std."
+                + (
+                    f" Beside it, in parentheses, the paper's own relative excess ({fair.citation}: its value at ε "
+                    "over its own ε = ∞ value, a ratio of means): the fair comparison, since its non-private model "
+                    "is not ours."
+                    if fair
+                    else ""
+                ),
+                "",
+            ]
+            lines += excess_block(result, learner, fair) + [""]
         single = [m for m in result.mechanisms if m != DEFAULT]
         if len(single) == 1 and len(result.learners) > 1:  # a learner experiment: compare the learners directly
             lines += [f"## Learners side by side — `{single[0]}`, test MSE, mean ± SE", ""]
@@ -392,7 +473,14 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             lines += [
                 'What a user gets without tuning (`mechanism: "auto"`, the features party\'s default learning) '
                 "against the lowest mean test MSE of every other mechanism with every learner a features party "
-                "can run (`plain`, `private`; not `oracle`). ± is the standard error std/√trials.",
+                "can run (`plain`, `private`; not `oracle`). ± is the standard error std/√trials."
+                + (
+                    " The last three columns are the fair comparison with the paper: the default's mean relative "
+                    "excess over the same learner's non-private model against the paper's lowest relative excess "
+                    "over its own non-private model."
+                    if _test_reference(references_for(plan.reference))
+                    else ""
+                ),
                 "",
             ]
             lines += default_goal_block(result, references_for(plan.reference), "test_mse") + [""]
@@ -410,64 +498,243 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     return path
 
 
+YLABELS = {
+    "mechanism_mse": "MSE, privatized vs true training label",
+    "label_accuracy": "fraction of labels unchanged",
+    "test_mse": "test MSE",
+    "test_accuracy": "test accuracy",
+    "mean_class_accuracy": "mean per-class test accuracy",
+    RATIO: "test MSE ÷ same learner's non-private test MSE",
+}
+CLIP_FACTOR = 8.0
+"""A curve peaking more than this many times above every other curve is clipped (its points
+above the axis drawn as ▲ at the top edge), so it cannot squeeze the rest into a line."""
+
+
+@dataclass
+class _Curve:
+    eps: list[float]
+    means: list[float]
+    stds: list[float]
+
+
+def _curves(result: RunResult, metric: str, learner: str | None) -> dict[str, _Curve]:
+    """Mean ± std per finite ε of each mechanism; ``RATIO`` is E/E∞ paired per trial."""
+    out = {}
+    for m in result.mechanisms:
+        curve = _Curve([], [], [])
+        for e in result.epsilons:
+            if math.isinf(e):
+                continue
+            if metric == RATIO:
+                assert learner is not None
+                v = 1.0 + relative_excess(result, m, e, learner)
+            else:
+                v = result.values(m, e, metric, learner)
+            if v.size:
+                curve.eps.append(e)
+                curve.means.append(float(v.mean()))
+                curve.stds.append(float(v.std(ddof=1)) if v.size > 1 else 0.0)
+        if curve.eps:
+            out[m] = curve
+    return out
+
+
+def clip_top(peaks: list[float]) -> float | None:
+    """The top of a readable log y-range, or None to keep matplotlib's: when the highest curve
+    peaks more than ``CLIP_FACTOR`` times above the next highest, 3× that next peak."""
+    ordered = sorted((p for p in peaks if p > 0), reverse=True)
+    if len(ordered) >= 2 and ordered[0] > CLIP_FACTOR * ordered[1]:
+        return 3.0 * ordered[1]
+    return None
+
+
+def _grid(panels: int) -> tuple[int, int, bool]:
+    """(rows, columns, legend in a slot of its own): no grid cell is ever left empty."""
+    if panels == 1:
+        return 1, 2, True
+    for ncols in (2, 3, 4):
+        if (panels + 1) % ncols == 0 and (panels + 1) // ncols <= ncols:
+            return (panels + 1) // ncols, ncols, True
+    for ncols in (2, 3, 4):
+        if panels % ncols == 0:
+            return panels // ncols, ncols, False
+    return 1, panels, False
+
+
+def _reference_for(metric: str, refs: list[ReferenceTable]) -> ReferenceTable | None:
+    wanted = "mechanism MSE" if metric == "mechanism_mse" else "test MSE"
+    if metric not in ("mechanism_mse", "test_mse", RATIO):
+        return None
+    return next((r for r in refs if r.metric == wanted), None)
+
+
+def _paper_point(ref: ReferenceTable, metric: str, epsilon: float, mechanism: str) -> float | None:
+    """The paper's value for a panel: its mean, or for the fair-comparison panel its ratio to its ε = ∞ mean."""
+    if metric == RATIO:
+        excess = paper_excess(ref, epsilon, mechanism)
+        return None if excess is None else 1.0 + excess
+    value = ref.get(epsilon, mechanism)
+    return None if value is None else value[0]
+
+
 def write_plot(result: RunResult, path: str | Path) -> Path:
-    """Per mechanism against ε (log x): the mechanism block and each learner's test block."""
+    """The run's figure (:func:`figure`) as a PNG."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure(result: RunResult) -> Any:
+    """Mechanism block, each learner's test block and — for regression — the fair comparison
+    (test MSE over the same learner's non-private one) against ε on log axes: one colour per
+    mechanism in every panel, y-axis labels, one shared legend, a curve that would squeeze
+    the others clipped, and the paper's values as hollow diamonds of the mechanism's colour."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     classification = result.plan.task == "classification"
-    panels: list[tuple[str, str | None]] = [("label_accuracy" if classification else "mechanism_mse", None)]
+    label_type = "categorical" if classification else "real"
+    refs = references_for(result.plan.reference)
+    candidates: list[tuple[str, str | None]] = [("label_accuracy" if classification else "mechanism_mse", None)]
     for lr in result.learners:
-        panels += [(m, lr) for m in (CLASSIFICATION_BLOCKS if classification else REGRESSION_BLOCKS)]
-    finite = [e for e in result.epsilons if not math.isinf(e)]
-    ncols = min(2, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.4 * nrows), squeeze=False)
+        candidates += [(m, lr) for m in (CLASSIFICATION_BLOCKS if classification else REGRESSION_BLOCKS)]
+    if not classification and result.learners:
+        candidates.append((RATIO, default_learner(label_type, 1.0, result.learners)))
+    panels = [(metric, lr, found) for metric, lr in candidates if (found := _curves(result, metric, lr))]
+    if not panels:
+        raise ValueError(f"{result.plan.name}: nothing to plot")
+    nrows, ncols, legend_slot = _grid(len(panels))
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.9 * nrows), squeeze=False)
     axes = list(grid.flat)
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    for ax, (metric, learner) in zip(axes, panels):
-        for m in result.mechanisms:
-            xs, ys, es = [], [], []
-            for e in finite:
-                v = result.values(m, e, metric, learner)
-                if v.size:
-                    xs.append(e)
-                    ys.append(v.mean())
-                    es.append(v.std(ddof=1) if v.size > 1 else 0.0)
-            if xs:
-                ax.errorbar(xs, ys, yerr=es, marker="o", ms=3, capsize=2, label=m)
-        if learner is not None:
+    palette = plt.get_cmap("tab10")
+    colours = {m: palette(i % 10) for i, m in enumerate(x for x in result.mechanisms if x != DEFAULT)}
+    colours[DEFAULT] = (0.0, 0.0, 0.0, 1.0)
+    handles: dict[str, Any] = {}
+    clipped_any = paper_any = False
+    paper_lines: list[tuple[Any, Any]] = []  # the paper's non-private level, kept only where it is on the scale
+    tops: dict[tuple[str, int], tuple[float, float]] = {}
+    for i, (ax, (metric, learner, curves)) in enumerate(zip(axes, panels)):
+        log = not classification
+        for m, c in curves.items():
+            if m == DEFAULT:  # a copy of the picked mechanism's cells: a broad band under them
+                h = ax.plot(c.eps, c.means, color="k", lw=6, alpha=0.18, solid_capstyle="round", zorder=1)[0]
+                handles.setdefault("default (what `auto` picks)", h)
+                continue
+            h = ax.errorbar(c.eps, c.means, yerr=c.stds, marker="o", ms=3, capsize=2, color=colours[m], zorder=2)
+            handles.setdefault(m, h)
+        if metric == RATIO:
+            ax.axhline(1.0, color="k", ls="--", lw=1)
+        elif learner is not None:
             base = result.values(NON_PRIVATE, math.inf, metric, learner)
             if base.size:
-                ax.axhline(base.mean(), color="k", ls="--", lw=1, label="non-private (ε = ∞)")
+                handles.setdefault(
+                    "non-private model (ε = ∞)", ax.axhline(base.mean(), color="k", ls="--", lw=1)
+                )
+        ref = _reference_for(metric, refs)
+        if ref is not None:
+            for m in ref.mechanisms:
+                if m not in colours or m == DEFAULT:
+                    continue
+                pts = [
+                    (e, v)
+                    for e in result.epsilons
+                    if not math.isinf(e) and (v := _paper_point(ref, metric, e, m)) is not None
+                ]
+                if pts:
+                    ax.scatter(*zip(*pts), marker="D", s=24, facecolors="none", edgecolors=[colours[m]], zorder=3)
+                    paper_any = True
+            if metric == "test_mse":
+                theirs = [cell[0] for m in ref.mechanisms if (cell := ref.get(math.inf, m)) is not None]
+                if theirs:
+                    paper_lines.append((ax, ax.axhline(float(np.mean(theirs)), color="0.45", ls=":", lw=1.2)))
         ax.set_xscale("log")
-        if finite:
-            ax.set_xticks(finite)
-            ax.set_xticklabels([f"{e:g}" for e in finite], fontsize=7)
+        finite = sorted({e for c in curves.values() for e in c.eps})
+        ax.set_xticks(finite)
+        ax.set_xticklabels([f"{e:g}" for e in finite], fontsize=7)
         ax.xaxis.set_minor_formatter(NullFormatter())
-        if not classification:
+        if log:  # the range of our curves alone: the paper's markers never stretch it
             ax.set_yscale("log")
             ax.yaxis.set_minor_formatter(NullFormatter())
+            lows = [v for c in curves.values() for v in c.means if v > 0]
+            if metric == RATIO:
+                lows.append(1.0)
+            elif learner is not None and result.values(NON_PRIVATE, math.inf, metric, learner).size:
+                lows.append(float(result.values(NON_PRIVATE, math.inf, metric, learner).mean()))
+            top = clip_top([max(c.means) for c in curves.values()])
+            if top is None:
+                top = max(mean + std for c in curves.values() for mean, std in zip(c.means, c.stds)) * 1.15
+            if lows:
+                ax.set_ylim(min(lows) / 1.3, top)
+            low, high = ax.get_ylim()
+            subs = (1.0, 2.0, 5.0) if high / low < 10**2.5 else (1.0,)  # a few labelled ticks on a narrow range
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.tick_params(axis="y", labelsize=7)
         ax.set_xlabel("ε")
-        ax.set_title(TITLES[metric] + (f" [{learner}]" if learner else ""), fontsize=9)
+        ax.set_ylabel(YLABELS[metric], fontsize=8)
+        title = TITLES.get(metric, "Test MSE over non-private") if metric != RATIO else "Fair comparison"
+        ax.set_title(title + (f" [{learner}]" if learner else ""), fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-    learner_axes = [ax for ax, (_, learner) in zip(axes, panels) if learner is not None]
-    if len(learner_axes) > 1:  # one scale for every learner, so the panels compare by eye
-        lows, highs = zip(*(ax.get_ylim() for ax in learner_axes))
-        for ax in learner_axes:
-            ax.set_ylim(min(lows), max(highs))
-    axes[len(panels) - 1].legend(fontsize=7)
+        tops[(metric, i)] = ax.get_ylim()
+    # Every learner's test panel on one scale, so they compare by eye.
+    same = [i for i, (metric, learner, _) in enumerate(panels) if learner is not None and metric != RATIO]
+    for metric in {panels[i][0] for i in same}:
+        group = [i for i in same if panels[i][0] == metric]
+        if len(group) > 1:
+            low = min(tops[(metric, i)][0] for i in group)
+            high = max(tops[(metric, i)][1] for i in group)
+            for i in group:
+                axes[i].set_ylim(low, high)
+    for ax, (_, _, curves) in zip(axes, panels):  # what the clip hid, at the top edge
+        if ax.get_yscale() != "log":
+            continue
+        low, high = ax.get_ylim()
+        for m, c in curves.items():
+            over = [(e, v) for e, v in zip(c.eps, c.means) if v > high]
+            if over and m != DEFAULT:
+                clipped_any = True
+                edge = high / 1.12
+                ax.scatter([e for e, _ in over], [edge] * len(over), marker="^", s=30, color=colours[m], zorder=4)
+                e, v = max(over, key=lambda x: x[1])
+                ax.annotate(f"{v:.3g}", (e, edge), textcoords="offset points", xytext=(4, -9), fontsize=6,
+                            color=colours[m])
+    for ax, line in paper_lines:
+        low, high = ax.get_ylim()
+        if low <= line.get_ydata()[0] <= high:
+            handles.setdefault("paper's non-private model", line)
+        else:
+            line.remove()
+    if clipped_any:
+        handles["off the scale (highest value printed)"] = Line2D([], [], marker="^", ls="", color="0.3")
+    if paper_any:
+        short = next(r for r in refs).citation.split(",")[0]
+        handles[f"{short}, their own table (their set-up)"] = Line2D(
+            [], [], marker="D", ls="", markerfacecolor="none", markeredgecolor="0.3"
+        )
+    if legend_slot:
+        spare = axes[len(panels)]
+        spare.axis("off")
+        spare.legend(list(handles.values()), list(handles), loc="center", fontsize=8, frameon=False)
+        for ax in axes[len(panels) + 1 :]:
+            ax.remove()
+        rect = (0.0, 0.0, 1.0, 0.96)
+    else:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(5, len(handles)), fontsize=8,
+                   frameon=False)
+        rect = (0.0, 0.07 * math.ceil(len(handles) / 5) / nrows, 1.0, 0.96)
     fig.suptitle(f"{result.plan.name}: {result.trials} trials, mean ± std", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig.tight_layout(rect=rect)
+    return fig
 
 
 SUMMARY_FORMAT = 2

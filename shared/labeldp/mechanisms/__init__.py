@@ -2,8 +2,10 @@
 
 Each mechanism is an estimator-shaped object (parameters in the constructor,
 ``fit`` from a public or DP prior, fitted state in trailing-underscore
-attributes) exposing ``guarantee``, the DP claim its code earns, and
-``to_spec()``, the public description that travels in the message.
+attributes) that satisfies one contract (``contract.Mechanism``: fit to a prior,
+privatize, exact expected loss, transition law, guarantee, wire spec, params
+model) and has one entry in ``registry`` (docs/architecture.md, "The mechanism
+contract").
 
 - ``prior``: label domain, public grids, the ε₁ Laplace histogram (Ghazi et al. Alg. 4)
 - ``rr_on_bins``: RR-on-Bins with exactly optimal bins (Ghazi et al. Alg. 1–2)
@@ -11,12 +13,12 @@ attributes) exposing ``guarantee``, the DP claim its code earns, and
 - ``additive``: Laplace, staircase, Gaussian, exponential on a lattice (Ghazi et al. App. D, F)
 - ``unbiased``: the variance-minimizing unbiased randomizer (Badanidiyuru et al. 2023)
 - ``categorical``: randomized response, RRWithPrior, BlockRR (Liu & Ding)
+- ``contract``, ``law``, ``registry``: the contract, the transition law, the entries
 """
 
 from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
 from labeldp.mechanisms.categorical import BlockRR, RandomizedResponse, RRWithPrior, SplitPriorRandomizer
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labeldp.mechanisms.laplace import DiscreteLaplace
 from labeldp.mechanisms.prior import (
     LabelDomain,
     LaplaceHistogramPrior,
@@ -31,7 +33,6 @@ from labeldp.mechanisms.unbiased import UnbiasedRandomizer
 
 __all__ = [
     "BlockRR",
-    "DiscreteLaplace",
     "Exponential",
     "Gaussian",
     "LabelDomain",

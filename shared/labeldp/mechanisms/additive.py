@@ -14,7 +14,7 @@ its guarantee is the one of the discretized law, not of a continuous density.
 
 Variants. "continuous" realizes the continuous mechanism on a fine lattice
 (J = 2^16 by default); "discrete" uses step 1 on integer domains (Def. 22/24)
-and J = 1024 on real domains (the historical ``DiscreteLaplace`` default).
+and J = 1024 on real domains.
 ``variant=None`` picks discrete for integer domains and continuous for real ones,
 as the paper does (App. E).
 
@@ -41,18 +41,21 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar, Self
+from typing import ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import Field
 from scipy import special
 
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
+from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import CONTINUOUS_STEPS as CONTINUOUS_STEPS
 from labeldp.mechanisms.lattice import DISCRETE_REAL_STEPS as DISCRETE_REAL_STEPS
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.lattice import Variant as Variant
+from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
 from labeldp.mechanisms.sampling import MAX_TABLE_SIZE, TableSampler
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
@@ -60,6 +63,36 @@ from labeldp.specs.laplace import LaplaceSpec
 
 ROUNDED_GAUSSIAN_SHEPPARD_SIGMA = 3.0
 """From σ ≥ 3 lattice steps, E[round(σZ)²] = σ² + 1/12 up to e^{−2π²σ²} < 1e-77."""
+DEFAULT_GAUSSIAN_DELTA = 1e-6
+
+
+# --------------------------------------------------------------------------- #
+# Parameters (labeldp.mechanisms.contract: the one validation of each)         #
+# --------------------------------------------------------------------------- #
+
+
+class ExponentialParams(Params):
+    """``variant``: "continuous" (2^16 lattice steps) or "discrete"; None picks by the domain kind."""
+
+    variant: Literal["continuous", "discrete"] | None = None
+
+
+class AdditiveParams(ExponentialParams):
+    """Lattice noise parameters: the variant, and ``clip`` (clip outputs to the domain: post-processing)."""
+
+    clip: bool = True
+
+
+class StaircaseParams(AdditiveParams):
+    """``gamma`` = r/J ∈ (0, 1]: the share of each period at the higher level (None: the ℓ1-optimal one)."""
+
+    gamma: float | None = Field(None, gt=0, le=1)
+
+
+class GaussianParams(AdditiveParams):
+    """``delta`` ∈ (0, 1): the δ of the analytic (ε, δ) calibration (a release caps it further)."""
+
+    delta: float = Field(DEFAULT_GAUSSIAN_DELTA, gt=0, lt=1)
 
 
 # --------------------------------------------------------------------------- #
@@ -177,6 +210,7 @@ class LatticeMechanism(ABC):
     """
 
     name: ClassVar[str] = ""
+    params_model: ClassVar[type[Params]] = ExponentialParams
 
     def __init__(
         self,
@@ -191,13 +225,15 @@ class LatticeMechanism(ABC):
         self.step = step
 
     def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
-        """Fix the lattice and calibrate the noise; prior-free, ``grid``/``probs`` are ignored."""
+        """Fix the lattice and calibrate the noise; prior-free, ``grid``/``probs`` are ignored.
+
+        The caller's parameters are checked by the class's params model (the one validation).
+        """
         epsilon = check_epsilon(self.epsilon)
+        self.params_model.model_validate({k: getattr(self, k) for k in self.params_model.model_fields})
         variant = self.variant
         if variant is None:
             variant = "discrete" if self.domain.kind == "integer" else "continuous"
-        if variant not in ("continuous", "discrete"):
-            raise ValueError("variant must be 'continuous' or 'discrete'")
         lattice = Lattice.for_domain(self.domain, self.step, variant)
         self.variant_ = variant
         self._lattice = lattice
@@ -209,6 +245,29 @@ class LatticeMechanism(ABC):
     @abstractmethod
     def _fit_noise(self, epsilon: float) -> None:
         """Calibrate the noise law to ε at sensitivity J (lattice units)."""
+
+    @abstractmethod
+    def conditional_mean(self, labels: np.ndarray) -> np.ndarray:
+        """Exact E[ŷ | y]."""
+
+    @abstractmethod
+    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
+        """Exact E[(ŷ − y)²] for y ~ (grid, probs)."""
+
+    # -- the contract (labeldp.mechanisms.contract) ---------------------------
+
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Prior-free: the prior, if any, is ignored."""
+        return self.fit()
+
+    def loss_under(self, prior: Prior) -> float:
+        return self.expected_loss(prior.values, prior.probs)
+
+    def law(self) -> TransitionLaw:
+        """Monotone on the domain lattice (clipped or range-restricted noise moves the mean
+        toward the centre non-linearly); affine in the snapped label without clipping."""
+        low, high = self.domain.low, self.domain.high
+        return TransitionLaw.monotone(self.name, self.conditional_mean, self.lattice_, low, high)
 
     def lattice_index(self, labels: np.ndarray) -> np.ndarray:
         """Index j of the nearest lattice point (labels outside the domain clip to the ends)."""
@@ -248,6 +307,8 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     output law, conditional mean and expected loss follow here.
     """
 
+    params_model: ClassVar[type[Params]] = AdditiveParams
+
     def __init__(
         self,
         epsilon: float,
@@ -258,6 +319,17 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     ) -> None:
         super().__init__(epsilon, domain, variant, step)
         self.clip = clip
+
+    def law(self) -> TransitionLaw:
+        """Unclipped: E[ŷ | y] is the snapped label (symmetric noise), affine with t = snap."""
+        if self.clip:
+            return super().law()
+
+        def snap(labels: np.ndarray) -> np.ndarray:
+            return self.lattice_value(self.lattice_index(labels))
+
+        low, high = self.domain.low, self.domain.high
+        return TransitionLaw.affine(self.name, 1.0, 0.0, low, high, self.conditional_mean, snap)
 
     def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
         super().fit(grid, probs)
@@ -387,7 +459,7 @@ class AdditiveLatticeMechanism(LatticeMechanism):
             "variant": self.variant_,
             "domain": self.domain.to_spec(),
             "step": float(self.step_),
-            "clipped": bool(self.clip),
+            "clip": bool(self.clip),
         }
 
 
@@ -443,7 +515,7 @@ class Laplace(AdditiveLatticeMechanism):
 
     @classmethod
     def from_spec(cls, spec: LaplaceSpec) -> Laplace:
-        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step, spec.clipped).fit()
+        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step, spec.clip).fit()
         _check_close(mech.scale_, spec.scale, "scale")
         return mech
 
@@ -468,6 +540,7 @@ class Staircase(AdditiveLatticeMechanism):
     """
 
     name: ClassVar[str] = "staircase"
+    params_model: ClassVar[type[Params]] = StaircaseParams
 
     def __init__(
         self,
@@ -484,10 +557,7 @@ class Staircase(AdditiveLatticeMechanism):
     def _fit_noise(self, epsilon: float) -> None:
         J = self.n_steps_
         if self.gamma is not None:
-            gamma = float(self.gamma)
-            if not (0.0 < gamma <= 1.0):
-                raise ValueError("gamma must lie in (0, 1]")
-            r = int(round(gamma * J))
+            r = int(round(float(self.gamma) * J))
         elif self.variant_ == "continuous":
             r = int(round(staircase_gamma(epsilon) * J))
         else:
@@ -564,7 +634,7 @@ class Staircase(AdditiveLatticeMechanism):
     @classmethod
     def from_spec(cls, spec: StaircaseSpec) -> Staircase:
         domain = LabelDomain.from_spec(spec.domain)
-        mech = cls(spec.epsilon, domain, spec.variant, spec.step, spec.clipped)
+        mech = cls(spec.epsilon, domain, spec.variant, spec.step, spec.clip)
         mech.gamma = spec.r / max(1, int(round(domain.width / spec.step)))
         mech.fit()
         if mech.r_ != spec.r:
@@ -590,12 +660,13 @@ class Gaussian(AdditiveLatticeMechanism):
     """
 
     name: ClassVar[str] = "gaussian"
+    params_model: ClassVar[type[Params]] = GaussianParams
 
     def __init__(
         self,
         epsilon: float,
         domain: LabelDomain,
-        delta: float,
+        delta: float = DEFAULT_GAUSSIAN_DELTA,
         variant: Variant | None = None,
         step: float | None = None,
         clip: bool = True,
@@ -651,7 +722,7 @@ class Gaussian(AdditiveLatticeMechanism):
     @classmethod
     def from_spec(cls, spec: GaussianSpec) -> Gaussian:
         domain = LabelDomain.from_spec(spec.domain)
-        mech = cls(spec.epsilon, domain, spec.delta, spec.variant, spec.step, spec.clipped).fit()
+        mech = cls(spec.epsilon, domain, spec.delta, spec.variant, spec.step, spec.clip).fit()
         _check_close(mech.sigma_label_, spec.sigma, "sigma")
         return mech
 
@@ -798,7 +869,3 @@ def _check_close(fitted: float, declared: float, what: str) -> None:
         raise ValueError(f"spec {what} {declared} does not match the mechanism's {fitted}")
 
 
-MECHANISMS: dict[str, type] = {
-    cls.name: cls for cls in (Laplace, Staircase, Gaussian, Exponential)
-}
-"""Wire name → class, for the lead's registry."""

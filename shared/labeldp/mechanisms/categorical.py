@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon
+from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.exact_cells import nudge_to_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.rr_sampling import rr_probabilities
 from labeldp.mechanisms.sampling import TableSampler, cumulative_cells
 from labeldp.specs.categorical import (
@@ -256,6 +259,39 @@ def realized_matrix(cdf_cells: np.ndarray, bits: int = CELL_BITS) -> np.ndarray:
     return np.ldexp(cells.astype(np.float64), -bits)
 
 
+# --------------------------------------------------------------------------- parameters
+
+
+class RandomizedResponseParams(Params):
+    """Plain RR takes no parameters."""
+
+
+class RRWithPriorParams(Params):
+    """``prior_fraction``: the share of rows whose RR output is the prior (Alg. 2's split)."""
+
+    prior_fraction: float = Field(0.1, gt=0, lt=1)
+
+    def mechanism_kwargs(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"prior_fraction"})
+
+
+class BlockRRParams(RRWithPriorParams):
+    """``sigma`` of the weight matrix (eq. (3.3)), ``l`` = |Δ| ("auto": the most accurate under
+    the prior; None: all of S̃₁), ``outputs`` ("majority": Table 1's RRWithPrior row, Δ = S̃₁)."""
+
+    sigma: float = Field(1.0, gt=0, allow_inf_nan=False)
+    l: Annotated[int, Field(ge=0)] | Literal["auto"] | None = Field(
+        "auto", description="|Δ|; auto = most accurate under the prior"
+    )
+    outputs: Literal["all", "majority"] = "all"
+
+    @model_validator(mode="after")
+    def _majority_fixes_delta(self) -> BlockRRParams:
+        if self.outputs == "majority" and self.l not in (None, "auto"):
+            raise ValueError("outputs='majority' fixes Δ = S̃₁; leave l unset")
+        return self
+
+
 # --------------------------------------------------------------------------- mechanisms
 
 
@@ -263,6 +299,7 @@ class _CategoricalMechanism:
     """Shared machinery: the fitted matrix ``matrix_``, its cells, sampling, accuracy."""
 
     name: ClassVar[str]
+    params_model: ClassVar[type[Params]] = RandomizedResponseParams
     uses_prior: ClassVar[bool] = False
 
     def __init__(self, epsilon: float, classes: int | Sequence[str]) -> None:
@@ -330,6 +367,25 @@ class _CategoricalMechanism:
 
     _statement: ClassVar[str] = ""
 
+    # -- the contract (labeldp.mechanisms.contract) ------------------------------
+
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
+        raise NotImplementedError
+
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Fit to a prior over class indices (``values``); RR ignores it, the others need one."""
+        if prior is None:
+            return self.fit()
+        return self.fit(prior.probs, grid=prior.values)
+
+    def loss_under(self, prior: Prior) -> float:
+        """The exact 0-1 loss Pr[ŷ ≠ y] for y ~ prior."""
+        return self.expected_loss(prior.probs, grid=prior.values)
+
+    def law(self) -> TransitionLaw:
+        """The K×K transition matrix T[y, ŷ] = Pr[ŷ | y]."""
+        return TransitionLaw.of_matrix(self.name, self.transition_matrix())
+
 
 class RandomizedResponse(_CategoricalMechanism):
     """K-ary randomized response (Def. 2.3); prior-free, ``fit`` takes no data.
@@ -344,7 +400,7 @@ class RandomizedResponse(_CategoricalMechanism):
         "and 1/(e^ε+K−1) under any other, ratio exactly e^ε"
     )
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> RandomizedResponse:
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
         """Build the matrix; ``probs``/``grid`` are accepted and ignored (no prior needed)."""
         epsilon = check_epsilon(self.epsilon)
         k = len(check_classes(self.classes))
@@ -401,6 +457,7 @@ class RRWithPrior(_CategoricalMechanism):
     """
 
     name: ClassVar[str] = "rr_with_prior"
+    params_model: ClassVar[type[Params]] = RRWithPriorParams
     uses_prior: ClassVar[bool] = True
     _statement: ClassVar[str] = (
         "RR over the top-k set Y_k chosen from a public or DP prior (post-processing): an output in Y_k "
@@ -408,7 +465,7 @@ class RRWithPrior(_CategoricalMechanism):
         "ratio at most e^ε; outputs outside Y_k have probability 0 for every label"
     )
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> RRWithPrior:
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
         """Choose Y_k from the prior ``probs`` (public or DP; over classes ``grid``, default all)."""
         if probs is None:
             raise ValueError("rr_with_prior needs a prior: fit(probs)")
@@ -469,6 +526,7 @@ class BlockRR(_CategoricalMechanism):
     """
 
     name: ClassVar[str] = "block_rr"
+    params_model: ClassVar[type[Params]] = BlockRRParams
     uses_prior: ClassVar[bool] = True
     _statement: ClassVar[str] = (
         "BlockRR (Liu & Ding Thm 3.4) with a partition from a public or DP prior (post-processing): "
@@ -490,19 +548,12 @@ class BlockRR(_CategoricalMechanism):
         self.outputs = outputs
 
     def _check_params(self) -> tuple[float, float]:
+        """ε, and σ as checked by the one validation of the parameters (``BlockRRParams``)."""
         epsilon = check_epsilon(self.epsilon)
-        sigma = float(self.sigma)
-        if not (math.isfinite(sigma) and sigma > 0):
-            raise ValueError("sigma must be a finite number > 0")
-        if self.l is not None and self.l != "auto" and (int(self.l) != self.l or self.l < 0):
-            raise ValueError("l must be a whole number >= 0, 'auto', or None for all of S̃₁")
-        if self.outputs not in ("all", "majority"):
-            raise ValueError("outputs must be 'all' or 'majority'")
-        if self.outputs == "majority" and self.l not in (None, "auto"):
-            raise ValueError("outputs='majority' fixes Δ = S̃₁; leave l unset")
-        return epsilon, sigma
+        params = BlockRRParams(sigma=self.sigma, l=self.l, outputs=self.outputs)
+        return epsilon, params.sigma
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> BlockRR:
+    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
         """Partition by the weight matrix of the prior ``probs`` (public or DP), then eq. (3.2)."""
         if probs is None:
             raise ValueError("block_rr needs a prior: fit(probs)")
@@ -574,16 +625,13 @@ class BlockRR(_CategoricalMechanism):
 
 CategoricalMechanism = RandomizedResponse | RRWithPrior | BlockRR
 
-_BY_NAME: dict[str, type[_CategoricalMechanism]] = {
-    RandomizedResponse.name: RandomizedResponse,
-    RRWithPrior.name: RRWithPrior,
-    BlockRR.name: BlockRR,
-}
 
 
 def mechanism_from_spec(spec: CategoricalMechanismSpec) -> CategoricalMechanism:
-    """The fitted public mechanism a categorical spec describes."""
-    return _BY_NAME[spec.name].from_spec(spec)  # type: ignore[attr-defined]
+    """The fitted public mechanism a categorical spec describes (through the registry's entry)."""
+    from labeldp.mechanisms.registry import entry_for_spec  # the registry imports this module
+
+    return cast(CategoricalMechanism, entry_for_spec(spec).from_spec(spec))
 
 
 # --------------------------------------------------------------------------- Alg. 2: split prior

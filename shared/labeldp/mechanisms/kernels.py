@@ -146,9 +146,9 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
             if (product & _LOW32) >= threshold:
                 break
         u = np.int64(product >> half)
-        far_t = a1 - z + u
-        far_t += (2 * z + 1) * np.int64(far_t >= c - z)  # skip the near block
-        out[i] = index_value(c - z + u if kept else far_t, low, high, step, n_steps)
+        far_index = a1 - z + u  # not far_t: that name holds the far Lemire threshold for every label
+        far_index += (2 * z + 1) * np.int64(far_index >= c - z)  # skip the near block
+        out[i] = index_value(c - z + u if kept else far_index, low, high, step, n_steps)
         i += 1
     return i
 

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
+from pydantic import Field
 
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
+from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import Lattice
+from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
 from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RPWithPriorSpec
 
@@ -305,13 +308,6 @@ def optimal_interval_points(
     return best[1], best[2], best[0]
 
 
-# -- the public lattice ---------------------------------------------------------
-
-
-_Lattice = Lattice
-"""The lattice RPWithPrior lives on (``lattice.Lattice``, "discrete" defaults); old name kept."""
-
-
 # -- Alg. 3: the histogram prior from noised labels ----------------------------
 
 
@@ -418,6 +414,14 @@ def _range_sum_squares(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lo * (lo + 1) * (2 * lo + 1) / 6.0 + hi * (hi + 1) * (2 * hi + 1) / 6.0
 
 
+class RPWithPriorParams(Params):
+    """``zeta`` (ζ, label units; None: 0.05·(high − low)) and ``sigma`` (Alg. 3's bin width,
+    label units; None: the noised labels' standard deviation)."""
+
+    zeta: float | None = Field(None, gt=0, allow_inf_nan=False)
+    sigma: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+
 class RPWithPrior:
     """ε-DP RPWithPrior on a lattice, fitted to a step-function (or point-mass) prior.
 
@@ -433,6 +437,7 @@ class RPWithPrior:
     """
 
     name: ClassVar[str] = "rp_with_prior"
+    params_model: ClassVar[type[Params]] = RPWithPriorParams
 
     def __init__(
         self,
@@ -452,10 +457,9 @@ class RPWithPrior:
 
     def _prepare(self) -> tuple[float, Lattice, float, int]:
         epsilon = check_epsilon(self.epsilon)
+        RPWithPriorParams(zeta=self.zeta, sigma=self.sigma)  # the one validation of the parameters
         lattice = Lattice.for_domain(self.domain, self.step)
         zeta = DEFAULT_ZETA_FRACTION * self.domain.width if self.zeta is None else float(self.zeta)
-        if not (math.isfinite(zeta) and zeta > 0):
-            raise ValueError("zeta must be a finite number > 0")
         z = max(0, math.floor(zeta / lattice.step + 1e-9))  # the lattice points of N_y = [y − ζ, y + ζ]
         return epsilon, lattice, zeta, z
 
@@ -562,6 +566,38 @@ class RPWithPrior:
             mech.near_probability_ = mech.keep_probability_ / (2 * spec.zeta_steps + 1)
             mech.far_probability_ = (1.0 - mech.keep_probability_) / far if far else 0.0
         return mech
+
+    # -- the contract (labeldp.mechanisms.contract) ------------------------------------
+
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """The interval for a point-mass prior; no prior: uniform on the domain."""
+        if prior is None:
+            self.fit()
+        else:
+            self.fit(prior.values, prior.probs)
+        return self
+
+    def loss_under(self, prior: Prior) -> float:
+        return self.expected_loss(prior.values, prior.probs)
+
+    def law(self) -> TransitionLaw:
+        """E[ŷ | y] = (1 − κ)·t(y) + κ·centre, t(y) = the snapped label projected onto [A₁, A₂].
+
+        The far points are uniform over the interval's lattice and the near block is
+        symmetric, so the law is affine in the projected value; a and b are read off the
+        exact conditional mean at A₁ and A₂ and checked on every lattice point between.
+        """
+        first = int(self.output_indices_[0])
+        outputs = self.outputs_
+
+        def projected(labels: np.ndarray) -> np.ndarray:
+            return outputs[self.projected_index(labels) - first]
+
+        inside = outputs[self.a1_index_ - first : self.a2_index_ - first + 1]
+        low, high = self.domain.low, self.domain.high
+        return TransitionLaw.affine_or_monotone(
+            self.name, self.conditional_mean, projected, inside, outputs, low, high
+        )
 
     # -- the randomizer ---------------------------------------------------------------
 

@@ -16,18 +16,27 @@ absolute loss and logarithmic means for Poisson loss (``cut_points``).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import math
+from typing import ClassVar, Literal, Self
 
 import numpy as np
 
 from labeldp.mechanisms.checks import check_epsilon, check_labels
+from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain
-from labeldp.mechanisms.rr_on_bins_kernels import cut_points, loss_code, optimal_bins
+from labeldp.mechanisms.rr_on_bins_kernels import cut_points, optimal_bins
 from labeldp.mechanisms.rr_sampling import privatize_values, rr_probabilities
 from labeldp.specs.rr_on_bins import RROnBinsSpec
 
 Loss = Literal["squared", "absolute", "poisson"]
+
+
+class RROnBinsParams(Params):
+    """``loss``: what the bins minimize (Ghazi et al. 2023 fit squared, absolute and Poisson)."""
+
+    loss: Loss = "squared"
 
 
 def _sum_of_losses(outputs: np.ndarray, labels: np.ndarray, loss: str) -> np.ndarray:
@@ -55,9 +64,10 @@ class RROnBins:
     """
 
     name: ClassVar[str] = "rr_on_bins"
+    params_model: ClassVar[type[Params]] = RROnBinsParams
 
     def __init__(self, epsilon: float, domain: LabelDomain | None = None, loss: Loss = "squared") -> None:
-        loss_code(loss)
+        RROnBinsParams(loss=loss)
         if loss == "poisson" and domain is not None and domain.low < 0:
             raise ValueError("Poisson loss needs a label domain with low >= 0")
         self.epsilon = epsilon
@@ -94,10 +104,41 @@ class RROnBins:
 
     @classmethod
     def from_spec(cls, spec: RROnBinsSpec) -> RROnBins:
-        """Rebuild the public mechanism from its wire form (no grid: ``grid_`` stays unset)."""
+        """Rebuild the public mechanism from its wire form (no grid: ``grid_`` stays unset).
+
+        The spec's ``debias_a``/``debias_b`` are informational copies: they must agree with
+        the law its ε and outputs imply, or the spec is refused.
+        """
         mech = cls(spec.epsilon, loss=spec.loss)
         mech._set_outputs(check_epsilon(spec.epsilon), np.asarray(spec.outputs, dtype=np.float64))
+        pairs = ((spec.debias_a, mech.debias_a_), (spec.debias_b, mech.debias_b_))
+        if not all(math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12) for u, v in pairs):
+            raise ValueError("the spec's debias_a/debias_b disagree with its epsilon and outputs")
         return mech
+
+    # -- the contract (labeldp.mechanisms.contract) ------------------------------------
+
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """RR-on-Bins needs a prior: its bins are optimal for it."""
+        if prior is None:
+            raise ValueError("RR-on-Bins is fitted to a prior: pass grid and probs")
+        self.fit(prior.values, prior.probs)
+        return self
+
+    def loss_under(self, prior: Prior) -> float:
+        return self.expected_loss(prior.values, prior.probs)
+
+    def law(self) -> TransitionLaw:
+        """E[ŷ | y] = a·Φ(y) + b with a = p − q, b = q·Σ outputs; t = Φ, the bin value."""
+        a, b, outputs = float(self.debias_a_), float(self.debias_b_), self.outputs_
+
+        def phi(labels: np.ndarray) -> np.ndarray:
+            return outputs[self.bin_index(labels)]
+
+        def mean(labels: np.ndarray) -> np.ndarray:
+            return a * phi(labels) + b
+
+        return TransitionLaw.affine(self.name, a, b, float(outputs[0]), float(outputs[-1]), mean, phi)
 
     def bin_index(self, labels: np.ndarray) -> np.ndarray:
         """Φ as a bin index (int64): the loss-nearest output, found by the cut points.

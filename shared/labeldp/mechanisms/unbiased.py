@@ -49,23 +49,28 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import Field
 from scipy import sparse
 from scipy.optimize import linprog
 
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_grid, check_labels
+from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.sampling import TableSampler
 from labeldp.specs.unbiased import TRANSITION_DENOMINATOR, UnbiasedSpec
 
 DEFAULT_GRID_SIZE = 33
 MIN_GRID_SIZE = 2
-# K·2^53 must stay below 2^63 (flattened cumulative table); the LP is the real limit.
-MAX_GRID_SIZE = 256
+# K·2^53 must stay below 2^63 (flattened cumulative table), but the LP is the real limit:
+# K = 129 solves in ~10 s on one loaded core, K = 256 took 13–71 s (ε = 0.5, 4). One limit
+# for the API and for direct use (UnbiasedParams).
+MAX_GRID_SIZE = 129
 MAX_OUTPUT_SIZE = 4096
 LP_MARGIN = 1e-4
 # Beyond ε ≈ 12 the smallest useful entries (~e^-ε) approach the solver's
@@ -381,6 +386,14 @@ def transition_sampler(counts: np.ndarray) -> TableSampler:
 # -- the mechanism ------------------------------------------------------------
 
 
+class UnbiasedParams(Params):
+    """``grid_size`` K of the input grid (None: 33, or every integer of a small integer domain)
+    and ``weights`` of the LP's variances: "uniform", or "prior" (a prior is then needed)."""
+
+    grid_size: int | None = Field(None, ge=MIN_GRID_SIZE, le=MAX_GRID_SIZE)
+    weights: Weights = "uniform"
+
+
 class UnbiasedRandomizer:
     """ε-DP unbiased label randomizer with minimal (weighted) variance.
 
@@ -399,6 +412,7 @@ class UnbiasedRandomizer:
     """
 
     name: ClassVar[str] = "unbiased"
+    params_model: ClassVar[type[Params]] = UnbiasedParams
 
     def __init__(
         self,
@@ -448,6 +462,8 @@ class UnbiasedRandomizer:
     def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> UnbiasedRandomizer:
         """Solve the LP; ``grid``/``probs`` (a DP or public prior) are used only with weights='prior'."""
         epsilon = check_epsilon(self.epsilon)
+        # The one validation of the caller's parameters (an explicit weight array is checked in _weights).
+        UnbiasedParams(grid_size=self.grid_size, weights=self.weights if isinstance(self.weights, str) else "uniform")
         lp_eps = lp_epsilon(epsilon)
         in_grid = input_grid(self.domain, self.grid_size)
         outputs = self._outputs(in_grid, lp_eps)
@@ -483,6 +499,28 @@ class UnbiasedRandomizer:
             self.weights_ = np.full(grid.size, 1.0 / grid.size)
         self.variance_ = float(self.weights_ @ self.row_variances_)
         self._table = transition_sampler(counts)
+
+    # -- the contract (labeldp.mechanisms.contract) ----------------------------
+
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Solve the LP; the prior only weights the variances (weights='prior', where it is required)."""
+        if prior is None:
+            self.fit()
+        else:
+            self.fit(prior.values, prior.probs)
+        return self
+
+    def loss_under(self, prior: Prior) -> float:
+        return self.expected_loss(prior.values, prior.probs)
+
+    def law(self) -> TransitionLaw:
+        """E[ŷ | y] = y for labels in the domain (labels outside are clipped first): a = 1, b = 0."""
+        low, high = self.domain.low, self.domain.high
+
+        def clipped(labels: np.ndarray) -> np.ndarray:
+            return np.clip(labels, low, high)
+
+        return TransitionLaw.affine(self.name, 1.0, 0.0, low, high, self.conditional_mean, clipped)
 
     # -- the mechanism --------------------------------------------------------
 

@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from labeldp.specs.base import LabelDomainSpec, SpecModel
+from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 
-class StaircaseSpec(SpecModel):
+class StaircaseSpec(MechanismSpecBase):
     """Staircase noise (Geng & Viswanath 2014; Ghazi et al. Def. 24/25) on the lattice.
 
     The noise index N has P(N = i) ∝ e^{−ε·⌊(|i| + J − r)/J⌋}: each period of J steps
@@ -28,10 +28,10 @@ class StaircaseSpec(SpecModel):
     step: float = Field(gt=0, description="lattice step in label units")
     r: int = Field(ge=1, description="steps at the higher level of each period (1 ≤ r ≤ J)")
     gamma: float = Field(gt=0, le=1, description="r / J, the continuous staircase's γ")
-    clipped: bool = True
+    clip: bool = Field(True, description="outputs clipped to the domain (post-processing)")
 
 
-class GaussianSpec(SpecModel):
+class GaussianSpec(MechanismSpecBase):
     """(ε, δ)-DP Gaussian noise rounded to the lattice: N = round(σ_steps · Z), Z ~ N(0, 1).
 
     ``sigma`` (label units) is the analytic calibration of Balle & Wang (2018) for
@@ -45,10 +45,10 @@ class GaussianSpec(SpecModel):
     domain: LabelDomainSpec
     step: float = Field(gt=0, description="lattice step in label units")
     sigma: float = Field(gt=0, description="σ of the Gaussian before rounding, label units")
-    clipped: bool = True
+    clip: bool = Field(True, description="outputs clipped to the domain (post-processing)")
 
 
-class ExponentialSpec(SpecModel):
+class ExponentialSpec(MechanismSpecBase):
     """Exponential mechanism = Laplace restricted to the domain lattice (Ghazi et al. App. F).
 
     P(ŷ | y) ∝ exp(−|ŷ − y| / scale) over the lattice points of the domain, with

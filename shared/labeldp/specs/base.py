@@ -6,7 +6,7 @@ import them and ``labeldp.schema`` can collect them into one discriminated union
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,15 @@ class SpecModel(BaseModel):
     """Frozen, strict: a message field cannot be mutated or carry unknown keys."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MechanismSpecBase(SpecModel):
+    """Base of every mechanism's wire spec: a ``name`` (the discriminator of the union that
+    ``labeldp.schema`` derives from the registry) and the ``epsilon`` of the randomizer."""
+
+    if TYPE_CHECKING:  # each spec declares both as its own fields (their order in the JSON is the spec's)
+        name: str
+        epsilon: float
 
 
 class LabelDomainSpec(SpecModel):

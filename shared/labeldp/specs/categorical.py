@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from labeldp.specs.base import SpecModel
+from labeldp.specs.base import MechanismSpecBase, SpecModel
 
 
 def _check_indices(values: list[int], n_classes: int, what: str) -> None:
@@ -28,7 +28,7 @@ def _check_indices(values: list[int], n_classes: int, what: str) -> None:
         raise ValueError(f"{what} must be class indices in [0, {n_classes})")
 
 
-class CategoricalSpec(SpecModel):
+class CategoricalSpec(MechanismSpecBase):
     """Fields shared by every categorical mechanism spec."""
 
     epsilon: float = Field(gt=0, description="ε of the per-label randomizer")
@@ -62,7 +62,7 @@ class PriorSplitSpec(SpecModel):
     """
 
     rule: Literal["prefix", "evenly_spaced"]
-    fraction: float = Field(gt=0, le=1)
+    fraction: float = Field(gt=0, lt=1)
     n_rows: int = Field(ge=0)
     prior_rows: int = Field(ge=0)
     first_stage: RandomizedResponseSpec

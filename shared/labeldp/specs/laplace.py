@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from labeldp.specs.base import LabelDomainSpec, SpecModel
+from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 
-class LaplaceSpec(SpecModel):
+class LaplaceSpec(MechanismSpecBase):
     """Additive Laplace baseline (Ghazi et al. App. D), clipped to the domain.
 
     ``variant='discrete'`` adds two-sided geometric noise on the lattice
@@ -22,4 +22,4 @@ class LaplaceSpec(SpecModel):
     domain: LabelDomainSpec
     step: float = Field(gt=0, description="lattice step in label units")
     scale: float = Field(gt=0, description="noise scale b in label units (Δ/ε)")
-    clipped: bool = True
+    clip: bool = Field(True, description="outputs clipped to the domain (post-processing)")

@@ -14,12 +14,12 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from labeldp.specs.base import LabelDomainSpec, SpecModel
+from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase, SpecModel
 
 KEEP_DENOMINATOR = 2**53
 
 
-class RPWithPriorSpec(SpecModel):
+class RPWithPriorSpec(MechanismSpecBase):
     """RPWithPrior fitted to a (DP or public) step-function prior, sampled on a lattice."""
 
     name: Literal["rp_with_prior"] = "rp_with_prior"

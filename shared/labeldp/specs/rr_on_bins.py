@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from labeldp.specs.base import SpecModel
+from labeldp.specs.base import MechanismSpecBase
 
 
-class RROnBinsSpec(SpecModel):
+class RROnBinsSpec(MechanismSpecBase):
     """RR-on-Bins (Ghazi et al. 2023, Alg. 1–2) fitted to the noisy prior.
 
     The features party can debias with E[ŷ | y] = debias_a · Φ(y) + debias_b.

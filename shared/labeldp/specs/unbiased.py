@@ -16,12 +16,12 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from labeldp.specs.base import LabelDomainSpec, SpecModel
+from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 TRANSITION_DENOMINATOR = 2**53
 
 
-class UnbiasedSpec(SpecModel):
+class UnbiasedSpec(MechanismSpecBase):
     """Unbiased randomized rounding to ``grid``, then the LP-optimal ε-DP ``transition``."""
 
     name: Literal["unbiased"] = "unbiased"

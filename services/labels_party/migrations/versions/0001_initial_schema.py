@@ -79,6 +79,7 @@ def upgrade() -> None:
     sa.Column('last_error', sa.String(length=200), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('delivered_at', sa.DateTime(timezone=True), nullable=True),
+    sa.Column('request_id', sa.String(length=128), nullable=True),
     sa.ForeignKeyConstraint(['label_set_id'], ['label_sets.id'], ),
     sa.PrimaryKeyConstraint('id')
     )

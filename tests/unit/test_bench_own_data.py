@@ -1,0 +1,225 @@
+"""`labeldp bench utility --data FILE`, the paper-matched Housing configuration and
+`labeldp privatize --mechanism auto` (issue 11 item 6, issue 12 item 3)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from labeldp.benchmarks import data_file, utility
+from labeldp.benchmarks import datasets as ds
+from labeldp.cli import main, resolve_mechanism
+from labels_party.defaults import default_mechanism
+
+SECRET = 7.123456789  # a label value that must never appear in a message
+
+
+def _rows(n: int = 60) -> list[dict[str, object]]:
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(n):
+        x = float(rng.normal())
+        rows.append(
+            {
+                "user": f"u{i:03d}",
+                "x": round(x, 4),
+                "zip": 10_000 + i % 3,  # numeric, but a category
+                "city": ["a", "b", "c"][i % 3],  # text: always a category
+                "note": "n/a",
+                "y": round(2.5 + 2.0 * math.tanh(x), 4),  # inside [0, 5]
+            }
+        )
+    rows[5]["y"] = SECRET  # above the domain: clipped
+    rows[7]["y"] = ""  # no label: left out
+    return rows
+
+
+def _write_csv(path, rows) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_a_csv_becomes_features_labels_and_a_public_domain(tmp_path):
+    path = tmp_path / "My Sales.csv"
+    _write_csv(path, _rows())
+    data = data_file.from_file(path, "y", (0.0, 5.0), categorical=["zip"], id_column="user", drop=["note"])
+    assert data.name == "my_sales" and data.task == "regression"
+    assert data.n == 59  # the unlabelled row is left out
+    assert data.table.column_names == ["id", "x", "zip", "city"]
+    assert data.table.column("id").to_pylist()[:2] == ["u000", "u001"]
+    assert data.table.schema.field("x").type == pa.float64()
+    assert data.table.schema.field("zip").type == pa.string() and data.categorical == ["zip", "city"]
+    assert (data.domain.low, data.domain.high) == (0.0, 5.0)
+    assert data.labels.max() == 5.0  # the label above the domain is clipped to it
+    assert "1 rows without a label left out" in data.description and "1 labels clipped" in data.description
+    assert str(SECRET) not in data.description
+
+    # The same data as Parquet loads to the same table and labels (the cache key is the data's digest).
+    pq.write_table(pacsv.read_csv(path), tmp_path / "My Sales.parquet")
+    again = data_file.from_file(
+        tmp_path / "My Sales.parquet", "y", (0.0, 5.0), categorical=["zip"], id_column="user", drop=["note"]
+    )
+    assert again.fingerprint() == data.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target": "nope"}, "no column(s) 'nope'"),
+        ({"target": "city"}, "not numeric"),
+        ({"id_column": "zip"}, "repeated values"),
+        ({"domain": (5.0, 1.0)}, "finite LOW < HIGH"),
+        ({"categorical": ["y"]}, "cannot also be a feature"),
+        ({"name": "../evil"}, "letters, digits and _"),
+    ],
+)
+def test_bad_files_and_arguments_are_refused_without_showing_a_label(tmp_path, kwargs, message):
+    path = tmp_path / "d.csv"
+    _write_csv(path, _rows())
+    args = {"target": "y", "domain": (0.0, 5.0), **kwargs}
+    with pytest.raises(data_file.DataFileError) as info:
+        data_file.from_file(path, args.pop("target"), args.pop("domain"), **args)
+    assert message in str(info.value) and str(SECRET) not in str(info.value)
+
+
+def test_unreadable_short_and_unknown_files_are_refused(tmp_path):
+    with pytest.raises(data_file.DataFileError, match="no such file"):
+        data_file.from_file(tmp_path / "absent.csv", "y", (0, 1))
+    (tmp_path / "d.xlsx").write_text("x")
+    with pytest.raises(data_file.DataFileError, match=r"\.csv, \.tsv or \.parquet"):
+        data_file.from_file(tmp_path / "d.xlsx", "y", (0, 1))
+    _write_csv(tmp_path / "short.csv", _rows(9))
+    with pytest.raises(data_file.DataFileError, match="at least 10"):
+        data_file.from_file(tmp_path / "short.csv", "y", (0, 5), drop=["note"])
+
+
+def _bench(tmp_path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        "utility",
+        *extra,
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--epsilons",
+        "1,inf",
+        "--mechanisms",
+        "laplace",
+        "--learners",
+        "plain",
+        "--out",
+        str(tmp_path / "results"),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]
+
+
+def test_cli_runs_the_protocol_on_a_users_file_and_resumes(tmp_path, capsys):
+    path = tmp_path / "sales.csv"
+    _write_csv(path, _rows())
+    args = _bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--id", "user",
+                  "--categorical", "zip", "--drop", "note")
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "[sales] 4 cells computed, 0 cached" in printed
+    md = (tmp_path / "results" / "utility_sales.md").read_text()
+    assert "your data: `sales.csv`, target `y`" in md and "--data" in md
+    assert "59 rows" in md or "n=59" in md
+    assert (tmp_path / "results" / "utility_sales.png").stat().st_size > 5_000
+    summary = json.loads((tmp_path / "results" / "utility_sales.json").read_text())
+    assert summary["dataset"] == "sales" and summary["trials"] == 2
+    assert str(SECRET) not in md and str(SECRET) not in printed
+
+    assert main(args) == 0
+    assert "[sales] 0 cells computed, 4 cached" in capsys.readouterr().out
+    # the re-render of its JSON works like the built-in sets'
+    assert main(["bench", "report", str(tmp_path / "results" / "utility_sales.json")]) == 0
+
+
+def test_cli_own_data_arguments_go_together(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    _write_csv(path, _rows())
+    assert main(_bench(tmp_path, "--data", str(path), "--domain", "0,5")) == 2
+    assert "--target COLUMN and --domain" in capsys.readouterr().err
+    assert main(_bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--datasets", "linear")) == 2
+    assert main(_bench(tmp_path, "--target", "y")) == 2
+    assert "only go with --data" in capsys.readouterr().err
+    assert main(_bench(tmp_path, "--data", str(path), "--target", "nope", "--domain", "0,5")) == 2
+    assert "no column(s) 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+HOUSING_COLUMNS = (
+    "longitude,latitude,housing_median_age,total_rooms,total_bedrooms,population,households,"
+    "median_income,median_house_value,ocean_proximity"
+)
+
+
+def test_the_paper_housing_configuration_has_their_features_and_their_table(tmp_path):
+    path = tmp_path / "california_housing.csv"
+    rng = np.random.default_rng(0)
+    lines = [HOUSING_COLUMNS]
+    for i in range(30):
+        bedrooms = "" if i == 3 else f"{rng.integers(100, 900)}.0"
+        lines.append(
+            f"-122.{i},37.{i},{rng.integers(1, 50)}.0,{rng.integers(900, 3000)}.0,{bedrooms},"
+            f"{rng.integers(100, 3000)}.0,{rng.integers(50, 800)}.0,{rng.uniform(1, 9):.4f},"
+            f"{rng.integers(20_000, 500_001)}.0,{'NEAR BAY' if i % 2 else 'INLAND'}"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    ours = ds.california_housing(path)
+    paper = ds.california_housing(path, statlib_only=True)
+    statlib = ["MedInc", "HouseAge", "AveRooms", "AveBedrms", "Population", "AveOccup", "Latitude", "Longitude"]
+    assert paper.table.column_names == ["id", *statlib] and paper.categorical == []
+    assert ours.table.column_names == ["id", *statlib, "ocean_proximity"]
+    np.testing.assert_array_equal(paper.labels, ours.labels)
+    assert paper.domain == ours.domain and paper.fingerprint() != ours.fingerprint()
+
+    plans = utility.default_plans(housing=path)
+    second = plans["california_housing_paper"]
+    assert second.reference == "liu_huang_housing" == plans["california_housing"].reference
+    assert second.training == utility.LIU_HUANG_TRAINING  # their learner's recipe (§5.3)
+    assert second.load().table.column_names == paper.table.column_names
+    assert second.params != plans["california_housing"].params  # its own cache folder
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "label_type"),
+    [("0.1", "real"), ("0.499999", "real"), ("0.5", "real"), ("0.7", "integer"), ("1", "real"), ("8", "real"),
+     ("2", "categorical")],
+)
+def test_auto_resolves_like_the_service(epsilon, label_type):
+    assert resolve_mechanism("auto", epsilon, label_type) == default_mechanism(label_type, float(epsilon))
+    assert resolve_mechanism("laplace", epsilon, label_type) == "laplace"
+
+
+def test_privatize_auto_runs_the_resolved_mechanism_and_says_so(tmp_path, capsys):
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("id,label\n" + "".join(f"i{k:03d},{(k % 10) / 10}\n" for k in range(200)))
+    for eps, expected in (("0.3", "rr_on_bins"), ("0.7", "staircase"), ("2", "unbiased")):
+        assert expected == default_mechanism("real", float(eps))
+        code = main(["privatize", "--mechanism", "auto", "--epsilon", eps, "--input", str(src), "--output",
+                     str(out), "--domain", "0,1"])
+        assert code == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["mechanism"] == expected and doc["resolved_from"] == "auto"
+        assert doc["spec"]["name"] == expected
+        assert math.isclose(doc["epsilon_total"], float(eps))
+    # the service refuses an ε it would have to round; so does the command line
+    code = main(["privatize", "--mechanism", "auto", "--epsilon", "0.0000001", "--input", str(src), "--output",
+                 str(out), "--domain", "0,1"])
+    assert code == 2 and "invalid_epsilon" in capsys.readouterr().err

@@ -1,0 +1,275 @@
+"""Operations in-process: JSON log lines with a request id, HTTP metrics per route template, one
+metric prefix, build info, and the outbox's metric files served by the labels API."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from features_party.app import create_app as create_features_app
+from labeldp.logs import JsonFormatter, accepted_request_id, bound_request_id, current_request_id
+from labeldp.metrics import OUTBOX_METRICS_DIR, OUTBOX_STALE_SECONDS, OutboxMetricsFile, outbox_metrics
+from labeldp.settings import Settings
+from labels_party.app import create_app as create_labels_app
+
+LABELS_KEY = "labels-key-0123456789abcdef"
+FEATURES_KEY = "features-key-0123456789abcdef"
+SECRET = "exchange-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        labels_database_url=f"sqlite:///{tmp_path / 'labels.db'}",
+        labels_data_dir=tmp_path / "labels-data",
+        labels_api_key=LABELS_KEY,
+        features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
+        features_data_dir=tmp_path / "features-data",
+        features_api_key=FEATURES_KEY,
+        exchange_secret=SECRET,
+        max_body_bytes=10_000,
+        device="cpu",
+    )
+
+
+@pytest.fixture
+def labels(settings: Settings):
+    with TestClient(create_labels_app(settings)) as client:
+        yield client
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _key(**labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def _format(record: logging.LogRecord) -> dict:
+    line = JsonFormatter("labels").format(record)
+    assert "\n" not in line
+    return json.loads(line)
+
+
+def test_a_log_line_is_one_json_object_with_the_bound_request_id() -> None:
+    record = logging.LogRecord("labeldp.labels", logging.INFO, __file__, 1, "release %s charged", ("rel_1",), None)
+    record.route = "/v1/releases"  # an `extra=` field becomes a key
+    assert "request_id" not in _format(record)
+    with bound_request_id("trace-42") as rid:
+        assert rid == current_request_id() == "trace-42"
+        doc = _format(record)
+    assert current_request_id() is None
+    assert doc["message"] == "release rel_1 charged"
+    assert doc["request_id"] == "trace-42"
+    assert doc["service"] == "labels" and doc["level"] == "info" and doc["logger"] == "labeldp.labels"
+    assert doc["route"] == "/v1/releases"
+    assert doc["time"].endswith("+00:00")
+
+
+def test_an_exception_is_logged_by_type_and_frames_never_by_its_message() -> None:
+    try:
+        raise ValueError("label 12.3456789012 out of range\nsecond line")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
+    doc = _format(record)
+    assert doc["error_type"] == "ValueError"
+    assert any("test_observability.py" in frame for frame in doc["stack"])
+    assert "12.3456789012" not in json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("offered", "kept"),
+    [("abc-123", True), ("0f8fad5b-d9cb-469f-a165-70867728950e", True), ("a" * 128, True),
+     ("a" * 129, False), ("has space", False), ("", False), ("x\ny", False), ("é", False)],
+)
+def test_only_a_plain_token_is_taken_as_the_request_id(offered: str | None, kept: bool) -> None:
+    assert accepted_request_id(offered) == (offered if kept else None)
+
+
+def test_every_answer_carries_a_request_id_and_the_access_line_logs_it(
+    settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with TestClient(create_labels_app(settings)) as client:
+        auth = {"Authorization": f"Bearer {LABELS_KEY}"}
+        ok = client.get("/v1/label-sets", headers={**auth, "X-Request-ID": "client-trace-1"})
+        assert ok.status_code == 200 and ok.headers["x-request-id"] == "client-trace-1"
+        generated = client.get("/v1/label-sets", headers={**auth, "X-Request-ID": "bad id with spaces"})
+        assert generated.headers["x-request-id"].startswith("req_")
+        unauthorized = client.get("/v1/label-sets")
+        assert unauthorized.status_code == 401 and unauthorized.headers["x-request-id"].startswith("req_")
+        too_large = client.post("/v1/label-sets", content=b"x" * 20_000, headers=auth)
+        assert too_large.status_code == 413 and too_large.headers["x-request-id"].startswith("req_")
+        assert len({r.headers["x-request-id"] for r in (generated, unauthorized, too_large)}) == 3
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    access = [d for d in lines if d["logger"] == "labeldp.access"]
+    traced = [d for d in access if d.get("request_id") == "client-trace-1"]
+    assert len(traced) == 1
+    assert traced[0]["route"] == "/v1/label-sets" and traced[0]["status"] == 200 and traced[0]["duration_ms"] >= 0
+    assert any(d["status"] == 413 and d["request_id"] == too_large.headers["x-request-id"] for d in access)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_http_metrics_are_per_route_template_with_error_codes(labels: TestClient) -> None:
+    auth = {"Authorization": f"Bearer {LABELS_KEY}"}
+    for name in ("ls_aaa", "ls_bbb"):
+        missing = labels.get(f"/v1/label-sets/{name}", headers=auth)
+        assert missing.status_code == 404
+    assert labels.get("/v1/label-sets").status_code == 401
+    assert labels.get("/no/such/path").status_code == 404
+    text = labels.get("/metrics").text
+    samples = _samples(text)
+    route = "/v1/label-sets/{label_set_id}"
+    assert samples[("labeldp_http_request_duration_seconds_count", _key(method="GET", route=route, status="404"))] == 2
+    codes = {dict(k[1])["code"]: v for k, v in samples.items()
+             if k[0] == "labeldp_http_errors_total" and dict(k[1])["route"] == route}
+    assert codes == {missing.json()["code"]: 2}  # the envelope's code, not just the status
+    unauthorized = _key(method="GET", route="/v1/label-sets", status="401", code="unauthorized")
+    assert samples[("labeldp_http_errors_total", unauthorized)] == 1
+    unmatched = _key(method="GET", route="unmatched", status="404")
+    assert samples[("labeldp_http_request_duration_seconds_count", unmatched)] == 1
+    assert "ls_aaa" not in text and "/no/such/path" not in text  # raw paths make no series
+
+
+@pytest.mark.parametrize("service", ["labels", "features"])
+def test_one_prefix_and_build_info_on_both_services(settings: Settings, service: str) -> None:
+    app = create_labels_app(settings) if service == "labels" else create_features_app(settings)
+    with TestClient(app) as client:
+        client.get("/healthz")
+        text = client.get("/metrics").text
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert names and all(name.startswith("labeldp_") for name in names), names
+    info = [k for k in _samples(text) if k[0] == "labeldp_build_info"]
+    assert len(info) == 1 and dict(info[0][1])["service"] == service
+    assert "labeldp_http_request_duration_seconds" in names
+
+
+def test_the_labels_api_serves_each_live_outbox_file_labelled_by_sender(settings: Settings, labels: TestClient) -> None:
+    folder = settings.labels_data_dir / OUTBOX_METRICS_DIR
+    files = []
+    for delivered in (3, 5):
+        metrics = outbox_metrics()
+        metrics.attempts.labels("delivered").inc(delivered)
+        metrics.attempt_seconds.labels("delivered").observe(0.2)
+        metrics.queue_depth.set(delivered - 3)
+        out = OutboxMetricsFile(folder, metrics)
+        out.path = folder / f"outbox-host-{delivered}.prom"  # two senders in one test process
+        out.write()
+        files.append(out)
+    gone = folder / "outbox-host-999.prom"
+    gone.write_text(files[0].path.read_text())
+    os.utime(gone, (time.time() - OUTBOX_STALE_SECONDS - 5,) * 2)
+
+    text = labels.get("/metrics").text
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types))  # each family once, or Prometheus rejects the scrape
+    samples = _samples(text)
+    assert samples[("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-3"))] == 3
+    assert samples[("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-5"))] == 5
+    assert samples[("labeldp_outbox_queue_depth", _key(sender="host-5"))] == 2
+    assert samples[("labeldp_outbox_attempt_duration_seconds_count", _key(outcome="delivered", sender="host-3"))] == 1
+    assert not any(dict(k[1]).get("sender") == "host-999" for k in samples)  # a stale file is not served
+    services = sorted(dict(k[1])["service"] for k in samples if k[0] == "labeldp_build_info")
+    assert services == ["labels", "outbox", "outbox"]
+
+    files[0].remove_stale()
+    assert not gone.exists() and files[0].path.exists()
+    files[0].remove()
+    assert ("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-3")) not in _samples(
+        labels.get("/metrics").text
+    )
+
+
+def test_a_torn_outbox_file_is_skipped_not_a_failed_scrape(settings: Settings, labels: TestClient) -> None:
+    folder = settings.labels_data_dir / OUTBOX_METRICS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "outbox-torn-1.prom").write_text("# TYPE labeldp_outbox_attempts counter\nlabeldp_outbox_attempts_total{")
+    response = labels.get("/metrics")
+    assert response.status_code == 200
+    assert "torn" not in response.text
+
+
+def test_the_metrics_scrape_reads_no_database(settings: Settings, labels: TestClient) -> None:
+    """The catalogue gone from under a running API: reads fail, /metrics still answers."""
+    labels.app.state.ctx.sessions.kw["bind"].dispose()
+    database = Path(settings.labels_database_url.removeprefix("sqlite:///"))
+    for suffix in ("", "-wal", "-shm"):
+        path = database.with_name(database.name + suffix)
+        if path.exists():
+            path.rename(path.with_name(path.name + ".moved"))
+    auth = {"Authorization": f"Bearer {LABELS_KEY}"}
+    assert labels.get("/v1/label-sets", headers=auth).status_code >= 500  # the catalogue is really gone
+    response = labels.get("/metrics")
+    assert response.status_code == 200
+    assert "labeldp_http_request_duration_seconds" in response.text
+
+
+def test_the_outbox_heartbeat_is_its_healthcheck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from labeldp.metrics import _main, sender_alive
+
+    folder = tmp_path / OUTBOX_METRICS_DIR
+    assert not sender_alive(folder, 300)
+    out = OutboxMetricsFile(folder, outbox_metrics())
+    out.write()
+    assert out.path.name.startswith(f"outbox-{socket.gethostname()}-")
+    assert sender_alive(folder, 300)
+    assert not sender_alive(folder, 300, host="another-host")  # a replica's file says nothing about this one
+    os.utime(out.path, (time.time() - 400,) * 2)
+    assert not sender_alive(folder, 300)
+    out.write()
+    monkeypatch.setenv("LABELDP_LABELS_DATA_DIR", str(tmp_path))
+    assert _main(["heartbeat", "--max-age", "300"]) == 0
+    out.remove()
+    assert _main(["heartbeat", "--max-age", "300"]) == 1
+
+
+def test_the_outbox_measures_its_queue_from_the_catalogue(settings: Settings, labels: TestClient) -> None:
+    """A release no sender has picked up yet: depth 1, its age, releases by status."""
+    from labeldp.database import make_session_factory
+    from labels_party.outbox import measure_queue
+
+    auth = {"Authorization": f"Bearer {LABELS_KEY}", "X-Request-ID": "queue-trace"}
+    ids = [f"u{i:03d}" for i in range(50)]
+    ls = labels.post("/v1/label-sets", headers=auth, json={
+        "name": "q", "label_type": "real", "domain": {"low": 0.0, "high": 10.0}, "ids": ids,
+    }).json()
+    csv = "id,label\n" + "".join(f"{i},{k % 10}\n" for k, i in enumerate(ids))
+    assert labels.post(f"/v1/label-sets/{ls['id']}/labels", content=csv.encode(),
+                       headers={**auth, "content-type": "text/csv"}).status_code == 200
+    release = labels.post(f"/v1/label-sets/{ls['id']}/releases", headers=auth,
+                          json={"mechanism": "laplace", "epsilon": 1.0})
+    assert release.status_code == 202, release.text
+    time.sleep(0.05)
+
+    metrics = outbox_metrics()
+    engine = labels.app.state.ctx.sessions.kw["bind"]
+    measure_queue(make_session_factory(engine), metrics)
+    value = metrics.registry.get_sample_value
+    assert value("labeldp_outbox_queue_depth") == 1
+    assert 0 < value("labeldp_outbox_oldest_pending_seconds") < 60
+    assert value("labeldp_releases", {"status": "pending"}) == 1
+
+    from labels_party.store import ReleaseRow
+
+    with make_session_factory(engine)() as s:  # what the outbox will send as X-Request-ID
+        assert s.get(ReleaseRow, release.json()["id"]).request_id == "queue-trace"
