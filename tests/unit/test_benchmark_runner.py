@@ -722,3 +722,18 @@ def test_the_paper_learner_trains_on_unscaled_features_through_the_runner(tmp_pa
         learner.fit_predict(dataclasses.replace(job, train_table=features.append_column("c", data.table["id"])))
     with pytest.raises(ValueError, match="cosine"):
         learner.fit_predict(dataclasses.replace(job, config=config.replace(schedule="cosine")))
+
+
+def test_git_commit_is_read_in_a_worktree_too(tmp_path):
+    """Results computed in a `git worktree` checkout name their commit (the .git there is a file)."""
+    main_git = tmp_path / "main" / ".git"
+    (main_git / "refs" / "heads").mkdir(parents=True)
+    (main_git / "refs" / "heads" / "topic").write_text("ab" * 20 + "\n")
+    wt_git = main_git / "worktrees" / "wt"
+    wt_git.mkdir(parents=True)
+    (wt_git / "HEAD").write_text("ref: refs/heads/topic\n")
+    (wt_git / "commondir").write_text("../..\n")
+    checkout = tmp_path / "wt"
+    (checkout / "pkg").mkdir(parents=True)
+    (checkout / ".git").write_text(f"gitdir: {wt_git}\n")
+    assert utility.git_commit(checkout / "pkg") == "ab" * 20

@@ -455,6 +455,8 @@ def git_commit(start: Path) -> str | None:
     """The checkout's HEAD commit, read from .git without running git (None outside a checkout)."""
     for root in [start, *start.parents]:
         git = root / ".git"
+        if git.is_file() and (text := git.read_text().strip()).startswith("gitdir:"):  # a worktree
+            git = (root / text.split(":", 1)[1].strip()).resolve()
         if not git.is_dir():
             continue
         try:
@@ -462,6 +464,8 @@ def git_commit(start: Path) -> str | None:
             if not head.startswith("ref:"):
                 return head
             ref = head.split(None, 1)[1]
+            if (git / "commondir").is_file():  # a worktree's refs live in the main repository's git directory
+                git = (git / (git / "commondir").read_text().strip()).resolve()
             if (git / ref).is_file():
                 return (git / ref).read_text().strip()
             packed = git / "packed-refs"
