@@ -24,14 +24,15 @@ from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, store
+from features_party import feature_tables, inbox, store, streamed
 from features_party.classifier import fit_classifier
 from features_party.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
-from features_party.debiasing import IDENTITY, label_law
+from features_party.debiasing import label_law
 from features_party.device import resolve_device
 from features_party.loop import EpochReport
 from features_party.persistence import TrainedModel
@@ -220,14 +221,7 @@ def fit_for_release(
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        try:
-            law = label_law(spec)
-        except ValueError:
-            if learning.debias != "none" or learning.select_epoch:
-                raise ApiError(
-                    422, "label_law_unavailable", "the release's mechanism states no label law to debias or select with"
-                ) from None
-            law = IDENTITY  # plain training needs no law; its validation estimate is then against the labels as given
+        law = streamed.law_for(spec, learning)
         return fit_private_regressor(features, labels, law, config, learning, on_epoch)
     if task.n_classes < 2:
         raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
@@ -300,6 +294,10 @@ class JobContext:
     data_dir: Path
     device: str = "auto"
     threads: int = 0
+    workers: int = 1
+    streaming: bool = False
+    row_group_rows: int = 65_536
+    buffer_row_groups: int = 4
     on_status: Callable[[str], None] | None = None
 
     def status_changed(self, status: str) -> None:
@@ -324,7 +322,10 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
         )
         options.setdefault("schedule", "none")  # rows queued before schedules existed: a constant rate
-        config = TrainingConfig(**options, device=device, threads=ctx.threads)
+        config = TrainingConfig(
+            **options, device=device, threads=ctx.threads,
+            row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
+        )
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
     log.info("training %s started on %s", training_id, device)
@@ -357,14 +358,19 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
                 "feature_table": table_row.name,
             }
             task = LabelTask.of(release.mechanism)
-            table = feature_tables.read_table(ctx.data_dir, table_row)
-            id_column = table_row.id_column
-        features = feature_tables.select_rows(table, id_column, ids)
-        del table
-        trained = fit_for_release(
-            task, features, labels, config, on_epoch,
-            forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
-        )
+            table_path, id_column = Path(ctx.data_dir) / table_row.path, table_row.id_column
+        trained: TrainedModel
+        if (ctx.workers > 1 or ctx.streaming) and task.task != CLASSIFICATION:  # docs/architecture.md
+            trained = streamed.fit_in_work_dir(
+                Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
+                learning, on_epoch, workers=ctx.workers,
+            )
+        else:
+            features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
+            trained = fit_for_release(
+                task, features, labels, config, on_epoch,
+                forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
+            )
 
         model_id = uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"
