@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MODES = ("memory", "stream", "torchrun2", "loader")
+MODES = ("memory", "stream", "torchrun2", "loader", "memory_bf16", "memory_fp16")
+PRECISION_MODES = {"memory": "fp32", "memory_bf16": "bf16", "memory_fp16": "fp16"}
 CHUNK = 1_000_000
 
 
@@ -84,11 +85,18 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int) -> dict
     config = TrainingConfig(epochs=epochs, seed=1, device="cpu", threads=1, batch_size=batch)
     reports: list[Any] = []
     started = time.perf_counter()
-    if mode == "memory":
+    if mode in PRECISION_MODES:
         features = pq.read_table(data).drop_columns(["id", "y"])
         loaded = time.perf_counter() - started
+        config = config.replace(precision=PRECISION_MODES[mode])
         model = fit_private_regressor(features, y, None, config, DEFAULT_LEARNING, reports.append)
-        return {"prepare_s": loaded, **summary(model, reports, time.perf_counter() - started)}
+        result = {"prepare_s": loaded, **summary(model, reports, time.perf_counter() - started)}
+        test = data.with_name(data.stem + "_test.parquet")
+        if test.exists():
+            held_out = pq.read_table(test)
+            predictions = model.predict(held_out.drop_columns(["id", "y"]))
+            result["test_mse"] = float(np.mean((predictions - held_out.column("y").to_numpy()) ** 2))
+        return result
     if mode == "loader":
         plan = make_plan(len(y), config)
         is_val = np.zeros(len(y), bool)
@@ -190,6 +198,22 @@ def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.
             f"{ratio(get('stream', 'rows_per_s'), get('memory', 'rows_per_s'))} | "
             f"{ratio(get('memory', 'peak_mb'), get('stream', 'peak_mb'))} |"
         )
+    precision_rows = [
+        (n, mode, r) for n, modes in results.items() for mode, r in modes.items()
+        if mode in PRECISION_MODES and r is not None and "test_mse" in r
+    ]
+    if precision_rows:
+        lines += ["", "## Mixed precision (in memory, CPU autocast)", "",
+                  "Test MSE on a held-out synthetic set (n/4 rows, another seed) against the noisy target.", "",
+                  "| n | precision | rows/s | ÷ fp32 rows/s | test MSE | ÷ fp32 test MSE |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for n, mode, r in precision_rows:
+            base = results[n].get("memory") or {}
+            lines.append(
+                f"| {n:,} | {PRECISION_MODES[mode]} | {fmt(r['rows_per_s'])} "
+                f"| {ratio(r['rows_per_s'], base.get('rows_per_s'))} | {r['test_mse']:.4f} "
+                f"| {ratio(r['test_mse'], base.get('test_mse'))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -219,6 +243,8 @@ def main() -> None:
         for n, e in zip(sizes, epochs):
             data = Path(scratch) / f"data_{n}.parquet"
             write_data(data, n)
+            if any(m in PRECISION_MODES for m in args.modes.split(",")):
+                write_data(data.with_name(data.stem + "_test.parquet"), min(n // 4, 200_000), seed=99)
             results[n] = {}
             for mode in args.modes.split(","):
                 if (str(n), mode) in skip:

@@ -107,20 +107,24 @@ class RowGroupLoader:
         done = object()
         stop = threading.Event()
 
+        def offer(item: object) -> bool:
+            """Put ``item`` unless the consumer has gone (then the producer must not block)."""
+            while not stop.is_set():
+                try:
+                    slots.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for item in self._buffers(epoch):
-                    while not stop.is_set():
-                        try:
-                            slots.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not offer(item):
                         return
-                slots.put(done)
+                offer(done)
             except BaseException as exc:  # handed to the consumer, raised there
-                slots.put(exc)
+                offer(exc)
 
         thread = threading.Thread(target=produce, name="labeldp-loader", daemon=True)
         thread.start()

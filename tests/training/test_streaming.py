@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +121,18 @@ def test_streamed_training_learns_as_well_as_in_memory(tmp_path: Path) -> None:
     assert streamed.n_train_ == memory.n_train_ == 2700 and streamed.n_validation_ == 300
     card = streamed.config_
     assert card["workers"] == 1 and card["precision"] == "fp32" and card["rows_per_second"] > 0
+
+
+def test_a_consumer_that_stops_early_does_not_leave_the_prefetch_thread_blocked(tmp_path: Path) -> None:
+    """Two buffers: while the first trains, the producer queues the second and then its end
+    marker; closing the batches must not leave it blocked on that full queue (planted once:
+    a plain blocking put of the end marker made close() hang and this test fail)."""
+    staged, _, _ = stage(tmp_path, n=100, rows=64)  # 90 training rows: two row groups
+    batches = loader(staged, buffer=1, batch=10).batches(1)
+    next(batches)
+    time.sleep(0.5)  # the producer has read the second buffer and waits to hand over the end marker
+    closer = threading.Thread(target=batches.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    assert not [t for t in threading.enumerate() if t.name == "labeldp-loader"]
