@@ -48,6 +48,7 @@ JOB_FILE, PROGRESS_FILE, CHECKPOINT_FILE, MODEL_FILE, LOG_FILE = (
     "job.json", "progress.jsonl", "checkpoint.pt", "model.pt", "torchrun.log",
 )
 POLL_SECONDS = 0.2
+LOG_TAIL_LINES = 30
 
 
 class TorchrunFailed(RuntimeError):
@@ -115,6 +116,11 @@ def run_torchrun(
             _terminate(proc)
             raise
     if proc.returncode != 0 or not Path(job["model"]).exists():
+        # The work directory goes with the training: keep the end of the workers' log in the service's.
+        lines = (work_dir / LOG_FILE).read_text(errors="replace").splitlines()
+        workers_lines = [line for line in lines if line.startswith("[rank")]  # the workers' own tracebacks
+        tail = (workers_lines or lines)[-LOG_TAIL_LINES:]
+        log.error("torchrun job exited with status %s; last lines of its log:\n%s", proc.returncode, "\n".join(tail))
         raise TorchrunFailed(f"torchrun job exited with status {proc.returncode}")
     return TrainedRegressor.load(job["model"], device=config.device)
 

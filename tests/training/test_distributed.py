@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -9,13 +10,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import torch
 from tests.training.data import write_table
 
 from features_party import jobs, models, store
 from features_party.config import DEFAULT_LEARNING, TrainingConfig
 from features_party.debiasing import label_law
-from features_party.distributed import CHECKPOINT_FILE, run_torchrun
+from features_party.distributed import CHECKPOINT_FILE, TorchrunFailed, run_torchrun
 from features_party.loop import EpochReport, make_plan
 from features_party.persistence import TrainedRegressor
 from features_party.regression import fit_staged_regressor
@@ -145,3 +147,15 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
     assert not list((tmp_path / "work").iterdir())  # the scratch folder is removed after the job
     assert pq.read_metadata(tmp_path / "tables" / "t.parquet").num_rows == 2000
     engine.dispose()
+
+
+def test_a_failing_torchrun_job_raises_and_keeps_its_log_tail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ids, y, _ = write_table(tmp_path / "f.parquet", 300)
+    plan = make_plan(300, CONFIG)
+    is_val = np.zeros(300, bool)
+    is_val[plan.val_idx] = True
+    staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y, is_val, tmp_path / "stage", 100)
+    staged.train_path.unlink()  # every worker fails to open its row groups
+    with caplog.at_level(logging.ERROR, logger="labeldp.features"), pytest.raises(TorchrunFailed):
+        run_torchrun(staged, None, label_law(None), CONFIG.replace(seed=plan.seed), DEFAULT_LEARNING, 2, tmp_path)
+    assert "torchrun job exited with status 1" in caplog.text and "train.parquet" in caplog.text
