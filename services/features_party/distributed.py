@@ -8,7 +8,8 @@ with its rank: DistributedDataParallel over a sampler of row groups
 (:class:`~features_party.loader.RowGroupLoader`). Rank 0 alone evaluates the validation
 rows and runs private model selection on them — the same rows in the same order a
 single process sees, so the selection is computed as one process computes it — writes
-a checkpoint after each epoch, appends each epoch's report to ``progress.jsonl`` (the
+a checkpoint after each epoch (torchrun restarts a group whose worker died, up to
+``MAX_RESTARTS`` times, and the new group resumes from it), appends each epoch's report to ``progress.jsonl`` (the
 launcher relays it to ``on_epoch``) and saves the model file.
 
 Several nodes: start the same command on each with ``--nnodes``, ``--node_rank`` and a
@@ -19,6 +20,7 @@ mounts (README, "Training at scale").
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -33,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from features_party.config import LearningConfig, TrainingConfig
 from features_party.debiasing import LabelLaw, label_law, law_from_dict
@@ -49,6 +50,9 @@ JOB_FILE, PROGRESS_FILE, CHECKPOINT_FILE, MODEL_FILE, LOG_FILE = (
 )
 POLL_SECONDS = 0.2
 LOG_TAIL_LINES = 30
+STORE_TIMEOUT = datetime.timedelta(minutes=5)
+MAX_RESTARTS = 2
+"""torchrun restarts the whole worker group this often after a worker dies; it resumes from the checkpoint."""
 
 
 class TorchrunFailed(RuntimeError):
@@ -59,7 +63,8 @@ def torchrun_command(job_path: Path, workers: int) -> list[str]:
     """The one-node launch; the multi-node form is in the module docstring."""
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-        f"--nproc_per_node={workers}", "-m", "features_party.distributed", str(job_path),
+        f"--nproc_per_node={workers}", f"--max-restarts={MAX_RESTARTS}",
+        "-m", "features_party.distributed", str(job_path),
     ]
 
 
@@ -126,13 +131,19 @@ def run_torchrun(
 
 
 def _relay(progress: Path, seen: int, on_epoch: Callable[[EpochReport], None] | None) -> int:
+    """Hand new epoch reports to ``on_epoch``; ``seen`` is the last epoch handed over (a restarted
+    group resumes after its checkpoint, so a report is never handed over twice)."""
     if not progress.exists():
         return seen
-    lines = progress.read_text().splitlines()
-    for line in lines[seen:]:
-        if on_epoch is not None and line:
-            on_epoch(EpochReport(**json.loads(line)))
-    return len(lines)
+    for line in progress.read_text().splitlines():
+        if not line.endswith("}"):
+            continue  # a line still being written
+        report = EpochReport(**json.loads(line))
+        if report.epoch > seen:
+            seen = report.epoch
+            if on_epoch is not None:
+                on_epoch(report)
+    return seen
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
@@ -143,6 +154,18 @@ def _terminate(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _resumable(path: Path, world: int, device: str) -> dict[str, Any] | None:
+    """The checkpoint a restarted worker group continues from (one of this world size), if any."""
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location=device, weights_only=True)
+    if int(state.get("world", 0)) != world:
+        log.warning("checkpoint of %s workers ignored by a job of %s", state.get("world"), world)
+        return None
+    log.info("resuming after epoch %s from the rank-0 checkpoint", state["epoch"])
+    return state
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -163,7 +186,16 @@ def worker(job_path: str | Path) -> None:
         torch.cuda.set_device(local_rank)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    # torchrun's agent hosts the store; a restarted group gets its own key prefix, so it never
+    # reads the addresses its dead predecessor published there.
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False, timeout=STORE_TIMEOUT
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(
+        "nccl" if device.startswith("cuda") else "gloo",
+        store=dist.PrefixStore(f"labeldp/attempt-{attempt}", store), rank=rank, world_size=world,
+    )
     try:
         staged = StagedRelease.open(job["stage"])
         law = label_law(job["spec"]) if job["spec"] is not None else law_from_dict(job["law"])
@@ -177,14 +209,15 @@ def worker(job_path: str | Path) -> None:
             with progress.open("a") as out:
                 out.write(json.dumps(dataclasses.asdict(report)) + "\n")
 
-        def checkpoint(epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer, history: Any) -> None:
-            state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "history": history, "world": world}
-            _atomic_save(state, Path(job["checkpoint"]))
+        def checkpoint(state: dict[str, Any]) -> None:
+            _atomic_save(state, checkpoint_path)
 
+        checkpoint_path = Path(job["checkpoint"])
+        resume = _resumable(checkpoint_path, world, device)
+        (progress.parent / f"worker-{rank}.pid").write_text(str(os.getpid()))
         trained = fit_staged_regressor(
             staged, law, config.replace(device=device), plan, learning,
-            on_epoch if main else None, Workers(rank, world), checkpoint if main else None,
+            on_epoch if main else None, Workers(rank, world), checkpoint if main else None, resume,
         )
         if main:
             trained.device_ = config.device

@@ -330,7 +330,8 @@ def fit_streamed(
     on_epoch: Callable[[EpochReport], None] | None,
     inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
     workers: Workers | None = None,
-    checkpoint: Callable[[int, nn.Module, torch.optim.Optimizer, list[dict[str, Any]]], None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> Fitted:
     """:func:`fit_network` over a staged release streamed in row groups (regression objectives).
 
@@ -339,7 +340,10 @@ def fit_streamed(
     the row groups with ``batch_size / world`` rows per step, so a step still sees
     ``batch_size`` rows in all. The main worker alone evaluates the validation rows (in
     file order, the same array a single process sees), calls ``inspect`` and
-    ``on_epoch``, and ``checkpoint(epoch, model, optimizer, history)`` after each epoch.
+    ``on_epoch``, and ``checkpoint(state)`` after each epoch, ``state`` holding the
+    epoch, the model's and the optimizer's (and fp16's scaler's) state and the history
+    as plain types. ``resume`` (such a state) continues after its epoch: every epoch's
+    data order comes from (seed, epoch), so a resumed training is the uninterrupted one.
     """
     if objective.accuracy:
         raise ValueError("streaming training is implemented for regression objectives")
@@ -349,14 +353,22 @@ def fit_streamed(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(plan.seed)
         model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = make_optimizer(model, config)
+    amp = MixedPrecision(config.precision, device)
+    history: list[dict[str, Any]] = []
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if amp.scaler is not None and resume.get("scaler"):
+            amp.scaler.load_state_dict(resume["scaler"])
+        history, first = list(resume["history"]), int(resume["epoch"]) + 1
     trained: nn.Module = model
     if workers.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.device(device).index or 0] if device != "cpu" else None
         trained = DistributedDataParallel(model, device_ids=ids)
-    optimizer = make_optimizer(model, config)
-    amp = MixedPrecision(config.precision, device)
     local_batch = max(1, math.ceil(config.batch_size / workers.world))
     loader = RowGroupLoader(
         staged.train_path, pre, local_batch,
@@ -365,10 +377,9 @@ def fit_streamed(
         rank=workers.rank, world=workers.world, device=device,
     )
     steps_per_epoch = loader.steps_per_epoch(1)
-    history: list[dict[str, Any]] = []
     meter = Throughput()
-    current_lr = config.learning_rate
-    for epoch in range(1, config.epochs + 1):
+    current_lr = optimizer.param_groups[0]["lr"]
+    for epoch in range(first, config.epochs + 1):
         started = time.perf_counter()
         trained.train()
         total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
@@ -399,11 +410,16 @@ def fit_streamed(
         history.append(report.as_history())
         if workers.is_main:
             if checkpoint is not None:
-                checkpoint(epoch, model, optimizer, history)
+                checkpoint({
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
+                    "history": list(history), "world": workers.world,
+                })
             if on_epoch is not None:
                 on_epoch(report)
     model.eval()
     run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision, workers.world)}
+    run["resumed_after_epoch"] = first - 1  # 0: trained in one go
     return Fitted(model, pre, history, staged.n_train, staged.n_validation, run)
 
 

@@ -190,6 +190,25 @@ class Selection:
 
         return inspect
 
+    def state(self) -> dict[str, Any]:
+        """What the selection has seen so far, as plain types (for a checkpoint)."""
+        return {
+            "selectors": [
+                {"history": list(x.history_), "epoch": x.epoch_, "shrinkage": x.shrinkage_, "estimate": x.estimate_}
+                for x in self.selectors
+            ],
+            "best": list(self.best),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (the same validation rows, so the same selectors)."""
+        for selector, saved in zip(self.selectors, state["selectors"], strict=True):
+            selector.history_ = list(saved["history"])
+            selector.epoch_, selector.shrinkage_, selector.estimate_ = (
+                saved["epoch"], saved["shrinkage"], saved["estimate"],
+            )
+        self.best = list(state["best"])
+
     def results(self, fitted: Fitted, plan: Plan, epochs: int, mean: float, std: float) -> list[TrainedRegressor]:
         learning, law = self.learning, self.law
         selectors, best = self.selectors, self.best
@@ -230,12 +249,15 @@ def fit_staged_regressor(
     learning: LearningConfig = DEFAULT_LEARNING,
     on_epoch: Callable[[EpochReport], None] | None = None,
     workers: Workers | None = None,
-    checkpoint: Callable[..., None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedRegressor:
     """:func:`fit_private_regressor` over a staged release, streamed (one worker of ``workers``).
 
     ``plan`` must be the one the stage was split with. Every worker returns a
     model; only the main worker's has been selected (the others' are the last epoch).
+    ``checkpoint(state)`` gets the loop's state plus the selection's after each epoch
+    (main worker); ``resume`` continues from such a state.
     """
     law = spec if isinstance(spec, LabelLaw) else label_law(spec)
     workers = workers or Workers()
@@ -244,5 +266,13 @@ def fit_staged_regressor(
     selection = Selection(law, learning, val_labels, None, False, staged.target_mean, staged.target_std)
     objective = Objective(MLPRegressor, squared_error, loss_scale=staged.target_std**2)
     inspect = selection.inspector()
-    fitted = fit_streamed(staged, objective, config, plan, on_epoch, inspect, workers, checkpoint)
+    if resume is not None and workers.is_main:
+        selection.restore(resume["selection"])
+    save = None
+    if checkpoint is not None:
+
+        def save(state: dict[str, Any]) -> None:
+            checkpoint({**state, "selection": selection.state()})
+
+    fitted = fit_streamed(staged, objective, config, plan, on_epoch, inspect, workers, save, resume)
     return selection.results(fitted, plan, config.epochs, staged.target_mean, staged.target_std)[0]

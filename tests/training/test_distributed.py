@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -159,3 +162,47 @@ def test_a_failing_torchrun_job_raises_and_keeps_its_log_tail(tmp_path: Path, ca
     with caplog.at_level(logging.ERROR, logger="labeldp.features"), pytest.raises(TorchrunFailed):
         run_torchrun(staged, None, label_law(None), CONFIG.replace(seed=plan.seed), DEFAULT_LEARNING, 2, tmp_path)
     assert "torchrun job exited with status 1" in caplog.text and "train.parquet" in caplog.text
+
+
+def test_a_killed_worker_is_restarted_and_the_job_resumes_from_the_rank0_checkpoint(tmp_path: Path) -> None:
+    """SIGKILL rank 1 after epoch 2: torchrun restarts the group, which resumes from rank 0's
+    checkpoint and ends with the model of the uninterrupted job (data order comes from
+    (seed, epoch), the optimizer and selection state from the checkpoint). Planted once:
+    ignoring the checkpoint (the new group trains from scratch, to the same model) made the
+    ``resumed_after_epoch`` assertion fail."""
+    n = 20000
+    ids, y, features = write_table(tmp_path / "f.parquet", n)
+    labels = privatized(y)
+    spec = SPEC.model_dump(mode="json")
+    config = CONFIG.replace(epochs=5, row_group_rows=2000)
+    plan = make_plan(n, config)
+    is_val = np.zeros(n, bool)
+    is_val[plan.val_idx] = True
+    staged = stage_release(tmp_path / "f.parquet", "id", ids, labels, labels, is_val, tmp_path / "stage", 2000)
+    run = config.replace(seed=plan.seed)
+    (tmp_path / "whole").mkdir()
+    whole = run_torchrun(staged, spec, label_law(spec), run, DEFAULT_LEARNING, 2, tmp_path / "whole")
+
+    work = tmp_path / "killed"
+    work.mkdir()
+    reports: list[EpochReport] = []
+    result: dict[str, TrainedRegressor] = {}
+    job = threading.Thread(target=lambda: result.setdefault(
+        "model", run_torchrun(staged, spec, label_law(spec), run, DEFAULT_LEARNING, 2, work, reports.append)
+    ))
+    job.start()
+    deadline = time.monotonic() + 240
+    while len(reports) < 2 and time.monotonic() < deadline and job.is_alive():
+        time.sleep(0.05)
+    first_pid = int((work / "worker-1.pid").read_text())
+    os.kill(first_pid, signal.SIGKILL)
+    job.join(timeout=300)
+    assert "model" in result, "the job did not finish after its worker was killed"
+    assert int((work / "worker-1.pid").read_text()) != first_pid  # a new worker group ran
+    assert [r.epoch for r in reports] == [1, 2, 3, 4, 5]  # each epoch relayed once
+    resumed = result["model"]
+    assert np.allclose(resumed.predict(features), whole.predict(features), rtol=1e-5, atol=1e-5)
+    assert resumed.selection_ is not None and whole.selection_ is not None
+    assert resumed.selection_["selected_epoch"] == whole.selection_["selected_epoch"]
+    assert [h["epoch"] for h in resumed.history_] == [1, 2, 3, 4, 5]
+    assert whole.config_["resumed_after_epoch"] == 0 and resumed.config_["resumed_after_epoch"] in (2, 3, 4)
