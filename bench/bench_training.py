@@ -15,6 +15,7 @@ All use the default options (Adam, batch 256, default learning with private sele
 10 %) with one torch thread per process; the machine has the cores it says. rows/s counts
 training rows over the optimizer passes only; s/epoch includes the validation pass.
 The goal: throughput limited by the model's arithmetic, not by loading (loader ≫ loader + step).
+``--device cuda`` runs every mode on the GPU (``torchrun2`` needs two: one per process).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def peak_mb(children: bool = False) -> float:
     return usage.ru_maxrss / 1024  # KiB on Linux
 
 
-def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int) -> dict[str, Any]:
+def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu") -> dict[str, Any]:
     """One mode in this process; returns its measurements."""
     import torch
 
@@ -82,7 +83,7 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int) -> dict
     source = pq.read_table(data, columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
-    config = TrainingConfig(epochs=epochs, seed=1, device="cpu", threads=1, batch_size=batch)
+    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch)
     reports: list[Any] = []
     started = time.perf_counter()
     if mode in PRECISION_MODES:
@@ -129,14 +130,14 @@ def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        result = run_mode(args.mode, Path(args.data), args.epochs, Path(work), args.batch)
+        result = run_mode(args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device)
     result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
     print("RESULT " + json.dumps(result))
 
 
-def measure(mode: str, data: Path, epochs: int, work: Path, batch: int) -> dict[str, Any] | None:
+def measure(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
-           "--work", str(work), "--batch", str(batch)]
+           "--work", str(work), "--batch", str(batch), "--device", device]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
@@ -144,6 +145,15 @@ def measure(mode: str, data: Path, epochs: int, work: Path, batch: int) -> dict[
             return json.loads(line[len("RESULT "):])
     sys.stderr.write(done.stderr[-3000:])
     return None
+
+
+def device_name(device: str) -> str:
+    """The device as the results name it (the GPU's model on CUDA)."""
+    if device == "cpu":
+        return "CPU"
+    import torch
+
+    return f"CUDA: {torch.cuda.get_device_name(0)}"
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -156,7 +166,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
     lines = [
-        "# Training throughput (features party, CPU)",
+        f"# Training throughput (features party, {device_name(args.device)})",
         "",
         f"`{' '.join(['python', 'bench/bench_training.py', *sys.argv[1:]])}` — "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {platform.processor() or platform.machine()}, "
@@ -167,7 +177,8 @@ def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.
         "numeric and 3 categorical columns, one torch thread per process, epochs as listed. rows/s: training "
         "rows over the optimizer passes; s/epoch includes the validation pass; peak RSS: the largest process "
         "of the mode "
-        "(ru_maxrss). No GPU was lent to this session: no GPU rows.",
+        "(ru_maxrss; host memory)."
+        + (" No GPU was lent to this session: no GPU rows." if args.device == "cpu" else ""),
         "",
         "| n | mode | epochs | s/epoch | rows/s | peak RSS MB | prepare s |",
         "|---:|---|---:|---:|---:|---:|---:|",
@@ -223,6 +234,7 @@ def main() -> None:
     parser.add_argument("--epochs", default="", help="epochs per size, e.g. 3,1 (default: 3 below 10^6, else 1)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--batch", type=int, default=256, help="batch size (default: the default option, 256)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: one GPU per process")
     parser.add_argument("--skip", default="", help="n:mode pairs to leave out, e.g. 10000000:memory")
     parser.add_argument("--out", default="bench/results/training.md")
     parser.add_argument("--work", default=None, help="scratch folder (default: the system's)")
@@ -249,7 +261,7 @@ def main() -> None:
             for mode in args.modes.split(","):
                 if (str(n), mode) in skip:
                     continue
-                r = measure(mode, data, e, Path(scratch), args.batch)
+                r = measure(mode, data, e, Path(scratch), args.batch, args.device)
                 if r is not None:
                     r["epochs"] = e if mode != "loader" else 1
                 results[n][mode] = r
