@@ -91,6 +91,10 @@ def _context(settings: Settings) -> AppContext:
             data_dir=data_dir,
             device=settings.device,
             threads=settings.training_threads,
+            workers=settings.training_workers,
+            streaming=settings.training_streaming,
+            row_group_rows=settings.training_row_group_rows,
+            buffer_row_groups=settings.training_buffer_row_groups,
             on_status=training_metrics.status_changed,
             on_trained=training_metrics.trained,
         )

@@ -24,8 +24,10 @@ from features_party.debiasing import DEBIAS_MODES, Debias, check_shrinkage
 
 Optimizer = Literal["adam", "rmsprop"]
 Schedule = Literal["none", "step", "cosine"]
+Precision = Literal["fp32", "bf16", "fp16"]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 class TrainingOptions(BaseModel):
@@ -54,6 +56,7 @@ class TrainingOptions(BaseModel):
     )
     step_epoch: int = Field(25, ge=1, le=1000)
     step_factor: float = Field(0.1, gt=0, le=1)
+    precision: Precision = Field("fp32", description="fp32, or bf16/fp16 autocast for the forward pass")
 
     def options(self) -> dict[str, Any]:
         """The training options alone (no subclass fields), as plain values."""
@@ -65,10 +68,18 @@ DEFAULT_OPTIONS = TrainingOptions()
 
 
 class TrainingConfig(TrainingOptions):
-    """The options plus where the training runs: what the training loop takes."""
+    """The options plus where the training runs: what the training loop takes.
+
+    ``row_group_rows`` and ``buffer_row_groups`` apply to streaming training
+    (:mod:`features_party.staging`, :mod:`features_party.loader`): the staged
+    release is cut into row groups of that many rows, and a worker holds at most
+    ``buffer_row_groups`` of them (plus one being prefetched) at a time.
+    """
 
     device: str = "auto"
     threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
+    row_group_rows: int = Field(65_536, ge=1, le=1 << 24)
+    buffer_row_groups: int = Field(4, ge=1, le=4096)
 
     def replace(self, **changes: Any) -> TrainingConfig:
         """A copy with ``changes``, validated like a new config."""

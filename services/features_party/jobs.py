@@ -29,14 +29,14 @@ from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, store
+from features_party import feature_tables, inbox, store, streamed
 from features_party.classifier import fit_classifier
 from features_party.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
-from features_party.debiasing import LabelLaw, label_law
 from features_party.device import resolve_device
 from features_party.loop import EpochReport
 from features_party.persistence import TrainedModel
@@ -211,7 +211,7 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
             raise ApiError(422, "learning_unavailable", message)
         return None
     learning = request.learning()
-    _release_law(spec)
+    streamed.law_for(spec)
     if request.validation_fraction == 0 and learning.needs_validation:
         debias = learning.debias if "debias" in explicit else "none"
         learning = LearningConfig(
@@ -224,16 +224,6 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
                 422, "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
             )
     return learning
-
-
-def _release_law(spec: Any) -> LabelLaw:
-    """The release's label law (registry-derived), or 422 when its spec is inconsistent with itself."""
-    try:
-        return label_law(spec)
-    except ValueError:
-        raise ApiError(
-            422, "label_law_unavailable", "the release's mechanism spec does not rebuild to a consistent label law"
-        ) from None
 
 
 def _check_forward_correction(task: LabelTask) -> None:
@@ -272,7 +262,7 @@ def fit_for_release(
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        return fit_private_regressor(features, labels, _release_law(spec), config, learning, on_epoch)
+        return fit_private_regressor(features, labels, streamed.law_for(spec), config, learning, on_epoch)
     if task.n_classes < 2:
         raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
     try:
@@ -462,6 +452,10 @@ class JobContext:
     device: str = "auto"
     threads: int = 0
     on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
+    workers: int = 1
+    streaming: bool = False
+    row_group_rows: int = 65_536
+    buffer_row_groups: int = 4
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -513,7 +507,10 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
         )
         options.setdefault("schedule", "none")  # rows queued before schedules existed: a constant rate
-        config = TrainingConfig(**options, device=device, threads=ctx.threads)
+        config = TrainingConfig(
+            **options, device=device, threads=ctx.threads,
+            row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
+        )
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
     log.info("training %s started on %s", training_id, device)
@@ -552,16 +549,21 @@ def _train_and_record(
                 "feature_table": table_row.name,
             }
             task = LabelTask.of(release.mechanism)
-            table = feature_tables.read_table(ctx.data_dir, table_row)
-            id_column = table_row.id_column
-        features = feature_tables.select_rows(table, id_column, ids)
-        del table
+            table_path, id_column = Path(ctx.data_dir) / table_row.path, table_row.id_column
         if ctx.board.cancel_requested(training_id):
             raise TrainingCancelled()
-        trained = fit_for_release(
-            task, features, labels, config, listener,
-            forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
-        )
+        trained: TrainedModel
+        if (ctx.workers > 1 or ctx.streaming) and task.task != CLASSIFICATION:  # docs/architecture.md
+            trained = streamed.fit_in_work_dir(
+                Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
+                learning, listener, workers=ctx.workers,
+            )
+        else:
+            features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
+            trained = fit_for_release(
+                task, features, labels, config, listener,
+                forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
+            )
 
         model_id = "mdl_" + uuid.uuid4().hex
         relative = f"{MODELS_DIR}/{model_id}.pt"

@@ -16,13 +16,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 from torch import nn
 
 from features_party.config import OPTIMIZERS, SCHEDULES, TrainingConfig
 from features_party.device import resolve_device
+from features_party.loader import RowGroupLoader
 from features_party.networks import MLP, PREDICT_CHUNK
+from features_party.precision import MixedPrecision
 from features_party.preprocessing import Preprocessor
+from features_party.staging import TARGET, StagedRelease
 
 
 def learning_rate_at(config: TrainingConfig, epoch: int, step: int, steps_per_epoch: int) -> float:
@@ -207,6 +211,8 @@ def fit_network(
     steps_per_epoch = math.ceil(n_train / config.batch_size)
     current_lr = config.learning_rate
     on_batch = on_epoch.on_batch if isinstance(on_epoch, BatchListener) else None
+    amp = MixedPrecision(config.precision, device)
+    meter = Throughput()
 
     for epoch in range(1, config.epochs + 1):
         started = time.perf_counter()
@@ -222,15 +228,16 @@ def fit_network(
                 current_lr = lr
             batch = order[start : start + config.batch_size]
             optimizer.zero_grad(set_to_none=True)
-            out = model(x_tr[batch], c_tr[batch])
-            loss = objective.loss(out, y_tr[batch]).mean()
-            loss.backward()
-            optimizer.step()
+            with amp.autocast():
+                out = model(x_tr[batch], c_tr[batch])
+            loss = objective.loss(out.float(), y_tr[batch]).mean()
+            amp.step(loss, optimizer)
             total += loss.detach().double() * len(batch)
             if objective.accuracy:
                 correct += (out.detach().argmax(dim=1) == y_tr[batch]).sum()
             if on_batch is not None:
                 on_batch(epoch, step + 1, steps_per_epoch)
+        meter.add(n_train, time.perf_counter() - started)
         train_loss = float(total.item()) / n_train * objective.loss_scale
         train_acc = float(correct.item()) / n_train if objective.accuracy else None
         val_loss, val_acc = evaluate(model, objective, *validation) if validation is not None else (None, None)
@@ -245,7 +252,25 @@ def fit_network(
             on_epoch(report)
 
     model.eval()
-    return Fitted(model, pre, history, n_train, len(plan.val_idx), {**config.model_dump(), "seed": plan.seed})
+    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision)}
+    return Fitted(model, pre, history, n_train, len(plan.val_idx), run)
+
+
+class Throughput:
+    """Training rows per second over the optimizer passes (evaluation excluded), for the model card."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.seconds = 0.0
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.rows += rows
+        self.seconds += seconds
+
+    def card(self, device: str, precision: str, workers: int = 1) -> dict[str, Any]:
+        """``device``, ``precision``, ``workers`` and ``rows_per_second``, as the model file records them."""
+        rate = self.rows / self.seconds if self.seconds > 0 else None
+        return {"device": device, "precision": precision, "workers": workers, "rows_per_second": rate}
 
 
 
@@ -295,3 +320,148 @@ def standardize(targets: np.ndarray, train_idx: np.ndarray) -> tuple[float, floa
     std = float(targets[train_idx].std())
     std = std if std > 1e-12 else 1.0
     return mean, std, ((targets - mean) / std).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where this process sits in a data-parallel training; one process is rank 0 of 1.
+
+    With ``world > 1`` the process group must be initialized (:mod:`features_party.distributed`).
+    """
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def fit_streamed(
+    staged: StagedRelease,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Fitted:
+    """:func:`fit_network` over a staged release streamed in row groups (regression objectives).
+
+    Every worker builds the same initial network from the seed; with ``workers.world >
+    1`` it is wrapped in DistributedDataParallel and each worker trains on its share of
+    the row groups with ``batch_size / world`` rows per step, so a step still sees
+    ``batch_size`` rows in all. The main worker alone evaluates the validation rows (in
+    file order, the same array a single process sees), calls ``inspect`` and
+    ``on_epoch``, and ``checkpoint(state)`` after each epoch, ``state`` holding the
+    epoch, the model's and the optimizer's (and fp16's scaler's) state and the history
+    as plain types. ``resume`` (such a state) continues after its epoch: every epoch's
+    data order comes from (seed, epoch), so a resumed training is the uninterrupted one.
+    """
+    if objective.accuracy:
+        raise ValueError("streaming training is implemented for regression objectives")
+    workers = workers or Workers()
+    device = plan.device
+    pre = staged.preprocessor
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = make_optimizer(model, config)
+    amp = MixedPrecision(config.precision, device)
+    history: list[dict[str, Any]] = []
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if amp.scaler is not None and resume.get("scaler"):
+            amp.scaler.load_state_dict(resume["scaler"])
+        history, first = list(resume["history"]), int(resume["epoch"]) + 1
+    trained: nn.Module = model
+    if workers.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.device(device).index or 0] if device != "cpu" else None
+        trained = DistributedDataParallel(model, device_ids=ids)
+    local_batch = max(1, math.ceil(config.batch_size / workers.world))
+    loader = RowGroupLoader(
+        staged.train_path, pre, local_batch,
+        target_mean=staged.target_mean, target_std=staged.target_std,
+        buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
+        rank=workers.rank, world=workers.world, device=device,
+    )
+    steps_per_epoch = loader.steps_per_epoch(1)
+    # Batch progress (and a cancel between batches) where the listener lives: the main worker.
+    on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
+    meter = Throughput()
+    current_lr = optimizer.param_groups[0]["lr"]
+    for epoch in range(first, config.epochs + 1):
+        started = time.perf_counter()
+        trained.train()
+        total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
+        for step, (x, c, y) in enumerate(loader.batches(epoch)):
+            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
+            if lr != current_lr:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                current_lr = lr
+            optimizer.zero_grad(set_to_none=True)
+            with amp.autocast():
+                out = trained(x, c)
+            losses = objective.loss(out.float(), y)
+            amp.step(losses.sum() / max(len(y), 1), optimizer)
+            total[0] += losses.detach().double().sum()
+            total[1] += len(y)
+            if on_batch is not None:
+                on_batch(epoch, step + 1, steps_per_epoch)
+        if workers.world > 1:
+            torch.distributed.all_reduce(total)
+        meter.add(staged.n_train, time.perf_counter() - started)
+        train_loss = float(total[0].item()) / max(float(total[1].item()), 1.0) * objective.loss_scale
+        val_loss, selection_loss = None, None
+        if workers.is_main:
+            outputs, val_loss = streamed_validation(model, objective, staged, device)
+            if inspect is not None:
+                selection_loss = inspect(epoch, outputs, model)
+        elapsed = time.perf_counter() - started
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, None, None, selection_loss)
+        history.append(report.as_history())
+        if workers.is_main:
+            if checkpoint is not None:
+                checkpoint({
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
+                    "history": list(history), "world": workers.world,
+                })
+            if on_epoch is not None:
+                on_epoch(report)
+    model.eval()
+    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision, workers.world)}
+    run["resumed_after_epoch"] = first - 1  # 0: trained in one go
+    return Fitted(model, pre, history, staged.n_train, staged.n_validation, run)
+
+
+def streamed_validation(
+    model: MLP, objective: Objective, staged: StagedRelease, device: str
+) -> tuple[np.ndarray, float | None]:
+    """(raw outputs, reported loss) over the validation rows, one row group at a time in file order."""
+    if staged.n_validation == 0:
+        return np.empty((0,)), None
+    source = pq.ParquetFile(staged.validation_path)
+    outputs: list[np.ndarray] = []
+    total = 0.0
+    model.eval()
+    with torch.no_grad():
+        for i in range(source.metadata.num_row_groups):
+            table = source.read_row_group(i)
+            numeric, categorical = staged.preprocessor.transform(table.drop_columns([TARGET]))
+            targets = (table.column(TARGET).to_numpy() - staged.target_mean) / staged.target_std
+            y = torch.from_numpy(targets.astype(np.float32)).to(device)
+            x, c = torch.from_numpy(numeric).to(device), torch.from_numpy(categorical).to(device)
+            for start in range(0, len(y), PREDICT_CHUNK):
+                stop = start + PREDICT_CHUNK
+                out = model(x[start:stop], c[start:stop])
+                total += float(objective.loss(out, y[start:stop]).double().sum().item())
+                outputs.append(out.double().cpu().numpy())
+    return np.concatenate(outputs), total / staged.n_validation * objective.loss_scale

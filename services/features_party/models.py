@@ -116,6 +116,7 @@ def model_card(
         "architecture": row.architecture,
         "training": {k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
         "learning": learning_card(training, model) if task.task != CLASSIFICATION else None,
+        "runtime": runtime_card(model),
     }
 
 
@@ -139,6 +140,19 @@ def list_models(
         "items": [model_card(model, training) for model, training in rows[:limit]],
         "next_cursor": encode_cursor(last.created_at, last.model_id) if last else None,
     }
+
+
+RUNTIME_FIELDS = ("device", "precision", "workers", "rows_per_second")
+
+
+def runtime_card(model: TrainedModel | None) -> dict[str, Any] | None:
+    """Where and how fast the model trained (device, precision, workers, training rows/s), from its file.
+
+    Models saved before these were recorded report ``None`` for each.
+    """
+    if model is None:
+        return None
+    return {k: model.config_.get(k) for k in RUNTIME_FIELDS}
 
 
 class ModelCache:

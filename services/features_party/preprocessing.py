@@ -6,6 +6,7 @@ training-time statistics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -96,3 +97,80 @@ def _float_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+@dataclass
+class RunningMoments:
+    """Count, mean and population variance merged batch by batch (Chan et al.), in float64.
+
+    Streaming training (:mod:`features_party.staging`) fits the preprocessor and the
+    target scaling in one pass over row groups, so no column is ever held whole.
+    """
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def update(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=np.float64)
+        n_b = int(values.size)
+        if n_b == 0:
+            return
+        mean_b = float(values.mean())
+        m2_b = float(((values - mean_b) ** 2).sum())
+        n = self.count + n_b
+        delta = mean_b - self.mean
+        self.mean += delta * n_b / n
+        self.m2 += m2_b + delta * delta * self.count * n_b / n
+        self.count = n
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.count) if self.count else 0.0
+
+
+
+class PreprocessorBuilder:
+    """:meth:`Preprocessor.fit` one batch at a time: the same statistics without the whole table.
+
+    Numeric means and stds agree with :meth:`Preprocessor.fit` up to float rounding;
+    vocabularies are identical (sorted distinct values).
+    """
+
+    def __init__(self) -> None:
+        self._schema: pa.Schema | None = None
+        self._moments: dict[str, RunningMoments] = {}
+        self._distinct: dict[str, Any] = {}
+
+    def update(self, table: pa.Table) -> None:
+        if self._schema is None:
+            self._schema = table.schema
+        for name in self._schema.names:
+            column = table.column(name)
+            if _is_numeric(column.type):
+                values = _float_column(column)
+                self._moments.setdefault(name, RunningMoments()).update(values[np.isfinite(values)])
+            else:
+                seen: Any = pc.unique(column.cast(pa.string())).drop_null()
+                if isinstance(seen, pa.ChunkedArray):
+                    seen = seen.combine_chunks()
+                previous = self._distinct.get(name)
+                merged = seen if previous is None else pc.unique(pa.concat_arrays([previous, seen]))
+                self._distinct[name] = merged
+
+    def build(self) -> Preprocessor:
+        if self._schema is None:
+            raise ValueError("no rows to fit the preprocessor on")
+        pre = Preprocessor()
+        for name in self._schema.names:
+            if _is_numeric(self._schema.field(name).type):
+                moments = self._moments.get(name, RunningMoments())
+                pre.numeric_columns.append(name)
+                pre.means.append(moments.mean if moments.count else 0.0)
+                std = moments.std if moments.count else 1.0
+                pre.stds.append(std if std > 1e-12 else 1.0)
+            else:
+                distinct: list[str] = self._distinct.get(name, pa.array([], pa.string())).to_pylist()
+                pre.categorical_columns.append(name)
+                pre.vocabularies.append({value: i + 1 for i, value in enumerate(sorted(distinct))})
+        return pre

@@ -22,9 +22,13 @@ from features_party.config import DEFAULT_LEARNING, LearningConfig, TrainingConf
 from features_party.debiasing import LabelLaw, PostProcessing, label_law
 from features_party.loop import (
     EpochReport,
+    Fitted,
     Objective,
+    Plan,
+    Workers,
     check_targets,
     fit_network,
+    fit_streamed,
     make_plan,
     squared_error,
     standardize,
@@ -32,6 +36,7 @@ from features_party.loop import (
 from features_party.networks import MLP, MLPRegressor
 from features_party.persistence import TrainedRegressor
 from features_party.selection import Criterion, Selector, estimate_note, private_reference
+from features_party.staging import StagedRelease
 
 
 def fit_regressor(
@@ -119,59 +124,155 @@ def _fit_selected(
     if oracle_labels is not None:
         oracle_labels = check_targets(oracle_labels, table.num_rows, "oracle_validation_labels")
     plan = make_plan(table.num_rows, config)
-    has_validation = len(plan.val_idx) > 0
-    if (learning.needs_validation or oracle_labels is not None) and not has_validation:
-        raise ValueError("model selection (select_epoch, shrinkage='auto', oracle) needs validation_fraction > 0")
-    targets = law.debias_labels(labels) if learning.debias == "targets" else labels
+    check_validation(learning, len(plan.val_idx), oracle_labels is not None)
+    targets = training_targets(law, learning, labels)
     mean, std, standardized = standardize(targets, plan.train_idx)
-
-    criteria: list[tuple[Criterion, np.ndarray]] = []
-    if has_validation:
-        if oracle_labels is None or pair:
-            criteria.append(("private", private_reference(law, labels[plan.val_idx])))
-        if oracle_labels is not None:
-            criteria.append(("oracle", oracle_labels[plan.val_idx]))
-    fixed = 0.0 if learning.shrinkage == "auto" else float(learning.shrinkage)
-    selectors = [
-        Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion)
-        for criterion, ref in criteria
-    ]
-    best: list[dict[str, torch.Tensor] | None] = [None] * len(selectors)
-
-    def inspect(epoch: int, outputs: np.ndarray, model: MLP) -> float | None:
-        label_units = outputs * std + mean
-        for i, selector in enumerate(selectors):
-            if selector.observe(epoch, label_units) and learning.select_epoch:
-                best[i] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        return selectors[0].history_[-1]["estimate"] if selectors else None
-
+    oracle_val = oracle_labels[plan.val_idx] if oracle_labels is not None else None
+    selection = Selection(law, learning, labels[plan.val_idx], oracle_val, pair, mean, std)
     objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
-    fitted = fit_network(table, standardized, objective, config, plan, on_epoch, inspect if selectors else None)
+    fitted = fit_network(table, standardized, objective, config, plan, on_epoch, selection.inspector())
+    return selection.results(fitted, plan, config.epochs, mean, std)
 
-    results: list[TrainedRegressor] = []
-    for i, selector in enumerate(selectors or [None]):
-        model = fitted.model
-        state = best[i] if i < len(best) else None
-        if state is not None:
-            if i < len(selectors) - 1:
-                model = copy.deepcopy(fitted.model)
-            model.load_state_dict(state)
-            model.eval()
-        if selector is None:
-            lam, summary = (0.0 if learning.debias == "none" else fixed), None
-            epoch = config.epochs
-        else:
-            if selector.shrinkage_ is None or selector.epoch_ is None:
-                raise RuntimeError("model selection observed no epoch")
-            lam, epoch = float(selector.shrinkage_), int(selector.epoch_)
-            summary = {**selector.summary(), "note": estimate_note(selector.criterion, law)}
-        post = PostProcessing(learning.debias, lam if learning.debias != "none" else 0.0, law)
-        kwargs = fitted.trained(plan)
-        kwargs["config"] = {**kwargs["config"], "learning": learning.to_dict(), "selected_epoch": epoch}
-        results.append(
-            TrainedRegressor(
-                model, fitted.preprocessor, mean, std,
-                postprocessing=post, learning=learning.to_dict(), selection=summary, **kwargs,
+
+def check_validation(learning: LearningConfig, n_validation: int, oracle: bool) -> None:
+    """Model selection (select_epoch, shrinkage='auto', the oracle) needs validation rows."""
+    if (learning.needs_validation or oracle) and n_validation == 0:
+        raise ValueError("model selection (select_epoch, shrinkage='auto', oracle) needs validation_fraction > 0")
+
+
+def training_targets(law: LabelLaw, learning: LearningConfig, labels: np.ndarray) -> np.ndarray:
+    """What the loss compares with: the labels, or (``debias='targets'``) their debiased values."""
+    return law.debias_labels(labels) if learning.debias == "targets" else labels
+
+
+class Selection:
+    """Private (and, for benchmarks, oracle) model selection watching one training.
+
+    The same object serves the in-memory loop and the streamed one, in one process or
+    on the main worker of a torchrun job: it sees the validation outputs of every
+    epoch, in one fixed row order, and keeps the weights of the best epoch.
+    """
+
+    def __init__(
+        self,
+        law: LabelLaw,
+        learning: LearningConfig,
+        val_labels: np.ndarray,
+        oracle_val: np.ndarray | None,
+        pair: bool,
+        mean: float,
+        std: float,
+    ) -> None:
+        self.law, self.learning, self.mean, self.std = law, learning, mean, std
+        criteria: list[tuple[Criterion, np.ndarray]] = []
+        if len(val_labels):
+            if oracle_val is None or pair:
+                criteria.append(("private", private_reference(law, val_labels)))
+            if oracle_val is not None:
+                criteria.append(("oracle", oracle_val))
+        self.fixed = 0.0 if learning.shrinkage == "auto" else float(learning.shrinkage)
+        self.selectors = [
+            Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion)
+            for criterion, ref in criteria
+        ]
+        self.best: list[dict[str, torch.Tensor] | None] = [None] * len(self.selectors)
+
+    def inspector(self) -> Callable[[int, np.ndarray, MLP], float | None] | None:
+        if not self.selectors:
+            return None
+
+        def inspect(epoch: int, outputs: np.ndarray, model: MLP) -> float | None:
+            label_units = outputs * self.std + self.mean
+            for i, selector in enumerate(self.selectors):
+                if selector.observe(epoch, label_units) and self.learning.select_epoch:
+                    self.best[i] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            return self.selectors[0].history_[-1]["estimate"] if self.selectors else None
+
+        return inspect
+
+    def state(self) -> dict[str, Any]:
+        """What the selection has seen so far, as plain types (for a checkpoint)."""
+        return {
+            "selectors": [
+                {"history": list(x.history_), "epoch": x.epoch_, "shrinkage": x.shrinkage_, "estimate": x.estimate_}
+                for x in self.selectors
+            ],
+            "best": list(self.best),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (the same validation rows, so the same selectors)."""
+        for selector, saved in zip(self.selectors, state["selectors"], strict=True):
+            selector.history_ = list(saved["history"])
+            selector.epoch_, selector.shrinkage_, selector.estimate_ = (
+                saved["epoch"], saved["shrinkage"], saved["estimate"],
             )
-        )
-    return results
+        self.best = list(state["best"])
+
+    def results(self, fitted: Fitted, plan: Plan, epochs: int, mean: float, std: float) -> list[TrainedRegressor]:
+        learning, law = self.learning, self.law
+        selectors, best = self.selectors, self.best
+        results: list[TrainedRegressor] = []
+        for i, selector in enumerate(selectors or [None]):
+            model = fitted.model
+            state = best[i] if i < len(best) else None
+            if state is not None:
+                if i < len(selectors) - 1:
+                    model = copy.deepcopy(fitted.model)
+                model.load_state_dict(state)
+                model.eval()
+            if selector is None:
+                lam, summary = (0.0 if learning.debias == "none" else self.fixed), None
+                epoch = epochs
+            else:
+                if selector.shrinkage_ is None or selector.epoch_ is None:
+                    raise RuntimeError("model selection observed no epoch")
+                lam, epoch = float(selector.shrinkage_), int(selector.epoch_)
+                summary = {**selector.summary(), "note": estimate_note(selector.criterion, law)}
+            post = PostProcessing(learning.debias, lam if learning.debias != "none" else 0.0, law)
+            kwargs = fitted.trained(plan)
+            kwargs["config"] = {**kwargs["config"], "learning": learning.to_dict(), "selected_epoch": epoch}
+            results.append(
+                TrainedRegressor(
+                    model, fitted.preprocessor, mean, std,
+                    postprocessing=post, learning=learning.to_dict(), selection=summary, **kwargs,
+                )
+            )
+        return results
+
+
+def fit_staged_regressor(
+    staged: StagedRelease,
+    spec: Any,
+    config: TrainingConfig,
+    plan: Plan,
+    learning: LearningConfig = DEFAULT_LEARNING,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> TrainedRegressor:
+    """:func:`fit_private_regressor` over a staged release, streamed (one worker of ``workers``).
+
+    ``plan`` must be the one the stage was split with. Every worker returns a
+    model; only the main worker's has been selected (the others' are the last epoch).
+    ``checkpoint(state)`` gets the loop's state plus the selection's after each epoch
+    (main worker); ``resume`` continues from such a state.
+    """
+    law = spec if isinstance(spec, LabelLaw) else label_law(spec)
+    workers = workers or Workers()
+    check_validation(learning, staged.n_validation, False)
+    val_labels = staged.val_labels if workers.is_main else np.empty((0,))  # other workers select nothing
+    selection = Selection(law, learning, val_labels, None, False, staged.target_mean, staged.target_std)
+    objective = Objective(MLPRegressor, squared_error, loss_scale=staged.target_std**2)
+    inspect = selection.inspector()
+    if resume is not None and workers.is_main:
+        selection.restore(resume["selection"])
+    save = None
+    if checkpoint is not None:
+
+        def save(state: dict[str, Any]) -> None:
+            checkpoint({**state, "selection": selection.state()})
+
+    fitted = fit_streamed(staged, objective, config, plan, on_epoch, inspect, workers, save, resume)
+    return selection.results(fitted, plan, config.epochs, staged.target_mean, staged.target_std)[0]

@@ -95,6 +95,13 @@ class Training(_Body):
     finished_at: Timestamp | None
 
 
+class Runtime(_Body):
+    device: str | None
+    precision: str | None = Field(description="fp32, bf16 or fp16 (autocast)")
+    workers: int | None = Field(description="processes that trained it (torchrun workers)")
+    rows_per_second: float | None = Field(description="training rows per second")
+
+
 class ModelCard(_Body):
     task: Literal["regression", "classification"]
     classes: list[str] | None
@@ -117,6 +124,7 @@ class ModelCard(_Body):
     architecture: str
     training: dict[str, Any] | None
     learning: dict[str, Any] | None
+    runtime: Runtime | None = Field(description="where and how fast it trained (from the model file; null in lists)")
 
 
 class FeatureTablePage(_Body):
@@ -184,6 +192,7 @@ EXAMPLE_MODEL = {
     "metrics": {"train_loss": 3.9, "val_loss": 4.2}, "metrics_note": "MSE against privatized labels",
     "device": "cpu", "epochs": 2, "created_at": TS, "architecture": "MLP(2 → 64 → 1)",
     "training": {"epochs": 2, "batch_size": 256}, "learning": None,
+    "runtime": {"device": "cpu", "precision": "fp32", "workers": 1, "rows_per_second": 152000.0},
 }
 EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}
 EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}

@@ -66,6 +66,16 @@ class Settings(BaseSettings):
         description="trainings that may wait in the queue (the running one not counted); more get 429 "
         "training_queue_full with Retry-After and create nothing",
     )
+    training_workers: int = Field(
+        1, ge=1, le=1024, description="processes per training: 1 trains in-process, N > 1 runs a torchrun job of N"
+    )
+    training_streaming: bool = Field(
+        False, description="stream a regression training from Parquet row groups even with one worker"
+    )
+    training_row_group_rows: int = Field(65_536, ge=1, description="rows per staged row group (streaming)")
+    training_buffer_row_groups: int = Field(
+        4, ge=1, description="row groups a streaming worker holds at a time (its memory bound)"
+    )
 
     # --- both ---------------------------------------------------------------
     exchange_secret: str = Field(

@@ -1,0 +1,276 @@
+"""Features-party training throughput: in memory, streamed, and as a torchrun job of 2 CPU processes.
+
+    .venv/bin/python bench/bench_training.py --sizes 100000,1000000 --out bench/results/training.md
+
+For each n a synthetic feature table (8 numeric + 3 categorical columns, a nonlinear
+target with noise) is written as Parquet, and each mode runs in its own process so its
+peak resident memory (``ru_maxrss``; for torchrun, the largest of its processes) is its own:
+
+- ``memory``: the default training (``fit_private_regressor``, rows in memory, 1 process);
+- ``stream``: the same training streamed from row groups in 1 process (``LABELDP_TRAINING_STREAMING``);
+- ``torchrun2``: streamed, DistributedDataParallel with 2 gloo processes (``LABELDP_TRAINING_WORKERS=2``);
+- ``loader``: the row-group loader alone (stage, then iterate one epoch's batches, no model).
+
+All use the default options (Adam, batch 256, default learning with private selection on
+10 %) with one torch thread per process; the machine has the cores it says. rows/s counts
+training rows over the optimizer passes only; s/epoch includes the validation pass.
+The goal: throughput limited by the model's arithmetic, not by loading (loader ≫ loader + step).
+``--device cuda`` runs every mode on the GPU (``torchrun2`` needs two: one per process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MODES = ("memory", "stream", "torchrun2", "loader", "memory_bf16", "memory_fp16")
+PRECISION_MODES = {"memory": "fp32", "memory_bf16": "bf16", "memory_fp16": "fp16"}
+CHUNK = 1_000_000
+
+
+def write_data(path: Path, n: int, seed: int = 0) -> None:
+    """n rows of features (chunk by chunk) and the target as column ``y``."""
+    rng = np.random.default_rng(seed)
+    writer: pq.ParquetWriter | None = None
+    for start in range(0, n, CHUNK):
+        m = min(CHUNK, n - start)
+        x = rng.normal(size=(m, 8))
+        cats = rng.integers(0, [20, 100, 5], size=(m, 3))
+        y = np.sin(x[:, 0]) * 2 + x[:, 1] * x[:, 2] + 0.1 * cats[:, 0] + rng.normal(size=m)
+        columns: dict[str, Any] = {"id": pa.array([f"r{i:09d}" for i in range(start, start + m)], pa.string())}
+        columns.update({f"x{j}": x[:, j] for j in range(8)})
+        columns.update({f"c{j}": pa.array(cats[:, j].astype(str)) for j in range(3)})
+        columns["y"] = y
+        table = pa.table(columns)
+        if writer is None:
+            writer = pq.ParquetWriter(path, table.schema)
+        writer.write_table(table, row_group_size=CHUNK)
+    assert writer is not None
+    writer.close()
+
+
+def peak_mb(children: bool = False) -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu") -> dict[str, Any]:
+    """One mode in this process; returns its measurements."""
+    import torch
+
+    from features_party.config import DEFAULT_LEARNING, TrainingConfig
+    from features_party.loader import RowGroupLoader
+    from features_party.loop import make_plan
+    from features_party.regression import fit_private_regressor
+    from features_party.staging import stage_release
+    from features_party.streamed import fit_release_streamed
+
+    torch.set_num_threads(1)
+    source = pq.read_table(data, columns=["id", "y"])
+    ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
+    del source
+    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch)
+    reports: list[Any] = []
+    started = time.perf_counter()
+    if mode in PRECISION_MODES:
+        features = pq.read_table(data).drop_columns(["id", "y"])
+        loaded = time.perf_counter() - started
+        config = config.replace(precision=PRECISION_MODES[mode])
+        model = fit_private_regressor(features, y, None, config, DEFAULT_LEARNING, reports.append)
+        result = {"prepare_s": loaded, **summary(model, reports, time.perf_counter() - started)}
+        test = data.with_name(data.stem + "_test.parquet")
+        if test.exists():
+            held_out = pq.read_table(test)
+            predictions = model.predict(held_out.drop_columns(["id", "y"]))
+            result["test_mse"] = float(np.mean((predictions - held_out.column("y").to_numpy()) ** 2))
+        return result
+    if mode == "loader":
+        plan = make_plan(len(y), config)
+        is_val = np.zeros(len(y), bool)
+        is_val[plan.val_idx] = True
+        staged = stage_release(data, "id", ids, y, y, is_val, work / "stage", config.row_group_rows)
+        staged_s = time.perf_counter() - started
+        loader = RowGroupLoader(staged.train_path, staged.preprocessor, config.batch_size,
+                                target_mean=staged.target_mean, target_std=staged.target_std,
+                                buffer_row_groups=config.buffer_row_groups, seed=1)
+        t0 = time.perf_counter()
+        batches = sum(1 for _ in loader.batches(1))
+        seconds = time.perf_counter() - t0
+        return {"prepare_s": staged_s, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
+                "batches": batches}
+    workers = 2 if mode == "torchrun2" else 1
+    model = fit_release_streamed(data, "id", ids, y, None, config, work, DEFAULT_LEARNING, reports.append,
+                                 workers=workers)
+    return summary(model, reports, time.perf_counter() - started)
+
+
+def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
+    epochs = [r.seconds for r in reports]
+    return {
+        "s_per_epoch": float(np.mean(epochs)),
+        "rows_per_s": model.config_["rows_per_second"],
+        "total_s": total,
+        "n_train": model.n_train_,
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(dir=args.work) as work:
+        result = run_mode(args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device)
+    result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
+    print("RESULT " + json.dumps(result))
+
+
+def measure(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str) -> dict[str, Any] | None:
+    cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
+           "--work", str(work), "--batch", str(batch), "--device", device]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    sys.stderr.write(done.stderr[-3000:])
+    return None
+
+
+def device_name(device: str) -> str:
+    """The device as the results name it (the GPU's model on CUDA)."""
+    if device == "cpu":
+        return "CPU"
+    import torch
+
+    return f"CUDA: {torch.cuda.get_device_name(0)}"
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "—" if not a or not b else f"{a / b:.2f}×"
+
+
+def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
+    lines = [
+        f"# Training throughput (features party, {device_name(args.device)})",
+        "",
+        f"`{' '.join(['python', 'bench/bench_training.py', *sys.argv[1:]])}` — "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores (shared with other jobs while this ran), Python {platform.python_version()}, "
+        f"wall {wall:.0f} s.",
+        "",
+        f"Default options (Adam, batch {args.batch}, private selection on 10 % of rows), synthetic table of 8 "
+        "numeric and 3 categorical columns, one torch thread per process, epochs as listed. rows/s: training "
+        "rows over the optimizer passes; s/epoch includes the validation pass; peak RSS: the largest process "
+        "of the mode "
+        "(ru_maxrss; host memory)."
+        + (" No GPU was lent to this session: no GPU rows." if args.device == "cpu" else ""),
+        "",
+        "| n | mode | epochs | s/epoch | rows/s | peak RSS MB | prepare s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for n, modes in results.items():
+        for mode in MODES:
+            r = modes.get(mode)
+            if r is None:
+                if mode in modes:
+                    lines.append(f"| {n:,} | {mode} | | failed | | | |")
+                continue
+            lines.append(
+                f"| {n:,} | {mode} | {r.get('epochs', '')} | {fmt(r['s_per_epoch'], 2)} | {fmt(r['rows_per_s'])} | "
+                f"{fmt(r['peak_mb'])} | {fmt(r.get('prepare_s'), 1)} |"
+            )
+    lines += ["", "## Side by side", "",
+              "| n | loader alone ÷ loader + step (rows/s) | 2 torchrun ÷ 1 streamed (rows/s) | "
+              "streamed ÷ in memory (rows/s) | in-memory ÷ streamed (peak RSS) |",
+              "|---:|---:|---:|---:|---:|"]
+    for n, modes in results.items():
+        def get(mode: str, key: str, modes: dict[str, dict[str, Any] | None] = modes) -> float | None:
+            r = modes.get(mode)
+            return None if r is None else r.get(key)
+
+        lines.append(
+            f"| {n:,} | {ratio(get('loader', 'rows_per_s'), get('stream', 'rows_per_s'))} | "
+            f"{ratio(get('torchrun2', 'rows_per_s'), get('stream', 'rows_per_s'))} | "
+            f"{ratio(get('stream', 'rows_per_s'), get('memory', 'rows_per_s'))} | "
+            f"{ratio(get('memory', 'peak_mb'), get('stream', 'peak_mb'))} |"
+        )
+    precision_rows = [
+        (n, mode, r) for n, modes in results.items() for mode, r in modes.items()
+        if mode in PRECISION_MODES and r is not None and "test_mse" in r
+    ]
+    if precision_rows:
+        lines += ["", "## Mixed precision (in memory, CPU autocast)", "",
+                  "Test MSE on a held-out synthetic set (n/4 rows, another seed) against the noisy target.", "",
+                  "| n | precision | rows/s | ÷ fp32 rows/s | test MSE | ÷ fp32 test MSE |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for n, mode, r in precision_rows:
+            base = results[n].get("memory") or {}
+            lines.append(
+                f"| {n:,} | {PRECISION_MODES[mode]} | {fmt(r['rows_per_s'])} "
+                f"| {ratio(r['rows_per_s'], base.get('rows_per_s'))} | {r['test_mse']:.4f} "
+                f"| {ratio(r['test_mse'], base.get('test_mse'))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--epochs", default="", help="epochs per size, e.g. 3,1 (default: 3 below 10^6, else 1)")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--batch", type=int, default=256, help="batch size (default: the default option, 256)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: one GPU per process")
+    parser.add_argument("--skip", default="", help="n:mode pairs to leave out, e.g. 10000000:memory")
+    parser.add_argument("--out", default="bench/results/training.md")
+    parser.add_argument("--work", default=None, help="scratch folder (default: the system's)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.mode = args.child
+        args.epochs = int(args.epochs)
+        child(args)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [3 if n < 1_000_000 else 1 for n in sizes]
+    skip = {tuple(p.split(":")) for p in args.skip.split(",") if p}
+    started = time.perf_counter()
+    results: dict[int, dict[str, dict[str, Any] | None]] = {}
+    with tempfile.TemporaryDirectory(dir=args.work) as scratch:
+        for n, e in zip(sizes, epochs):
+            data = Path(scratch) / f"data_{n}.parquet"
+            write_data(data, n)
+            if any(m in PRECISION_MODES for m in args.modes.split(",")):
+                write_data(data.with_name(data.stem + "_test.parquet"), min(n // 4, 200_000), seed=99)
+            results[n] = {}
+            for mode in args.modes.split(","):
+                if (str(n), mode) in skip:
+                    continue
+                r = measure(mode, data, e, Path(scratch), args.batch, args.device)
+                if r is not None:
+                    r["epochs"] = e if mode != "loader" else 1
+                results[n][mode] = r
+                print(n, mode, r, flush=True)
+            data.unlink()
+    text = render(results, args, time.perf_counter() - started)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

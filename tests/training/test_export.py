@@ -1,0 +1,126 @@
+"""Models used elsewhere: ONNX Runtime and TorchScript agree with PyTorch; batch prediction over Parquet."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from tests.training.data import write_table
+
+from features_party.batch_predict import UnknownIds, predict_parquet
+from features_party.classifier import fit_classifier
+from features_party.config import DEFAULT_LEARNING, TrainingConfig
+from features_party.debiasing import PostProcessing
+from features_party.export import export_onnx, export_torchscript
+from features_party.persistence import TrainedModel, TrainedRegressor
+from features_party.regression import fit_private_regressor
+from labeldp.schema import LaplaceSpec
+from labeldp.specs.base import LabelDomainSpec
+
+CONFIG = TrainingConfig(epochs=3, batch_size=64, seed=2, device="cpu")
+SPEC = LaplaceSpec(epsilon=4, domain=LabelDomainSpec(low=-12, high=12), step=0.01, scale=6)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Array, np.ndarray, pa.Table]:
+    path = tmp_path_factory.mktemp("export") / "f.parquet"
+    ids, y, features = write_table(path, 1500, extra=40)
+    return path, ids, y, features
+
+
+@pytest.fixture(scope="module")
+def regressor(data: tuple[Path, pa.Array, np.ndarray, pa.Table]) -> TrainedRegressor:
+    _, _, y, features = data
+    return fit_private_regressor(features, np.clip(y, -12, 12), SPEC.model_dump(mode="json"), CONFIG, DEFAULT_LEARNING)
+
+
+def inputs(model: TrainedModel, features: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    return model.preprocessor_.transform(features)
+
+
+def test_onnx_runtime_predicts_what_pytorch_predicts(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    _, _, _, features = data
+    path = export_onnx(regressor, tmp_path / "m.onnx")
+    numeric, categorical = inputs(regressor, features)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (onnx_out,) = session.run(None, {"numeric": numeric, "categorical": categorical})
+    torch_out = regressor.network_outputs(features)
+    assert onnx_out.shape == (features.num_rows,)
+    assert np.allclose(onnx_out, torch_out, rtol=1e-5, atol=1e-5)
+    # the sidecar's post-processing turns the graph's output into predict()'s answer
+    side = json.loads((tmp_path / "m.json").read_text())
+    post = PostProcessing.from_dict(side["postprocessing"])
+    assert side["preprocessor"] == regressor.preprocessor_.to_dict()
+    assert np.allclose(post.apply(onnx_out.astype(np.float64)), regressor.predict(features), rtol=1e-5, atol=1e-5)
+
+
+def test_torchscript_predicts_what_pytorch_predicts(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    _, _, _, features = data
+    path = export_torchscript(regressor, tmp_path / "m.torchscript.pt")
+    loaded = torch.jit.load(str(path))
+    numeric, categorical = inputs(regressor, features)
+    out = loaded(torch.from_numpy(numeric), torch.from_numpy(categorical)).detach().double().numpy()
+    assert np.allclose(out, regressor.network_outputs(features), rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_classifier_logits_give_the_same_probabilities(tmp_path: Path, data) -> None:
+    _, _, y, features = data
+    classes = np.digitize(y, [-1.0, 1.0]).astype(np.float64)
+    model = fit_classifier(features, classes, 3, CONFIG, classes=["low", "mid", "high"])
+    path = export_onnx(model, tmp_path / "c.onnx")
+    numeric, categorical = inputs(model, features)
+    (logits,) = ort.InferenceSession(str(path)).run(None, {"numeric": numeric, "categorical": categorical})
+    logits = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert np.allclose(probs, model.predict_proba(features), atol=1e-5)
+    assert json.loads((tmp_path / "c.json").read_text())["classes"] == ["low", "mid", "high"]
+
+
+def test_batch_prediction_over_ids_and_over_feature_rows(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    table_path, ids, _, features = data
+    wanted = pa.table({"id": ids.take(pa.array(np.arange(1499, -1, -3)))})  # out of table order
+    pq.write_table(wanted, tmp_path / "ids.parquet")
+    rows = predict_parquet(regressor, tmp_path / "ids.parquet", tmp_path / "out.parquet",
+                           feature_table=table_path, batch_rows=97)
+    out = pq.read_table(tmp_path / "out.parquet")
+    positions = np.arange(1499, -1, -3)
+    assert rows == out.num_rows == len(positions) and out.column_names == ["id", "prediction"]
+    assert out.column("id").to_pylist() == wanted.column("id").to_pylist()
+    assert np.allclose(out.column("prediction").to_numpy(), regressor.predict(features.take(pa.array(positions))))
+
+    pq.write_table(features, tmp_path / "rows.parquet")
+    predict_parquet(regressor, tmp_path / "rows.parquet", tmp_path / "rows_out.parquet", batch_rows=500)
+    rows_out = pq.read_table(tmp_path / "rows_out.parquet")
+    assert rows_out.column_names == ["prediction"]
+    assert np.allclose(rows_out.column("prediction").to_numpy(), regressor.predict(features))
+
+
+def test_batch_prediction_refuses_unknown_ids_and_leaves_no_file(tmp_path: Path, data, regressor) -> None:
+    table_path = data[0]
+    pq.write_table(pa.table({"id": pa.array(["id0000001", "nobody"])}), tmp_path / "ids.parquet")
+    with pytest.raises(UnknownIds, match="1 ids"):
+        predict_parquet(regressor, tmp_path / "ids.parquet", tmp_path / "out.parquet", feature_table=table_path)
+    assert not list(tmp_path.glob("out.parquet*"))
+
+
+def test_command_lines_export_and_predict(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    table_path, ids, _, features = data
+    regressor.save(tmp_path / "model.pt")
+    pq.write_table(pa.table({"id": ids.slice(0, 10)}), tmp_path / "ids.parquet")
+    python = sys.executable
+    subprocess.run([python, "-m", "features_party.export", str(tmp_path / "model.pt"), str(tmp_path / "out" / "m")],
+                   check=True, capture_output=True)
+    assert (tmp_path / "out" / "m.onnx").exists() and (tmp_path / "out" / "m.torchscript.pt").exists()
+    subprocess.run([python, "-m", "features_party.batch_predict", str(tmp_path / "model.pt"),
+                    str(tmp_path / "ids.parquet"), str(tmp_path / "p.parquet"), "--feature-table", str(table_path)],
+                   check=True, capture_output=True)
+    predicted = pq.read_table(tmp_path / "p.parquet").column("prediction").to_numpy()
+    assert np.allclose(predicted, regressor.predict(features.slice(0, 10)))

@@ -1,0 +1,138 @@
+"""Streaming training: the staged join, the row-group loader's bounds and shards, the streamed fit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tests.training.data import write_table
+
+from features_party.config import PLAIN, TrainingConfig
+from features_party.loader import RowGroupLoader
+from features_party.loop import make_plan
+from features_party.preprocessing import Preprocessor, PreprocessorBuilder
+from features_party.regression import fit_regressor
+from features_party.staging import TARGET, StagedRelease, stage_release
+from features_party.streamed import fit_release_streamed
+
+
+def stage(
+    tmp_path: Path, n: int = 1000, rows: int = 64, extra: int = 0
+) -> tuple[StagedRelease, np.ndarray, np.ndarray]:
+    ids, y, _ = write_table(tmp_path / "f.parquet", n, extra=extra)
+    plan = make_plan(n, TrainingConfig(seed=5, device="cpu"))
+    is_val = np.zeros(n, bool)
+    is_val[plan.val_idx] = True
+    staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y * 2, is_val, tmp_path / "stage", rows)
+    return staged, y, is_val
+
+
+def test_builder_fits_what_the_whole_table_fits() -> None:
+    rng = np.random.default_rng(1)
+    table = pa.table({"x": rng.normal(3, 2, 5000), "g": pa.array(rng.choice(["p", "q", "r", None], 5000))})
+    builder = PreprocessorBuilder()
+    for batch in table.to_batches(max_chunksize=333):
+        builder.update(pa.Table.from_batches([batch]))
+    streamed, whole = builder.build(), Preprocessor.fit(table)
+    assert streamed.vocabularies == whole.vocabularies and streamed.numeric_columns == whole.numeric_columns
+    assert streamed.means == pytest.approx(whole.means, rel=1e-12)
+    assert streamed.stds == pytest.approx(whole.stds, rel=1e-12)
+
+
+def test_stage_joins_by_id_and_keeps_validation_rows_out_of_training(tmp_path: Path) -> None:
+    """Every staged row carries its own id's target; the validation rows of the plan are exactly
+    the validation file and never a training row (planted once: writing validation rows into
+    train.parquet as well made the disjointness assertion fail)."""
+    staged, y, is_val = stage(tmp_path, n=1000, rows=64, extra=137)
+    train = pq.read_table(staged.train_path)
+    val = pq.read_table(staged.validation_path)
+    for part, flag in ((train, False), (val, True)):
+        key = part.column("key").to_numpy().astype(np.int64)
+        assert np.all(key < 1000)  # rows of no release are skipped
+        assert np.array_equal(part.column(TARGET).to_numpy(), y[key] * 2)
+        assert np.all(is_val[key] == flag)
+    train_keys = set(train.column("key").to_numpy().astype(int))
+    val_keys = set(val.column("key").to_numpy().astype(int))
+    assert not train_keys & val_keys and len(train_keys | val_keys) == 1000
+    assert staged.n_train == train.num_rows == 900 and staged.n_validation == 100
+    assert np.array_equal(staged.val_labels, y[val.column("key").to_numpy().astype(int)])
+    groups = pq.ParquetFile(staged.train_path).metadata
+    assert all(groups.row_group(i).num_rows == 64 for i in range(groups.num_row_groups - 1))
+    reopened = StagedRelease.open(staged.directory)
+    assert reopened.preprocessor == staged.preprocessor and reopened.target_mean == staged.target_mean
+    whole = Preprocessor.fit(train.drop_columns([TARGET]))
+    assert reopened.preprocessor.means == pytest.approx(whole.means, rel=1e-12)
+
+
+def test_stage_refuses_a_release_id_without_features(tmp_path: Path) -> None:
+    ids, y, _ = write_table(tmp_path / "f.parquet", 50)
+    ids = pa.concat_arrays([ids, pa.array(["nobody"])])
+    y = np.append(y, 0.0)
+    with pytest.raises(ValueError, match="every id"):
+        stage_release(tmp_path / "f.parquet", "id", ids, y, y, np.zeros(51, bool), tmp_path / "s")
+
+
+def loader(staged: StagedRelease, rank: int = 0, world: int = 1, buffer: int = 2, batch: int = 50) -> RowGroupLoader:
+    return RowGroupLoader(
+        staged.train_path, staged.preprocessor, batch, target_mean=staged.target_mean,
+        target_std=staged.target_std, buffer_row_groups=buffer, seed=3, rank=rank, world=world,
+    )
+
+
+def test_loader_covers_every_row_once_per_epoch_and_holds_at_most_its_buffer(tmp_path: Path) -> None:
+    staged, _, _ = stage(tmp_path, n=1000, rows=64)
+    one = loader(staged, buffer=2)
+    buffers = list(one._buffers(1))
+    assert max(len(b[2]) for b in buffers) <= 2 * 64  # memory: row groups, not rows
+    seen = np.concatenate([y.numpy() for _, _, y in one.batches(1)])
+    expected = (pq.read_table(staged.train_path).column(TARGET).to_numpy() - staged.target_mean) / staged.target_std
+    assert np.allclose(np.sort(seen), np.sort(expected.astype(np.float32)))
+    assert len(list(one.batches(1))) == one.steps_per_epoch(1) == int(np.ceil(900 / 50))
+    first = np.concatenate([y.numpy() for _, _, y in one.batches(1)])
+    second = np.concatenate([y.numpy() for _, _, y in one.batches(2)])
+    assert np.array_equal(first, seen) and not np.array_equal(first, second)  # seeded, reshuffled per epoch
+
+
+def test_sharded_loader_gives_each_worker_its_row_groups_and_the_same_number_of_steps(tmp_path: Path) -> None:
+    staged, _, _ = stage(tmp_path, n=1000, rows=64)
+    workers = [loader(staged, rank=r, world=3) for r in range(3)]
+    shards = [w.shard(1) for w in workers]
+    groups = [g for s in shards for g in s.groups]
+    n_groups = pq.ParquetFile(staged.train_path).metadata.num_row_groups
+    assert set(groups) == set(range(n_groups)) and len({len(s.groups) for s in shards}) == 1
+    steps = [len(list(w.batches(1))) for w in workers]
+    assert len(set(steps)) == 1 and steps[0] == workers[0].steps_per_epoch(1)
+
+
+def test_streamed_training_learns_as_well_as_in_memory(tmp_path: Path) -> None:
+    ids, y, features = write_table(tmp_path / "f.parquet", 3000)
+    config = TrainingConfig(epochs=8, batch_size=64, seed=11, device="cpu", row_group_rows=256, buffer_row_groups=2)
+    streamed = fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN)
+    memory = fit_regressor(features, y, config)
+    mse_streamed = float(np.mean((streamed.predict(features) - y) ** 2))
+    mse_memory = float(np.mean((memory.predict(features) - y) ** 2))
+    assert mse_streamed < 0.3 * float(np.var(y))
+    assert mse_streamed < 1.5 * mse_memory
+    assert streamed.n_train_ == memory.n_train_ == 2700 and streamed.n_validation_ == 300
+    card = streamed.config_
+    assert card["workers"] == 1 and card["precision"] == "fp32" and card["rows_per_second"] > 0
+
+
+def test_a_consumer_that_stops_early_does_not_leave_the_prefetch_thread_blocked(tmp_path: Path) -> None:
+    """Two buffers: while the first trains, the producer queues the second and then its end
+    marker; closing the batches must not leave it blocked on that full queue (planted once:
+    a plain blocking put of the end marker made close() hang and this test fail)."""
+    staged, _, _ = stage(tmp_path, n=100, rows=64)  # 90 training rows: two row groups
+    batches = loader(staged, buffer=1, batch=10).batches(1)
+    next(batches)
+    time.sleep(0.5)  # the producer has read the second buffer and waits to hand over the end marker
+    closer = threading.Thread(target=batches.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    assert not [t for t in threading.enumerate() if t.name == "labeldp-loader"]
