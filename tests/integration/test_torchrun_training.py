@@ -45,7 +45,7 @@ def test_a_training_runs_as_two_torchrun_workers_behind_the_api(stack: LocalStac
             "/v1/trainings", json={"release_id": release["id"], "epochs": 3, "batch_size": 128, "precision": "bf16"}
         )
         assert t.status_code == 202, t.text
-        training_id = t.json()["training_id"]
+        training_id = t.json()["id"]
         deadline = time.monotonic() + 240
         while True:
             status = features.get(f"/v1/trainings/{training_id}").json()
