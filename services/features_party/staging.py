@@ -7,7 +7,8 @@ getting its target and its split (train or validation, drawn from the seed over
 release positions exactly as :func:`features_party.loop.make_plan` draws it) from that
 lookup. The preprocessor and the target scaling are fitted on the training rows in the
 same pass (:class:`~features_party.preprocessing.PreprocessorBuilder`). What stays in
-memory per row is an int64 position and a split flag; features and targets live in
+memory per row while staging is an int32 position and a split flag (besides the
+release's own ids and labels); features and targets live in
 ``train.parquet`` and ``validation.parquet``, cut into row groups of
 ``row_group_rows`` that :class:`features_party.loader.RowGroupLoader` streams
 (docs/architecture.md, "Training at scale").
@@ -143,8 +144,8 @@ def stage_release(
     feature_ids = source.read(columns=[id_column]).column(0)
     found = pc.index_in(feature_ids, value_set=ids)
     filled = cast(pa.ChunkedArray, pc.fill_null(found, pa.scalar(-1, found.type)))
-    positions = np.asarray(filled.to_numpy(), dtype=np.int64)
-    del feature_ids, found
+    positions = filled.to_numpy()  # int32 (index_in's type): 4 bytes per feature-table row
+    del feature_ids, found, filled
     if int(np.count_nonzero(positions >= 0)) != n:
         raise ValueError("the feature table does not hold every id of the release")
 

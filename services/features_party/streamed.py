@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from features_party.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
 from features_party.debiasing import LabelLaw, label_law
-from features_party.loop import EpochReport, check_targets, make_plan
+from features_party.loop import EpochReport, Plan, check_targets, make_plan
 from features_party.persistence import TrainedRegressor
 from features_party.regression import fit_staged_regressor, training_targets
 from features_party.staging import stage_release
@@ -67,6 +67,7 @@ def fit_release_streamed(
         feature_path, id_column, ids, labels, targets, is_validation, Path(work_dir) / "stage", config.row_group_rows
     )
     del is_validation, targets
+    plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1:
         return fit_staged_regressor(staged, law, run, plan, learning, on_epoch)
