@@ -18,6 +18,7 @@ with forward loss correction by the spec's transition matrix); otherwise a regre
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -300,7 +301,7 @@ def describe_training(row: store.Training) -> dict[str, Any]:
         "history": row.history or [],
         "model_id": row.model_id,
         "device": row.device,
-        "error": row.error,
+        "error": error_body(row.error),
         "created_at": iso(row.created_at),
         "started_at": iso(row.started_at),
         "finished_at": iso(row.finished_at),
@@ -430,7 +431,7 @@ def recover(session_factory: sessionmaker[Session]) -> list[str]:
         result = session.execute(
             update(store.Training)
             .where(store.Training.status == RUNNING)
-            .values(status=FAILED, error="interrupted", finished_at=utcnow())
+            .values(status=FAILED, error=stored_error(*INTERRUPTED), finished_at=utcnow())
         )
         queued = session.scalars(
             select(store.Training.training_id)
@@ -616,13 +617,13 @@ def _train_and_record(
     except Exception as exc:
         if model_path is not None:
             model_path.unlink(missing_ok=True)
-        message = _safe_error(exc)
-        log.error("training %s failed: %s (%s)", training_id, message, type(exc).__name__)
+        code, message = _safe_error(exc)
+        log.error("training %s failed: %s: %s (%s)", training_id, code, message, type(exc).__name__)
         with ctx.session_factory.begin() as session:
             session.execute(
                 update(store.Training)
                 .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
-                .values(status=FAILED, error=message, finished_at=utcnow())
+                .values(status=FAILED, error=stored_error(code, message), finished_at=utcnow())
             )
         ctx.status_changed(FAILED)
         return
@@ -642,20 +643,37 @@ def _selected_entry(trained: TrainedModel) -> dict[str, Any]:
     return trained.history_[-1]
 
 
-def _safe_error(exc: Exception) -> str:
-    """A message written here, not an exception's text (which could quote data)."""
+def _safe_error(exc: Exception) -> tuple[str, str]:
+    """(code, message) written here, not an exception's text (which could quote data)."""
     if isinstance(exc, TrainingInterrupted):
-        return "interrupted"
+        return INTERRUPTED
     if isinstance(exc, ApiError):
-        return f"{exc.code}: {exc.message}"  # our own messages carry counts, not values
+        return exc.code, exc.message  # our own messages carry counts, not values
     if isinstance(exc, MemoryError):
-        return "out of memory"
+        return "out_of_memory", "out of memory"
     name = type(exc).__name__
     if "OutOfMemory" in name:
-        return "out of accelerator memory; try a smaller batch_size"
+        return "out_of_accelerator_memory", "out of accelerator memory; try a smaller batch_size"
     if isinstance(exc, FileNotFoundError):
-        return "stored feature table or model file is missing"
-    return f"training failed ({name})"
+        return "file_missing", "stored feature table or model file is missing"
+    return "training_failed", f"training failed ({name})"
+
+
+INTERRUPTED = ("interrupted", "the service stopped while the training ran")
+
+
+def stored_error(code: str, message: str) -> str:
+    """How a failed training's error is kept in its row (one text column)."""
+    return json.dumps({"code": code, "message": message})
+
+
+def error_body(stored: str | None) -> dict[str, Any] | None:
+    """A failed training's ``error``: the same envelope as every HTTP error (README, "REST API"),
+    so a client branches on ``code`` whether a request or a training failed."""
+    if stored is None:
+        return None
+    record = json.loads(stored)
+    return {"code": record["code"], "message": record["message"], "details": []}
 
 
 class TrainingRunner:

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from labeldp.openapi import ErrorBody
+
 Timestamp = str
 """ISO-8601 with a UTC offset."""
 
@@ -89,7 +91,7 @@ class Training(_Body):
     history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
     model_id: str | None = Field(description="`mdl_…` once succeeded")
     device: str | None
-    error: str | None
+    error: ErrorBody | None = Field(description="why it failed: the error envelope (`interrupted`, `unknown_ids`, …)")
     created_at: Timestamp | None
     started_at: Timestamp | None
     finished_at: Timestamp | None

@@ -98,7 +98,7 @@ def _watch(args: argparse.Namespace) -> int:
             print(f"labeldp watch: {exc}", file=sys.stderr)
             return 1
     if final.get("error"):
-        print(f"error: {final['error']}", file=sys.stderr)
+        print(f"error: {final['error']['code']}: {final['error']['message']}", file=sys.stderr)
     return 0 if final["status"] in ("succeeded", "delivered") else 1
 
 

@@ -54,7 +54,7 @@ def _train(features: httpx.Client, release_id: str, epochs: int, label: str) -> 
     )
     t = follow_training(features, job["id"], label=f"  {label}: training")
     if t["status"] != "succeeded":
-        raise RuntimeError(f"training {t['status']}: {t['error']}")
+        raise RuntimeError(f"training {t['status']}: {(t['error'] or {}).get('message')}")
     return t
 
 

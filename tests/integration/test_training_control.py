@@ -210,4 +210,4 @@ def test_a_stopping_server_closes_its_streams_instead_of_waiting_for_the_job(sta
     stack.start("features")
     with stack.features_client() as features:
         after = features.get(f"/v1/trainings/{training}").json()
-        assert (after["status"], after["error"]) == ("failed", "interrupted")
+        assert (after["status"], after["error"]["code"]) == ("failed", "interrupted")

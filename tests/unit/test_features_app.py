@@ -551,7 +551,9 @@ def test_running_trainings_are_marked_interrupted_on_startup(settings: Settings)
     with TestClient(create_app(settings)) as client:
         body = client.get("/v1/trainings/t-crashed", headers=AUTH).json()
     assert body["status"] == "failed"
-    assert body["error"] == "interrupted"
+    assert body["error"] == {
+        "code": "interrupted", "message": "the service stopped while the training ran", "details": [],
+    }
 
 
 def test_inbox_accepts_large_arrow_payloads(client: TestClient) -> None:
