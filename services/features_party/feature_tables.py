@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import store
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.pagination import keyset_page
 from labeldp.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
@@ -225,17 +225,10 @@ def _remove(*paths: Path) -> None:
 
 def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dict[str, Any]:
     """A page of feature tables, oldest first (keyset on creation time and name)."""
-    limit = check_limit(limit)
-    stmt = select(store.FeatureTable)
-    where = after(store.FeatureTable.created_at, store.FeatureTable.name, cursor)
-    if where is not None:
-        stmt = stmt.where(where)
-    rows = session.scalars(stmt.order_by(store.FeatureTable.created_at, store.FeatureTable.name).limit(limit + 1)).all()
-    last = rows[limit - 1] if len(rows) > limit else None
-    return {
-        "items": [describe(row) for row in rows[:limit]],
-        "next_cursor": encode_cursor(last.created_at, last.name) if last else None,
-    }
+    return keyset_page(
+        session, select(store.FeatureTable), store.FeatureTable.created_at, store.FeatureTable.name, limit, cursor,
+        describe,
+    )
 
 
 def get_feature_table(session: Session, name: str) -> store.FeatureTable:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.http_api import ApiError
-from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.pagination import keyset_page
 from labeldp.schema import LabelRelease, decode_columns, payload_digest
 from labeldp.signing import verify, verify_file
 from labeldp.timestamps import iso
@@ -187,19 +187,12 @@ def list_releases(
     session: Session, limit: int, cursor: str | None, label_set_id: str | None = None
 ) -> dict[str, Any]:
     """A page of received releases, oldest received first; never loads a message body."""
-    limit = check_limit(limit)
     stmt = select(store.Release)
     if label_set_id is not None:
         stmt = stmt.where(store.Release.label_set_id == label_set_id)
-    where = after(store.Release.received_at, store.Release.release_id, cursor)
-    if where is not None:
-        stmt = stmt.where(where)
-    rows = session.scalars(stmt.order_by(store.Release.received_at, store.Release.release_id).limit(limit + 1)).all()
-    last = rows[limit - 1] if len(rows) > limit else None
-    return {
-        "items": [describe_release(row) for row in rows[:limit]],
-        "next_cursor": encode_cursor(last.received_at, last.release_id) if last else None,
-    }
+    return keyset_page(
+        session, stmt, store.Release.received_at, store.Release.release_id, limit, cursor, describe_release
+    )
 
 
 def release_columns(row: store.Release) -> tuple[list[str], np.ndarray]:

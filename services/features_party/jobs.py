@@ -47,7 +47,7 @@ from features_party.tasks import CLASSIFICATION, LabelTask, check_transition_mat
 from labeldp.events import Snapshot
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.pagination import keyset_page
 from labeldp.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
@@ -359,7 +359,6 @@ def list_trainings(
 ) -> dict[str, Any]:
     """A page of trainings, oldest first (``status``/``release_id`` filter), each as
     ``GET /v1/trainings/{id}`` shows it (the contract's ``Training``)."""
-    limit = check_limit(limit)
     if status is not None and status not in STATUSES:
         raise ApiError(422, "invalid_status", f"status must be one of {', '.join(STATUSES)}")
     stmt = select(store.Training)
@@ -367,16 +366,10 @@ def list_trainings(
         stmt = stmt.where(store.Training.status == status)
     if release_id is not None:
         stmt = stmt.where(store.Training.release_id == release_id)
-    where = after(store.Training.created_at, store.Training.training_id, cursor)
-    if where is not None:
-        stmt = stmt.where(where)
-    rows = session.scalars(stmt.order_by(store.Training.created_at, store.Training.training_id).limit(limit + 1)).all()
-    items = [training_status(session, row, board) for row in rows[:limit]]
-    last = rows[limit - 1] if len(rows) > limit else None
-    return {
-        "items": items,
-        "next_cursor": encode_cursor(last.created_at, last.training_id) if last else None,
-    }
+    return keyset_page(
+        session, stmt, store.Training.created_at, store.Training.training_id, limit, cursor,
+        lambda row: training_status(session, row, board),
+    )
 
 
 def cancel_training(

@@ -28,7 +28,7 @@ from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
 from labeldp.logs import current_request_id
 from labeldp.mechanisms import LabelDomain
-from labeldp.pagination import after, check_limit, encode_cursor
+from labeldp.pagination import keyset_page
 from labeldp.randomness import secure_generator
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
 from labeldp.timestamps import iso
@@ -285,17 +285,8 @@ def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
 
 def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
     """A page of releases, oldest first, optionally of one label set; never reads message bytes."""
-    limit = check_limit(limit)
     stmt = select(ReleaseRow)
     if label_set_id is not None:
         stmt = stmt.where(ReleaseRow.label_set_id == label_set_id)
-    where = after(ReleaseRow.created_at, ReleaseRow.id, cursor)
-    if where is not None:
-        stmt = stmt.where(where)
     with ctx.sessions() as s:
-        rows = s.scalars(stmt.order_by(ReleaseRow.created_at, ReleaseRow.id).limit(limit + 1)).all()
-    last = rows[limit - 1] if len(rows) > limit else None
-    return {
-        "items": [describe(r) for r in rows[:limit]],
-        "next_cursor": encode_cursor(last.created_at, last.id) if last else None,
-    }
+        return keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, or_
+from sqlalchemy import ColumnElement, Select, and_, or_
+from sqlalchemy.orm import Session
 
 from labeldp.http_api import ApiError
 
@@ -48,3 +50,29 @@ def check_limit(limit: int) -> int:
     if not (1 <= limit <= MAX_LIMIT):
         raise ApiError(422, "invalid_limit", f"limit must be between 1 and {MAX_LIMIT}")
     return limit
+
+
+def keyset_page(
+    session: Session,
+    stmt: Select[Any],
+    created_col: Any,
+    id_col: Any,
+    limit: int,
+    cursor: str | None,
+    describe: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:
+    """One page of ``stmt``'s rows in (created, id) order, as ``{"items", "next_cursor"}``.
+
+    The one keyset walk of every list endpoint: nothing is skipped or repeated while new
+    items arrive, since a cursor names the last item's (created, id) and not an offset.
+    """
+    limit = check_limit(limit)
+    where = after(created_col, id_col, cursor)
+    if where is not None:
+        stmt = stmt.where(where)
+    rows = session.scalars(stmt.order_by(created_col, id_col).limit(limit + 1)).all()
+    last = rows[limit - 1] if len(rows) > limit else None
+    return {
+        "items": [describe(row) for row in rows[:limit]],
+        "next_cursor": encode_cursor(getattr(last, created_col.key), getattr(last, id_col.key)) if last else None,
+    }
