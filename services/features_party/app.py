@@ -313,7 +313,7 @@ def _api_router(ctx: AppContext) -> APIRouter:
     def get_release_labels(release_id: str) -> dict[str, Any]:
         with ctx.sessions() as session:
             ids, labels = inbox.release_columns(inbox.get_release(session, release_id))
-        return {"ids": ids, "labels": labels.tolist()}
+        return {"ids": ids.to_pylist(), "labels": labels.tolist()}
 
     @router.post(
         "/trainings",

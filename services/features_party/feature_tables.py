@@ -262,12 +262,12 @@ def missing_ids(ids: pa.Array | pa.ChunkedArray, table_ids: pa.Array | pa.Chunke
     return count, [str(i) for i in examples]
 
 
-def select_rows(table: pa.Table, id_column: str, ids: Sequence[str]) -> pa.Table:
+def select_rows(table: pa.Table, id_column: str, ids: Sequence[str] | pa.Array) -> pa.Table:
     """The rows of ``table`` for ``ids``, in that order, without the id column.
 
     Raises ``unknown_ids`` when an id has no row.
     """
-    wanted = pa.array(ids, pa.string())
+    wanted = ids if isinstance(ids, pa.Array) else pa.array(ids, pa.string())
     table_ids = table.column(id_column).combine_chunks()
     positions = pc.index_in(wanted, value_set=table_ids)
     if positions.null_count:

@@ -187,11 +187,11 @@ def _check_queue(
         )
 
 
-def check_join(data_dir: Path, table_row: store.FeatureTable, ids: list[str]) -> None:
+def check_join(data_dir: Path, table_row: store.FeatureTable, ids: pa.Array) -> None:
     """422 ``unknown_ids`` (a count and a few ids, which are public; never labels) unless the
     table holds every id of the release."""
     table_ids = feature_tables.read_table(data_dir, table_row, [table_row.id_column]).column(0)
-    missing, examples = feature_tables.missing_ids(pa.array(ids, pa.string()), table_ids)
+    missing, examples = feature_tables.missing_ids(ids, table_ids)
     if missing:
         raise feature_tables.unknown_ids_error(missing, examples)
 

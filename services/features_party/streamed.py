@@ -85,7 +85,7 @@ def fit_in_work_dir(
     data_dir: Path,
     feature_path: Path,
     id_column: str,
-    ids: list[str],
+    ids: pa.Array,
     labels: np.ndarray,
     spec: Any,
     config: TrainingConfig,
