@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from labeldp.epsilon import positive_micro, to_micro_ceil
+from labeldp.epsilon import InvalidEpsilon, exact_micro
 from labeldp.http_api import ApiError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Prior
@@ -105,7 +105,16 @@ def privatize_csv(
     classes: list[str] | None = None,
     params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the randomizer over a CSV; returns the accounting (ε per part)."""
+    """Run the randomizer over a CSV; returns the accounting (ε per part).
+
+    ε is read as the service reads it (``exact_micro``: refused, never rounded, unless it is a
+    multiple of 10⁻⁶; docs/architecture.md, invariant 3), before any label is read.
+    """
+    try:
+        epsilon_micro = exact_micro(epsilon)
+        epsilon_prior_micro = None if epsilon_prior is None else exact_micro(epsilon_prior)
+    except InvalidEpsilon as exc:
+        raise OfflineError(f"invalid epsilon: {exc}") from None
     if label_type == "categorical":
         if not classes:
             raise OfflineError("--classes is required for categorical labels")
@@ -136,11 +145,11 @@ def privatize_csv(
         labels,
         d,
         mechanism,
-        positive_micro(epsilon),
+        epsilon_micro,
         secure_generator(),
         classes=classes,
         params=params,
-        epsilon_prior_micro=None if epsilon_prior is None else to_micro_ceil(epsilon_prior),
+        epsilon_prior_micro=epsilon_prior_micro,
     )
     del labels
     with open(output_path, "w", newline="") as f:

@@ -48,14 +48,6 @@ def to_micro_floor(value: float | int | str | Decimal) -> int:
     return int((d * MICRO).to_integral_value(rounding=ROUND_FLOOR))
 
 
-def positive_micro(value: float | int | str | Decimal) -> int:
-    """A requested ε as micro-ε; raises InvalidEpsilon unless it is > 0."""
-    micro = to_micro_ceil(value)
-    if micro <= 0:
-        raise InvalidEpsilon("epsilon must be greater than 0")
-    return micro
-
-
 MAX_EPSILON_MICRO = 1_000 * MICRO  # no meaningful guarantee is left beyond ε = 1000
 _DECIMAL_TEXT = re.compile(r"^\+?(\d{1,12}(\.\d{0,12})?|\.\d{1,12})([eE][+-]?\d{1,3})?$")
 

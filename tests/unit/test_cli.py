@@ -81,3 +81,15 @@ def test_privatize_refuses_bad_input_and_writes_nothing(tmp_path):
     assert out.returncode == 2 and "non_finite" in out.stderr
     assert "nan" not in out.stderr.lower().replace("non_finite", "")
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_privatize_refuses_an_epsilon_the_service_would_refuse_instead_of_rounding_it(tmp_path):
+    (tmp_path / "in.csv").write_text("id,label\na,1.0\nb,2.0\n")
+    for epsilon, prior in (("0.0000015", None), ("1", "0.0000001")):
+        args = ["privatize", "--mechanism", "rr_on_bins", "--epsilon", epsilon, "--domain", "0,10",
+                "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv")]
+        if prior is not None:
+            args += ["--epsilon-prior", prior]
+        out = _run(*args)
+        assert out.returncode == 2 and "multiple of 0.000001" in out.stderr, out.stderr
+        assert not (tmp_path / "out.csv").exists()

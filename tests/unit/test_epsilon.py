@@ -5,8 +5,8 @@ import pytest
 from labeldp.epsilon import (
     MICRO,
     InvalidEpsilon,
+    exact_micro,
     from_micro,
-    positive_micro,
     split_budget,
     to_micro_ceil,
     to_micro_floor,
@@ -30,7 +30,7 @@ def test_charges_round_up_and_calibration_rounds_down():
 @pytest.mark.parametrize("bad", [0, -1, "0", float("nan"), float("inf"), "abc", -0.5])
 def test_non_positive_or_non_finite_epsilon_is_rejected(bad):
     with pytest.raises(InvalidEpsilon):
-        positive_micro(bad)
+        exact_micro(bad)
 
 
 def test_default_split_is_sqrt_k_over_n_leaving_the_randomizer_a_tenth():
