@@ -1,4 +1,9 @@
-"""Fused privatize kernels: snap, draw from the exact table, map back, in one pass per label.
+"""Privatize kernels: snap, draw from the exact table, map back, chunk by chunk.
+
+A chunk of labels goes through short passes rather than one fused loop where a
+loop would mix a word-dependent load or a sequential stream with the lattice
+arithmetic (clipped additive noise, RPWithPrior): apart, the arithmetic compiles
+to SIMD. The words are read in the order of the fused loop, so outputs are the same.
 
 Each kernel is a small pure function over arrays; its plain-numpy twin lives in
 ``labeldp.mechanisms.reference`` and the unit tests compare the two (identical
@@ -126,26 +131,30 @@ def lemire_threshold(s):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, keep_words, halves, out):
-    """Labels start..stop−1 (keep word of label i: keep_words[i − start]); returns the first not done.
+def _rp_prepare(labels, low, step, n_steps, a1, a2, keep, keep_words, centre, kept):
+    """Pass 1 (SIMD): each label's centre clip(t, a1, a2) and keep decision (top 53 bits < T)."""
+    drop = np.uint64(11)
+    for i in range(labels.size):
+        centre[i] = min(max(snap_index(labels[i], low, step, n_steps), a1), a2)
+        kept[i] = (keep_words[i] >> drop) < keep
 
-    Uniform integers come from ``halves``, read as a stream of 32-bit halves (high half
-    first), one half per Lemire attempt.
+
+@numba.njit(cache=True, boundscheck=False)
+def _rp_uniforms(kept, start, near, far, halves, u):
+    """Pass 2: u[i] uniform on [0, near) if kept[i] else [0, far), labels start.. until the halves run out.
+
+    ``halves`` is read as a stream of 32-bit halves (high half first), one half per
+    Lemire attempt; returns the first label not done.
     """
-    near = np.uint64(2 * z + 1)
-    far = np.uint64(max(a2 - a1, 1))
     near_t = lemire_threshold(near)
     far_t = lemire_threshold(far)
     h = 0
     n_halves = 2 * halves.size
-    drop = np.uint64(11)
     half = np.uint64(32)
     i = start
-    while i < stop:
-        c = min(max(snap_index(labels[i], low, step, n_steps), a1), a2)
-        kept = (keep_words[i - start] >> drop) < keep
-        s = near if kept else far
-        threshold = near_t if kept else far_t
+    while i < kept.size:
+        s = near if kept[i] else far
+        threshold = near_t if kept[i] else far_t
         while True:
             if h >= n_halves:
                 return i
@@ -155,32 +164,51 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
             product = bits32 * s
             if (product & _LOW32) >= threshold:
                 break
-        u = np.int64(product >> half)
-        far_index = a1 - z + u  # not far_t: that name holds the far Lemire threshold for every label
-        far_index += (2 * z + 1) * np.int64(far_index >= c - z)  # skip the near block
-        out[i] = index_value(c - z + u if kept else far_index, low, high, step, n_steps)
+        u[i] = np.int64(product >> half)
         i += 1
     return i
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rp_finish(centre, kept, u, a1, z, low, high, step, n_steps, out):
+    """Pass 3 (SIMD): near point c − z + u, or far point a1 − z + u past the near block, mapped back."""
+    for i in range(centre.size):
+        c = centre[i]
+        far_index = a1 - z + u[i]
+        far_index += (2 * z + 1) * np.int64(far_index >= c - z)  # skip the near block
+        out[i] = index_value(c - z + u[i] if kept[i] else far_index, low, high, step, n_steps)
 
 
 def rp_with_prior(
     labels: np.ndarray, lattice: Lattice, a1: int, a2: int, z: int, keep_numerator: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Near block (2z + 1 points around clip(t, a1, a2)) w.p. T/2^53, else a uniform far point."""
+    """Near block (2z + 1 points around clip(t, a1, a2)) w.p. T/2^53, else a uniform far point.
+
+    Three passes per chunk (the lattice arithmetic apart from the sequential Lemire
+    stream, so it compiles to SIMD, as in ``clipped_additive``); the words are read
+    in the order of one fused pass: the chunk's keep words, then halves as needed.
+    """
     flat = finite_labels(labels)
     out = np.empty(flat.size)
     if max(2 * z + 1, a2 - a1) >= 1 << 32:
         raise ValueError("the RPWithPrior kernel needs fewer than 2^32 outputs")
     keep = np.uint64(keep_numerator) if a2 > a1 else np.uint64(1 << 53)  # no far point: always near
+    near, far = np.uint64(2 * z + 1), np.uint64(max(a2 - a1, 1))
+    size = min(CHUNK, flat.size)
+    centre, kept, u = np.empty(size, np.int64), np.empty(size, np.bool_), np.empty(size, np.int64)
     for start in range(0, flat.size, CHUNK):
-        stop = min(start + CHUNK, flat.size)
-        keep_words = raw_words(rng, stop - start)
-        done = start
-        while done < stop:
-            done = _rp_kernel(
-                flat, done, stop, lattice.low, lattice.high, lattice.step, lattice.n_steps,
-                a1, a2, z, keep, keep_words, raw_words(rng, (stop - done) // 2 + 8), out,
-            )  # fmt: skip
+        n = min(CHUNK, flat.size - start)
+        _rp_prepare(
+            flat[start : start + n], lattice.low, lattice.step, lattice.n_steps, a1, a2, keep,
+            raw_words(rng, n), centre[:n], kept[:n],
+        )  # fmt: skip
+        done = 0
+        while done < n:
+            done = _rp_uniforms(kept[:n], done, near, far, raw_words(rng, (n - done) // 2 + 8), u[:n])
+        _rp_finish(
+            centre[:n], kept[:n], u[:n], a1, z, lattice.low, lattice.high, lattice.step, lattice.n_steps,
+            out[start : start + n],
+        )  # fmt: skip
     return out.reshape(np.shape(labels))
 
 
