@@ -153,6 +153,20 @@ def _rp_uniforms(kept, start, near, far, halves, u):
     half = np.uint64(32)
     i = start
     while i < kept.size:
+        if (h & 1) == 0 and i + 1 < kept.size and h + 1 < n_halves:
+            # Two labels from one word's two halves: the usual case, tried first
+            # without the per-half stream bookkeeping (same halves, same order).
+            word = halves[h >> 1]
+            p0 = (word >> half) * (near if kept[i] else far)
+            p1 = (word & _LOW32) * (near if kept[i + 1] else far)
+            t0 = near_t if kept[i] else far_t
+            t1 = near_t if kept[i + 1] else far_t
+            if (p0 & _LOW32) >= t0 and (p1 & _LOW32) >= t1:
+                u[i] = np.int64(p0 >> half)
+                u[i + 1] = np.int64(p1 >> half)
+                i += 2
+                h += 2
+                continue
         s = near if kept[i] else far
         threshold = near_t if kept[i] else far_t
         while True:
