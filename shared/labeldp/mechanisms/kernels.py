@@ -88,36 +88,69 @@ def clipped_additive(labels: np.ndarray, lattice: Lattice, table: TableSampler, 
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _exponential_kernel(labels, start, low, high, step, n_steps, table, g, words, out):
-    """Labels from ``start`` on until the words run out; returns the first label not done."""
+def _snap(labels, low, step, n_steps, index):
+    """Lattice index of each label (SIMD)."""
+    for i in range(labels.size):
+        index[i] = snap_index(labels[i], low, step, n_steps)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _signed_noise(table, g, words, packed, noise):
+    """±magnitude of every word, as ``clipped_additive`` draws it: gather, then resolve (SIMD)."""
     one = np.uint64(1)
-    k = 0
-    i = start
-    while i < labels.size:
-        j = snap_index(labels[i], low, step, n_steps)
-        while True:
-            if k >= words.size:
-                return i
-            w = words[k]
+    for k in range(words.size):
+        packed[k] = table[table_slot(g, 63, 0, words[k] >> one)]
+    for k in range(words.size):
+        w = words[k]
+        noise[k] = signed(table_resolve(packed[k], g, 63, w >> one), w)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _exponential_accept(index, i, n_steps, noise, k):
+    """index[i] += the first noise[k], noise[k + 1], … that lands in [0, J]; labels i.. until
+    the noise runs out. Returns (first label not done, first noise not used)."""
+    while i < index.size:
+        while k < noise.size:
+            t = index[i] + noise[k]
             k += 1
-            t = j + signed(table_draw(table, g, 63, 0, w >> one), w)
             if 0 <= t <= n_steps:
+                index[i] = t
                 break
-        out[i] = index_value(t, low, high, step, n_steps)
+        else:
+            return i, k
         i += 1
-    return i
+    return i, k
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _values(index, low, high, step, n_steps, out):
+    """Lattice value of each index (SIMD)."""
+    for i in range(index.size):
+        out[i] = index_value(index[i], low, high, step, n_steps)
 
 
 def exponential(labels: np.ndarray, lattice: Lattice, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
-    """t + N with N = ±(magnitude from ``table``), redrawn until it lands in [0, J]."""
+    """t + N with N = ±(magnitude from ``table``), redrawn until it lands in [0, J].
+
+    Every word is an attempt whatever label it serves, so a chunk of words is turned
+    into signed noise in one SIMD pass; only the accept loop is sequential. Words are
+    read in the order of one fused loop (the next CHUNK words whenever they run out).
+    """
     flat = finite_labels(labels)
     out = np.empty(flat.size)
-    done = 0
-    while done < flat.size:
-        done = _exponential_kernel(
-            flat, done, lattice.low, lattice.high, lattice.step, lattice.n_steps,
-            table.table, table.g, raw_words(rng, CHUNK), out,
-        )  # fmt: skip
+    index = np.empty(min(CHUNK, flat.size), dtype=np.int64)
+    packed, noise = np.empty(CHUNK, dtype=np.uint64), np.empty(CHUNK, dtype=np.int64)
+    k = CHUNK  # no noise yet
+    for start in range(0, flat.size, CHUNK):
+        n = min(CHUNK, flat.size - start)
+        _snap(flat[start : start + n], lattice.low, lattice.step, lattice.n_steps, index[:n])
+        i = 0
+        while i < n:
+            if k == CHUNK:
+                _signed_noise(table.table, table.g, raw_words(rng, CHUNK), packed, noise)
+                k = 0
+            i, k = _exponential_accept(index[:n], i, lattice.n_steps, noise, k)
+        _values(index[:n], lattice.low, lattice.high, lattice.step, lattice.n_steps, out[start : start + n])
     return out.reshape(np.shape(labels))
 
 
