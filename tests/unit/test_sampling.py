@@ -287,6 +287,25 @@ def test_rp_with_prior_far_draws_are_uniform_where_lemire_rejection_matters() ->
     assert np.all(np.abs(share - 1 / 3) < 6 * math.sqrt((2 / 9) / u.size)), share
 
 
+def test_rp_with_prior_decides_each_label_on_its_own_keep_word() -> None:
+    """Label i of a chunk is near iff the chunk's keep word i is below T, across halves refills.
+
+    With s = 3·2^30 far points a quarter of the far attempts are rejected, so the kernel
+    refills its halves mid-chunk. The fused kernel once indexed the keep words from the
+    refill point (``keep_words[i − done]``): after a refill, labels re-used the chunk's first
+    keep words, so two labels shared one keep decision and one label's output (near iff
+    kept: the far draw skips the near block) told an adversary whether the other was kept.
+    """
+    s, z, keep, n = 3 * 2**30, 5, 2**52, 20_000  # n < CHUNK: one chunk, its keep words come first
+    lattice = Lattice(0.0, float(s), s)
+    labels = np.random.default_rng(3).uniform(0.0, float(s), n)
+    out = kernels.rp_with_prior(labels, lattice, 0, s, z, keep, generator(46))
+    kept = (raw_words(generator(46), n) >> np.uint64(11)) < np.uint64(keep)
+    near = np.abs(out.astype(np.int64) - lattice.index(labels)) <= z
+    assert 0.4 < kept.mean() < 0.6
+    np.testing.assert_array_equal(near, kept)
+
+
 def test_unbiased_output_law_is_the_exact_law() -> None:
     mech = UnbiasedRandomizer(1.0, SMALL_REAL, grid_size=9).fit()
     for seed, label in enumerate([-1.0, 0.3, 1.25, 4.0, 9.0]):

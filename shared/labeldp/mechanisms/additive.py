@@ -24,7 +24,7 @@ Sampling. Clipped, every output is clip(j + N, 0, J), which depends on N only
 through its sign and min(|N|, J): ``privatize`` draws that magnitude from an exact
 integer table of its law (``folded_clipped_noise``, cells out of 2^63,
 ``sampling.TableSampler``) and the sign from one more bit of the same raw word, in
-the fused kernel ``kernels.clipped_additive``. The exponential mechanism draws from
+the kernel ``kernels.clipped_additive``. The exponential mechanism draws from
 the truncated two-sided geometric the same way and rejects draws that leave [0, J].
 Unclipped noise, or lattices of more than ``MAX_TABLE_SIZE`` points, use the numpy
 samplers (``_sample_noise``).
@@ -396,7 +396,7 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Snap to the lattice, add the integer noise, clip (if ``clip``), map back.
 
-        Clipped (the default): the fused kernel, one raw word per label — its low
+        Clipped (the default): ``kernels.clipped_additive``, one raw word per label — its low
         bit the sign, its top 63 bits the magnitude from the exact table of
         ``folded_clipped_noise``. Unclipped, or a lattice above ``MAX_TABLE_SIZE``
         points: the numpy noise sampler ``_sample_noise``.

@@ -1,4 +1,9 @@
-"""Fused privatize kernels: snap, draw from the exact table, map back, in one pass per label.
+"""Privatize kernels: snap, draw from the exact table, map back, chunk by chunk.
+
+A chunk of labels goes through short passes rather than one fused loop where a
+loop would mix a word-dependent load or a sequential stream with the lattice
+arithmetic (clipped additive noise, RPWithPrior): apart, the arithmetic compiles
+to SIMD. The words are read in the order of the fused loop, so outputs are the same.
 
 Each kernel is a small pure function over arrays; its plain-numpy twin lives in
 ``labeldp.mechanisms.reference`` and the unit tests compare the two (identical
@@ -26,7 +31,7 @@ import numba
 import numpy as np
 
 from labeldp.mechanisms.lattice import Lattice, index_value, snap_index
-from labeldp.mechanisms.sampling import CHUNK, TableSampler, raw_words, table_draw
+from labeldp.mechanisms.sampling import CHUNK, TableSampler, raw_words, table_draw, table_resolve, table_slot
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2^-53
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -50,12 +55,21 @@ def signed(m, w):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _clipped_additive_kernel(labels, low, high, step, n_steps, table, g, words, out):
+def _clipped_additive_kernel(labels, low, high, step, n_steps, table, g, words, packed, out):
+    """Two passes over the chunk, the same arithmetic per label as one fused pass.
+
+    Pass 1 only gathers each word's alias-table entry into ``packed``; pass 2 does
+    everything else (``table_resolve``, sign, snap, clip, map back). Split, pass 2
+    has no load that depends on a word and compiles to SIMD, and pass 1 is a tight
+    loop whose independent loads overlap; fused, neither happens (3-4× on an AMD
+    EPYC: bench/results/privatize_speed_epyc.md). Same words, same outputs.
+    """
     one = np.uint64(1)
     for i in range(labels.size):
-        j = snap_index(labels[i], low, step, n_steps)
+        packed[i] = table[table_slot(g, 63, 0, words[i] >> one)]
+    for i in range(labels.size):
         w = words[i]
-        t = j + signed(table_draw(table, g, 63, 0, w >> one), w)
+        t = snap_index(labels[i], low, step, n_steps) + signed(table_resolve(packed[i], g, 63, w >> one), w)
         out[i] = index_value(min(max(t, 0), n_steps), low, high, step, n_steps)
 
 
@@ -63,46 +77,80 @@ def clipped_additive(labels: np.ndarray, lattice: Lattice, table: TableSampler, 
     """clip(t + N, 0, J) mapped to the lattice, N = ±(magnitude from ``table``), one word per label."""
     flat = finite_labels(labels)
     out = np.empty(flat.size)
+    packed = np.empty(min(CHUNK, flat.size), dtype=np.uint64)
     for start in range(0, flat.size, CHUNK):
         stop = min(start + CHUNK, flat.size)
         _clipped_additive_kernel(
             flat[start:stop], lattice.low, lattice.high, lattice.step, lattice.n_steps,
-            table.table, table.g, raw_words(rng, stop - start), out[start:stop],
+            table.table, table.g, raw_words(rng, stop - start), packed, out[start:stop],
         )  # fmt: skip
     return out.reshape(np.shape(labels))
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _exponential_kernel(labels, start, low, high, step, n_steps, table, g, words, out):
-    """Labels from ``start`` on until the words run out; returns the first label not done."""
+def _snap(labels, low, step, n_steps, index):
+    """Lattice index of each label (SIMD)."""
+    for i in range(labels.size):
+        index[i] = snap_index(labels[i], low, step, n_steps)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _signed_noise(table, g, words, packed, noise):
+    """±magnitude of every word, as ``clipped_additive`` draws it: gather, then resolve (SIMD)."""
     one = np.uint64(1)
-    k = 0
-    i = start
-    while i < labels.size:
-        j = snap_index(labels[i], low, step, n_steps)
-        while True:
-            if k >= words.size:
-                return i
-            w = words[k]
+    for k in range(words.size):
+        packed[k] = table[table_slot(g, 63, 0, words[k] >> one)]
+    for k in range(words.size):
+        w = words[k]
+        noise[k] = signed(table_resolve(packed[k], g, 63, w >> one), w)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _exponential_accept(index, i, n_steps, noise, k):
+    """index[i] += the first noise[k], noise[k + 1], … that lands in [0, J]; labels i.. until
+    the noise runs out. Returns (first label not done, first noise not used)."""
+    while i < index.size:
+        while k < noise.size:
+            t = index[i] + noise[k]
             k += 1
-            t = j + signed(table_draw(table, g, 63, 0, w >> one), w)
             if 0 <= t <= n_steps:
+                index[i] = t
                 break
-        out[i] = index_value(t, low, high, step, n_steps)
+        else:
+            return i, k
         i += 1
-    return i
+    return i, k
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _values(index, low, high, step, n_steps, out):
+    """Lattice value of each index (SIMD)."""
+    for i in range(index.size):
+        out[i] = index_value(index[i], low, high, step, n_steps)
 
 
 def exponential(labels: np.ndarray, lattice: Lattice, table: TableSampler, rng: np.random.Generator) -> np.ndarray:
-    """t + N with N = ±(magnitude from ``table``), redrawn until it lands in [0, J]."""
+    """t + N with N = ±(magnitude from ``table``), redrawn until it lands in [0, J].
+
+    Every word is an attempt whatever label it serves, so a chunk of words is turned
+    into signed noise in one SIMD pass; only the accept loop is sequential. Words are
+    read in the order of one fused loop (the next CHUNK words whenever they run out).
+    """
     flat = finite_labels(labels)
     out = np.empty(flat.size)
-    done = 0
-    while done < flat.size:
-        done = _exponential_kernel(
-            flat, done, lattice.low, lattice.high, lattice.step, lattice.n_steps,
-            table.table, table.g, raw_words(rng, CHUNK), out,
-        )  # fmt: skip
+    index = np.empty(min(CHUNK, flat.size), dtype=np.int64)
+    packed, noise = np.empty(CHUNK, dtype=np.uint64), np.empty(CHUNK, dtype=np.int64)
+    k = CHUNK  # no noise yet
+    for start in range(0, flat.size, CHUNK):
+        n = min(CHUNK, flat.size - start)
+        _snap(flat[start : start + n], lattice.low, lattice.step, lattice.n_steps, index[:n])
+        i = 0
+        while i < n:
+            if k == CHUNK:
+                _signed_noise(table.table, table.g, raw_words(rng, CHUNK), packed, noise)
+                k = 0
+            i, k = _exponential_accept(index[:n], i, lattice.n_steps, noise, k)
+        _values(index[:n], lattice.low, lattice.high, lattice.step, lattice.n_steps, out[start : start + n])
     return out.reshape(np.shape(labels))
 
 
@@ -116,26 +164,44 @@ def lemire_threshold(s):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, keep_words, halves, out):
-    """Labels start..stop−1 (keep word of label i: keep_words[i − start]); returns the first not done.
+def _rp_prepare(labels, low, step, n_steps, a1, a2, keep, keep_words, centre, kept):
+    """Pass 1 (SIMD): each label's centre clip(t, a1, a2) and keep decision (top 53 bits < T)."""
+    drop = np.uint64(11)
+    for i in range(labels.size):
+        centre[i] = min(max(snap_index(labels[i], low, step, n_steps), a1), a2)
+        kept[i] = (keep_words[i] >> drop) < keep
 
-    Uniform integers come from ``halves``, read as a stream of 32-bit halves (high half
-    first), one half per Lemire attempt.
+
+@numba.njit(cache=True, boundscheck=False)
+def _rp_uniforms(kept, start, near, far, halves, u):
+    """Pass 2: u[i] uniform on [0, near) if kept[i] else [0, far), labels start.. until the halves run out.
+
+    ``halves`` is read as a stream of 32-bit halves (high half first), one half per
+    Lemire attempt; returns the first label not done.
     """
-    near = np.uint64(2 * z + 1)
-    far = np.uint64(max(a2 - a1, 1))
     near_t = lemire_threshold(near)
     far_t = lemire_threshold(far)
     h = 0
     n_halves = 2 * halves.size
-    drop = np.uint64(11)
     half = np.uint64(32)
     i = start
-    while i < stop:
-        c = min(max(snap_index(labels[i], low, step, n_steps), a1), a2)
-        kept = (keep_words[i - start] >> drop) < keep
-        s = near if kept else far
-        threshold = near_t if kept else far_t
+    while i < kept.size:
+        if (h & 1) == 0 and i + 1 < kept.size and h + 1 < n_halves:
+            # Two labels from one word's two halves: the usual case, tried first
+            # without the per-half stream bookkeeping (same halves, same order).
+            word = halves[h >> 1]
+            p0 = (word >> half) * (near if kept[i] else far)
+            p1 = (word & _LOW32) * (near if kept[i + 1] else far)
+            t0 = near_t if kept[i] else far_t
+            t1 = near_t if kept[i + 1] else far_t
+            if (p0 & _LOW32) >= t0 and (p1 & _LOW32) >= t1:
+                u[i] = np.int64(p0 >> half)
+                u[i + 1] = np.int64(p1 >> half)
+                i += 2
+                h += 2
+                continue
+        s = near if kept[i] else far
+        threshold = near_t if kept[i] else far_t
         while True:
             if h >= n_halves:
                 return i
@@ -145,32 +211,51 @@ def _rp_kernel(labels, start, stop, low, high, step, n_steps, a1, a2, z, keep, k
             product = bits32 * s
             if (product & _LOW32) >= threshold:
                 break
-        u = np.int64(product >> half)
-        far_index = a1 - z + u  # not far_t: that name holds the far Lemire threshold for every label
-        far_index += (2 * z + 1) * np.int64(far_index >= c - z)  # skip the near block
-        out[i] = index_value(c - z + u if kept else far_index, low, high, step, n_steps)
+        u[i] = np.int64(product >> half)
         i += 1
     return i
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _rp_finish(centre, kept, u, a1, z, low, high, step, n_steps, out):
+    """Pass 3 (SIMD): near point c − z + u, or far point a1 − z + u past the near block, mapped back."""
+    for i in range(centre.size):
+        c = centre[i]
+        far_index = a1 - z + u[i]
+        far_index += (2 * z + 1) * np.int64(far_index >= c - z)  # skip the near block
+        out[i] = index_value(c - z + u[i] if kept[i] else far_index, low, high, step, n_steps)
 
 
 def rp_with_prior(
     labels: np.ndarray, lattice: Lattice, a1: int, a2: int, z: int, keep_numerator: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Near block (2z + 1 points around clip(t, a1, a2)) w.p. T/2^53, else a uniform far point."""
+    """Near block (2z + 1 points around clip(t, a1, a2)) w.p. T/2^53, else a uniform far point.
+
+    Three passes per chunk (the lattice arithmetic apart from the sequential Lemire
+    stream, so it compiles to SIMD, as in ``clipped_additive``); the words are read
+    in the order of one fused pass: the chunk's keep words, then halves as needed.
+    """
     flat = finite_labels(labels)
     out = np.empty(flat.size)
     if max(2 * z + 1, a2 - a1) >= 1 << 32:
         raise ValueError("the RPWithPrior kernel needs fewer than 2^32 outputs")
     keep = np.uint64(keep_numerator) if a2 > a1 else np.uint64(1 << 53)  # no far point: always near
+    near, far = np.uint64(2 * z + 1), np.uint64(max(a2 - a1, 1))
+    size = min(CHUNK, flat.size)
+    centre, kept, u = np.empty(size, np.int64), np.empty(size, np.bool_), np.empty(size, np.int64)
     for start in range(0, flat.size, CHUNK):
-        stop = min(start + CHUNK, flat.size)
-        keep_words = raw_words(rng, stop - start)
-        done = start
-        while done < stop:
-            done = _rp_kernel(
-                flat, done, stop, lattice.low, lattice.high, lattice.step, lattice.n_steps,
-                a1, a2, z, keep, keep_words, raw_words(rng, (stop - done) // 2 + 8), out,
-            )  # fmt: skip
+        n = min(CHUNK, flat.size - start)
+        _rp_prepare(
+            flat[start : start + n], lattice.low, lattice.step, lattice.n_steps, a1, a2, keep,
+            raw_words(rng, n), centre[:n], kept[:n],
+        )  # fmt: skip
+        done = 0
+        while done < n:
+            done = _rp_uniforms(kept[:n], done, near, far, raw_words(rng, (n - done) // 2 + 8), u[:n])
+        _rp_finish(
+            centre[:n], kept[:n], u[:n], a1, z, lattice.low, lattice.high, lattice.step, lattice.n_steps,
+            out[start : start + n],
+        )  # fmt: skip
     return out.reshape(np.shape(labels))
 
 

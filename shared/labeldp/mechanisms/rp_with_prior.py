@@ -608,8 +608,9 @@ class RPWithPrior:
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw per label; every output is an element of ``outputs_``.
 
-        The fused kernel: keep iff the top 53 bits of a raw word are below T, then an
-        exactly uniform near or far point (Lemire's method, rejection on 32-bit halves).
+        The kernel (``kernels.rp_with_prior``): keep iff the top 53 bits of the label's
+        own raw word are below T, then an exactly uniform near or far point (Lemire's
+        method, rejection on 32-bit halves).
         """
         return kernels.rp_with_prior(
             labels, self._lattice, self.a1_index_, self.a2_index_, self.zeta_steps_, self.keep_numerator_, rng

@@ -196,17 +196,30 @@ class TableSampler:
 
 
 @numba.njit(cache=True, inline="always")
-def table_draw(table, g, bits, row, x):
-    """Output of ``row`` for x uniform on [0, 2^bits): x's bucket, or its alias past the threshold.
+def table_slot(g, bits, row, x):
+    """Position in ``table`` of x's bucket in ``row`` (x uniform on [0, 2^bits))."""
+    return (row << g) + np.int64(x >> np.uint64(bits - g))
 
-    Branch-free (the keep test is a coin flip for the branch predictor).
+
+@numba.njit(cache=True, inline="always")
+def table_resolve(packed, g, bits, x):
+    """Output for x given its bucket's packed entry: the bucket, or its alias past the threshold.
+
+    Branch-free (the keep test is a coin flip for the branch predictor). Apart from
+    the lookup so a kernel can gather the entries in one loop and resolve them in a
+    load-free one that compiles to SIMD (``kernels.clipped_additive``).
     """
     shift = np.uint64(bits - g)
     bucket = np.int64(x >> shift)
-    packed = table[(row << g) + bucket]
     keep = np.int64((x & ((np.uint64(1) << shift) - np.uint64(1))) < (packed >> np.uint64(g)))
     alias = np.int64(packed & ((np.uint64(1) << np.uint64(g)) - np.uint64(1)))
     return alias + keep * (bucket - alias)
+
+
+@numba.njit(cache=True, inline="always")
+def table_draw(table, g, bits, row, x):
+    """Output of ``row`` for x uniform on [0, 2^bits): one lookup, then ``table_resolve``."""
+    return table_resolve(table[table_slot(g, bits, row, x)], g, bits, x)
 
 
 @numba.njit(cache=True, boundscheck=False)
