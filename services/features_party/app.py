@@ -36,7 +36,7 @@ from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_finger
 from labeldp.logs import RequestContext, configure_logging
 from labeldp.metrics import TrainingObserver, features_metrics, instrument
 from labeldp.migrations import SERVICES
-from labeldp.openapi import CSV_TEXT, SIGNATURE, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import CSV_TEXT, SIGNATURE, documented_app, errors, event_stream_ok, ok, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -129,17 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(ctx.runner.shutdown)
             ctx.engine.dispose()
 
-    app = FastAPI(
-        title="labeldp features party",
-        version=__version__,
-        description=DESCRIPTION,
-        openapi_tags=TAGS,
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        generate_unique_id_function=operation_id,
-    )
-    mount_docs(app)
+    app = documented_app("labeldp features party", DESCRIPTION, TAGS, lifespan)
     app.state.ctx = ctx
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}

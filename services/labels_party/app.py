@@ -20,7 +20,7 @@ from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_
 from labeldp.logs import RequestContext, configure_logging
 from labeldp.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.migrations import SERVICES
-from labeldp.openapi import BINARY, CSV_TEXT, errors, event_stream_ok, mount_docs, ok, operation_id, request_body
+from labeldp.openapi import BINARY, CSV_TEXT, documented_app, errors, event_stream_ok, ok, request_body
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.settings import Settings, require_secrets
 from labeldp.spool import spool_body
@@ -92,16 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     measured = labels_metrics(registry)
     uploaded_rows, release_outcomes = measured.uploaded_labels, measured.release_requests
 
-    app = FastAPI(
-        title="labeldp labels party",
-        version=__version__,
-        description=DESCRIPTION,
-        openapi_tags=TAGS,
-        docs_url=None,
-        redoc_url=None,
-        generate_unique_id_function=operation_id,
-    )
-    mount_docs(app)
+    app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)

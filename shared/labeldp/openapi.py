@@ -14,6 +14,7 @@ reads itself (an upload, a signed message) is documented with ``openapi_extra=re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from fastapi.security import APIKeyHeader, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from labeldp import __version__
 from labeldp.schema import SIGNATURE_HEADER
 
 BEARER = HTTPBearer(
@@ -239,6 +241,25 @@ def _nullable(schema: dict[str, Any]) -> bool:
 
 
 _ASSETS = "/docs-assets"
+
+
+def documented_app(
+    title: str, description: str, tags: list[dict[str, str]], lifespan: Callable[[FastAPI], Any] | None = None
+) -> FastAPI:
+    """A service's FastAPI app with its contract's common parts: the package version as
+    ``info.version``, route-named operation ids and the docs pages served locally."""
+    app = FastAPI(
+        title=title,
+        version=__version__,
+        description=description,
+        openapi_tags=tags,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    mount_docs(app)
+    return app
 
 
 def mount_docs(app: FastAPI) -> None:
