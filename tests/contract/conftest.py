@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from tests.local_settings import both_parties
 
 from labeldp.settings import Settings
 
@@ -28,17 +29,7 @@ FEATURES_AUTH = {"Authorization": f"Bearer {FEATURES_KEY}"}
 
 
 def contract_settings(tmp_path: Path) -> Settings:
-    return Settings(
-        labels_database_url=f"sqlite:///{tmp_path / 'labels.db'}",
-        labels_data_dir=tmp_path / "labels-data",
-        labels_api_key=LABELS_KEY,
-        features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
-        features_data_dir=tmp_path / "features-data",
-        features_api_key=FEATURES_KEY,
-        exchange_secret=EXCHANGE_SECRET,
-        device="cpu",
-        training_threads=1,
-    )
+    return both_parties(tmp_path, LABELS_KEY, FEATURES_KEY, EXCHANGE_SECRET, training_threads=1)
 
 
 def labels_app(tmp_path: Path) -> FastAPI:

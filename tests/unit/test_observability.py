@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from tests.local_settings import both_parties
 
 from features_party.app import create_app as create_features_app
 from labeldp.logs import JsonFormatter, accepted_request_id, bound_request_id, current_request_id
@@ -26,17 +27,7 @@ SECRET = "exchange-secret-0123456789abcdef"
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        labels_database_url=f"sqlite:///{tmp_path / 'labels.db'}",
-        labels_data_dir=tmp_path / "labels-data",
-        labels_api_key=LABELS_KEY,
-        features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
-        features_data_dir=tmp_path / "features-data",
-        features_api_key=FEATURES_KEY,
-        exchange_secret=SECRET,
-        max_body_bytes=10_000,
-        device="cpu",
-    )
+    return both_parties(tmp_path, LABELS_KEY, FEATURES_KEY, SECRET, max_body_bytes=10_000)
 
 
 @pytest.fixture

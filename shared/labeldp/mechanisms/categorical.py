@@ -24,6 +24,7 @@ data as in Alg. 2 while randomizing every row exactly once.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
@@ -295,7 +296,7 @@ class BlockRRParams(RRWithPriorParams):
 # --------------------------------------------------------------------------- mechanisms
 
 
-class _CategoricalMechanism:
+class _CategoricalMechanism(ABC):
     """Shared machinery: the fitted matrix ``matrix_``, its cells, sampling, accuracy."""
 
     name: ClassVar[str]
@@ -369,8 +370,9 @@ class _CategoricalMechanism:
 
     # -- the contract (labeldp.mechanisms.contract) ------------------------------
 
+    @abstractmethod
     def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
-        raise NotImplementedError
+        """Each mechanism's own fit: RR needs no prior, RRWithPrior and BlockRR pick from one."""
 
     def fit_to(self, prior: Prior | None = None) -> Self:
         """Fit to a prior over class indices (``values``); RR ignores it, the others need one."""
