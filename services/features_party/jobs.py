@@ -395,11 +395,15 @@ def cancel_training(
                     409, "training_finished", f"the training is {row.status}", details=[{"status": row.status}]
                 )
             code = 202  # asked already: the same answer
+        # The answer is the state this request committed: read before the worker is told, which
+        # may finish the cancel at its next batch, milliseconds later (202 is always `cancelling`).
+        row = get_training(session, training_id)
+        session.refresh(row)
+        body = training_status(session, row, board)
     if code == 202:
         board.request_cancel(training_id)
     log.info("training %s: cancel requested (%s)", training_id, "cancelled" if code == 200 else "at next batch")
-    with session_factory() as session:
-        return code, training_status(session, get_training(session, training_id), board)
+    return code, body
 
 
 def _move(session: Session, training_id: str, current: str, **values: Any) -> bool:
