@@ -20,7 +20,7 @@ from tests.training.data import write_table
 from features_party import jobs, models, store
 from features_party.config import DEFAULT_LEARNING, TrainingConfig
 from features_party.debiasing import label_law
-from features_party.distributed import CHECKPOINT_FILE, TorchrunFailed, run_torchrun
+from features_party.distributed import CHECKPOINT_FILE, PROGRESS_FILE, TorchrunFailed, run_torchrun
 from features_party.loop import EpochReport, make_plan
 from features_party.persistence import TrainedRegressor
 from features_party.regression import fit_staged_regressor
@@ -192,8 +192,15 @@ def test_a_killed_worker_is_restarted_and_the_job_resumes_from_the_rank0_checkpo
     ))
     job.start()
     deadline = time.monotonic() + 240
-    while len(reports) < 2 and time.monotonic() < deadline and job.is_alive():
-        time.sleep(0.05)
+    # Watch rank 0's own progress file, not the relayed reports: the relay polls every 0.2 s,
+    # and a fast machine trained to the end before a kill timed from the relay landed.
+    progress = work / PROGRESS_FILE
+
+    def epochs_done() -> int:
+        return len(progress.read_text().splitlines()) if progress.exists() else 0
+
+    while epochs_done() < 2 and time.monotonic() < deadline and job.is_alive():
+        time.sleep(0.005)
     first_pid = int((work / "worker-1.pid").read_text())
     os.kill(first_pid, signal.SIGKILL)
     job.join(timeout=300)
