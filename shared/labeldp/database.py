@@ -68,13 +68,28 @@ def _make_sqlite_transactions_immediate(engine: Engine, busy_timeout_seconds: fl
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _set_wal(cursor, busy_timeout_seconds)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _set_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
+    """Switch a new SQLite file to WAL. Switching takes an exclusive lock and SQLite may answer
+    "database is locked" at once, without its busy handler, while another process starting at the
+    same moment (a replica, the outbox) holds the file; so wait here as the busy timeout would."""
+    deadline = time.monotonic() + busy_timeout_seconds
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
