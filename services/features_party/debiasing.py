@@ -18,6 +18,10 @@ m(y) = E[ŷ | y]:
   biased toward the mechanism's centre but stable. λ trades the two; chosen on
   privatized validation rows it is discounted by its own noise
   (:func:`cautious_shrinkage`).
+- **The private mean** (:func:`private_mean`): the constant a model learning nothing
+  from the features would predict. Pulling predictions toward it, μ + w·(s − μ),
+  is the last safeguard of the default learning: when the noise hides what the
+  features say, w falls to 0 and the model predicts the mean (issue 12).
 
 Each mechanism states its law (``labeldp.mechanisms.law.TransitionLaw``, derived here
 through the registry: docs/architecture.md, "The mechanism contract"). Laws that are
@@ -283,27 +287,73 @@ def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
     return float(np.dot(diff, diff) / diff.size) if diff.size else float("nan")
 
 
+def constant_prediction(target_mean: float, law: LabelLaw, debias: Debias) -> float:
+    """What a model that learnt only its targets' mean predicts, debiased as any prediction is.
+
+    With the training targets' mean (privatized labels, or debiased ones for
+    ``debias='targets'``) this is the release's **private mean**: post-processing of
+    the release, so it costs no ε. For an affine law it is the debiased labels' mean
+    clipped to the range of t(y); for a monotone law, m⁻¹ of the labels' mean.
+    """
+    return float(prediction_parts(np.array([float(target_mean)]), law, debias)[1][0])
+
+
+def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions") -> float:
+    """The private-mean predictor of a release's labels (:func:`constant_prediction` of their mean)."""
+    labels = np.asarray(privatized, dtype=np.float64)
+    targets = law.debias_labels(labels) if debias == "targets" else labels
+    return constant_prediction(float(targets.mean()), law, debias)
+
+
+def toward(anchor: float, estimate: np.ndarray, weight: float) -> np.ndarray:
+    """anchor + w·(estimate − anchor): w = 1 keeps the estimate, w = 0 is the constant ``anchor``."""
+    w = check_shrinkage(weight)
+    estimate = np.asarray(estimate, dtype=np.float64)
+    return estimate if w == 1.0 else anchor + w * (estimate - anchor)
+
+
 @dataclass(frozen=True)
 class PostProcessing:
-    """How a trained regressor turns its network's outputs (label units) into predictions."""
+    """How a trained regressor turns its network's outputs (label units) into predictions.
+
+    ``shrinkage`` λ mixes the plain and the debiased estimate; with an ``anchor`` (the
+    release's private mean, :func:`constant_prediction`) the result is then pulled
+    toward it, anchor + ``model_weight``·(estimate − anchor), so a model whose
+    features explain less than the noise hides falls back to the mean
+    (:mod:`features_party.selection`). Model files written without an anchor keep
+    predicting as they did.
+    """
 
     debias: Debias = "none"
     shrinkage: float = 0.0
     law: LabelLaw = IDENTITY
+    anchor: float | None = None
+    model_weight: float = 1.0
 
     def parts(self, outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return prediction_parts(outputs, self.law, self.debias)
 
     def apply(self, outputs: np.ndarray) -> np.ndarray:
         plain, debiased = self.parts(outputs)
-        return shrink(plain, debiased, self.shrinkage)
+        estimate = shrink(plain, debiased, self.shrinkage)
+        return estimate if self.anchor is None else toward(self.anchor, estimate, self.model_weight)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"debias": self.debias, "shrinkage": float(self.shrinkage), "law": self.law.to_dict()}
+        data: dict[str, Any] = {"debias": self.debias, "shrinkage": float(self.shrinkage), "law": self.law.to_dict()}
+        if self.anchor is not None:
+            data.update(anchor=float(self.anchor), model_weight=float(self.model_weight))
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PostProcessing:
         if not data:
             return cls()
         debias: Any = str(data["debias"])
-        return cls(debias, float(data["shrinkage"]), law_from_dict(data.get("law")))
+        anchor = data.get("anchor")
+        return cls(
+            debias,
+            float(data["shrinkage"]),
+            law_from_dict(data.get("law")),
+            None if anchor is None else float(anchor),
+            float(data.get("model_weight", 1.0)),
+        )

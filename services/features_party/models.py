@@ -64,6 +64,8 @@ def learning_card(training: store.Training | None, model: TrainedModel | None) -
         "select_epoch": config.get("select_epoch"),
         "selected_epoch": selection.get("selected_epoch"),
         "selected_shrinkage": post.shrinkage if post is not None else None,
+        "private_mean": post.anchor if post is not None else None,
+        "selected_model_weight": post.model_weight if post is not None and post.anchor is not None else None,
         "selection_estimate": selection.get("estimate"),
         "selection_criterion": selection.get("criterion"),
         "selection_note": selection.get("note"),

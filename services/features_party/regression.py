@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from features_party.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
-from features_party.debiasing import LabelLaw, PostProcessing, label_law
+from features_party.debiasing import LabelLaw, PostProcessing, constant_prediction, label_law
 from features_party.loop import (
     EpochReport,
     Fitted,
@@ -128,7 +128,7 @@ def _fit_selected(
     targets = training_targets(law, learning, labels)
     mean, std, standardized = standardize(targets, plan.train_idx)
     oracle_val = oracle_labels[plan.val_idx] if oracle_labels is not None else None
-    selection = Selection(law, learning, labels[plan.val_idx], oracle_val, pair, mean, std)
+    selection = Selection(law, learning, labels[plan.val_idx], oracle_val, pair, mean, std, len(plan.train_idx))
     objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
     fitted = fit_network(table, standardized, objective, config, plan, on_epoch, selection.inspector())
     return selection.results(fitted, plan, config.epochs, mean, std)
@@ -162,6 +162,7 @@ class Selection:
         pair: bool,
         mean: float,
         std: float,
+        n_train: int,
     ) -> None:
         self.law, self.learning, self.mean, self.std = law, learning, mean, std
         criteria: list[tuple[Criterion, np.ndarray]] = []
@@ -171,8 +172,16 @@ class Selection:
             if oracle_val is not None:
                 criteria.append(("oracle", oracle_val))
         self.fixed = 0.0 if learning.shrinkage == "auto" else float(learning.shrinkage)
+        # shrinkage='auto' also weighs the model against the private mean of the training rows
+        # (``mean`` is their targets' mean): the learner is never worse than that constant.
+        self.anchor = constant_prediction(mean, law, learning.debias) if learning.shrinkage == "auto" else None
+        # A model that falls back to the mean predicts the private mean over every row, validation rows
+        # included: the selection needed an anchor independent of them, the constant wants the most precise one.
+        val_targets = training_targets(law, learning, np.asarray(val_labels, dtype=np.float64))
+        overall = (mean * n_train + float(val_targets.sum())) / max(1, n_train + val_targets.size)
+        self.final_anchor = None if self.anchor is None else constant_prediction(overall, law, learning.debias)
         self.selectors = [
-            Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion)
+            Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion, self.anchor)
             for criterion, ref in criteria
         ]
         self.best: list[dict[str, torch.Tensor] | None] = [None] * len(self.selectors)
@@ -194,7 +203,10 @@ class Selection:
         """What the selection has seen so far, as plain types (for a checkpoint)."""
         return {
             "selectors": [
-                {"history": list(x.history_), "epoch": x.epoch_, "shrinkage": x.shrinkage_, "estimate": x.estimate_}
+                {
+                    "history": list(x.history_), "epoch": x.epoch_, "shrinkage": x.shrinkage_,
+                    "model_weight": x.model_weight_, "estimate": x.estimate_, "gain": x.gain_,
+                }
                 for x in self.selectors
             ],
             "best": list(self.best),
@@ -207,6 +219,9 @@ class Selection:
             selector.epoch_, selector.shrinkage_, selector.estimate_ = (
                 saved["epoch"], saved["shrinkage"], saved["estimate"],
             )
+            selector.model_weight_ = float(saved.get("model_weight", 1.0))
+            gain = saved.get("gain")
+            selector.gain_ = None if gain is None else (float(gain[0]), float(gain[1]))
         self.best = list(state["best"])
 
     def results(self, fitted: Fitted, plan: Plan, epochs: int, mean: float, std: float) -> list[TrainedRegressor]:
@@ -221,6 +236,7 @@ class Selection:
                     model = copy.deepcopy(fitted.model)
                 model.load_state_dict(state)
                 model.eval()
+            anchor, weight = None, 1.0
             if selector is None:
                 lam, summary = (0.0 if learning.debias == "none" else self.fixed), None
                 epoch = epochs
@@ -228,8 +244,11 @@ class Selection:
                 if selector.shrinkage_ is None or selector.epoch_ is None:
                     raise RuntimeError("model selection observed no epoch")
                 lam, epoch = float(selector.shrinkage_), int(selector.epoch_)
+                weight = float(selector.final_weight_)
+                anchor = self.final_anchor if selector.mean_fallback_ else selector.anchor
                 summary = {**selector.summary(), "note": estimate_note(selector.criterion, law)}
-            post = PostProcessing(learning.debias, lam if learning.debias != "none" else 0.0, law)
+            lam = lam if learning.debias != "none" else 0.0
+            post = PostProcessing(learning.debias, lam, law, anchor, weight)
             kwargs = fitted.trained(plan)
             kwargs["config"] = {**kwargs["config"], "learning": learning.to_dict(), "selected_epoch": epoch}
             results.append(
@@ -263,7 +282,9 @@ def fit_staged_regressor(
     workers = workers or Workers()
     check_validation(learning, staged.n_validation, False)
     val_labels = staged.val_labels if workers.is_main else np.empty((0,))  # other workers select nothing
-    selection = Selection(law, learning, val_labels, None, False, staged.target_mean, staged.target_std)
+    selection = Selection(
+        law, learning, val_labels, None, False, staged.target_mean, staged.target_std, staged.n_train
+    )
     objective = Objective(MLPRegressor, squared_error, loss_scale=staged.target_std**2)
     inspect = selection.inspector()
     if resume is not None and workers.is_main:

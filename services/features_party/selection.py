@@ -33,6 +33,22 @@ the exponential mechanism) use their least-squares line (see
 :mod:`features_party.debiasing`): the estimate is then unbiased, up to the same
 kind of constant, for the MSE against the linearized mean (m(y) − b)/a.
 
+**Never worse than the mean.** The same estimate ranks any candidate, a constant
+included. With ``anchor`` μ, the release's private mean over the *training* rows
+(:func:`~features_party.debiasing.constant_prediction`: post-processing, no ε),
+the candidates are μ + w·(s − μ), w ∈ [0, 1], s the epoch's shrunk predictor; μ
+depends on no validation row, so the proof above holds for every w and w = 0 is
+the private-mean predictor itself. w is chosen like λ: the exact minimizer,
+discounted by its standard error (``cautious_shrinkage`` with μ as the plain
+estimate). Where the features explain less than the validation noise can
+resolve (small n·ε², or a network that fit the noise) w falls to 0 and the
+model predicts the mean; with a clear signal w ≈ 1 and little changes. One
+guard remains: the selected epoch is the minimum of many noisy estimates, so
+its advantage over the mean is biased upward (the winner's curse). The selected
+predictor is kept only when its estimated gain over the mean, a paired mean of
+per-row loss differences on the validation rows, exceeds that difference's own
+standard error; otherwise the model predicts the mean (``mean_fallback_``).
+
 The ORACLE criterion replaces ỹ with true validation labels; it exists only for
 benchmarks, to show how close private selection comes.
 """
@@ -53,6 +69,7 @@ from features_party.debiasing import (
     mean_squared_error,
     prediction_parts,
     shrink,
+    toward,
 )
 
 Criterion = Literal["private", "oracle"]
@@ -65,10 +82,11 @@ class Selector:
     ``reference``: ỹ (private) or the true labels (oracle) of the validation rows.
     ``shrinkage``: "auto" (per epoch, λ minimizes the estimate over [0, 1], then is
     discounted by its standard error: :func:`~features_party.debiasing.cautious_shrinkage`)
-    or a fixed λ. ``select_epoch``: the epoch whose predictor (at its λ) has the
-    lowest estimate; otherwise the last one counts.
-    Fitted: ``epoch_``, ``shrinkage_``, ``estimate_`` and ``history_`` (one entry
-    per epoch: its best λ and estimate).
+    or a fixed λ. ``anchor``: the private mean μ to pull the predictor toward (w of
+    μ + w·(s − μ) chosen like λ), or ``None`` to keep s. ``select_epoch``: the epoch
+    whose predictor (at its λ and w) has the lowest estimate; otherwise the last one
+    counts. Fitted: ``epoch_``, ``shrinkage_``, ``model_weight_``, ``estimate_`` and
+    ``history_`` (one entry per epoch: its λ, w and estimate).
     """
 
     law: LabelLaw
@@ -77,10 +95,13 @@ class Selector:
     shrinkage: str | float = "auto"
     select_epoch: bool = True
     criterion: Criterion = "private"
+    anchor: float | None = None
     history_: list[dict[str, Any]] = field(default_factory=list)
     epoch_: int | None = None
     shrinkage_: float | None = None
+    model_weight_: float = 1.0
     estimate_: float | None = None
+    gain_: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         self.reference = np.asarray(self.reference, dtype=np.float64)
@@ -89,26 +110,58 @@ class Selector:
         if self.shrinkage != "auto":
             self.shrinkage = check_shrinkage(self.shrinkage)  # type: ignore[arg-type]
 
-    def score(self, outputs: np.ndarray) -> tuple[float, float]:
-        """(λ, estimate) of one candidate's validation outputs (label units)."""
+    def score(self, outputs: np.ndarray) -> tuple[float, float, float]:
+        """(λ, w, estimate) of one candidate's validation outputs (label units)."""
         plain, debiased = prediction_parts(outputs, self.law, self.debias)
         if self.debias == "none":
-            return 0.0, mean_squared_error(plain, self.reference)
-        if self.shrinkage == "auto" and self.criterion == "oracle":
-            return best_shrinkage(plain, debiased, self.reference)  # true labels: take the exact best
-        if self.shrinkage == "auto":
-            lam = cautious_shrinkage(plain, debiased, self.reference)[0]
+            lam = 0.0
+        elif self.shrinkage == "auto":
+            lam = self._weigh(plain, debiased)
         else:
             lam = float(self.shrinkage)
-        return lam, mean_squared_error(shrink(plain, debiased, lam), self.reference)
+        estimate = shrink(plain, debiased, lam)
+        if self.anchor is None:
+            return lam, 1.0, mean_squared_error(estimate, self.reference)
+        weight = self._weigh(np.full_like(estimate, self.anchor), estimate)
+        return lam, weight, mean_squared_error(toward(self.anchor, estimate, weight), self.reference)
+
+    def gain_over_anchor(self, outputs: np.ndarray, lam: float, weight: float) -> tuple[float, float]:
+        """(gain, se): the estimated MSE improvement of the (λ, w) predictor over the anchor,
+        a paired mean over the validation rows, and its standard error."""
+        assert self.anchor is not None
+        plain, debiased = prediction_parts(outputs, self.law, self.debias)
+        predicted = toward(self.anchor, shrink(plain, debiased, lam), weight)
+        gains = (self.anchor - self.reference) ** 2 - (predicted - self.reference) ** 2
+        se = float(gains.std(ddof=1) / np.sqrt(gains.size)) if gains.size > 1 else 0.0
+        return float(gains.mean()), se
+
+    @property
+    def mean_fallback_(self) -> bool:
+        """Whether the selected predictor's gain over the private mean is within its noise (private only)."""
+        if self.anchor is None or self.gain_ is None or self.criterion == "oracle":
+            return False
+        gain, se = self.gain_
+        return gain <= se
+
+    @property
+    def final_weight_(self) -> float:
+        """w as the model applies it: 0 when the selection falls back to the mean."""
+        return 0.0 if self.mean_fallback_ else self.model_weight_
+
+    def _weigh(self, base: np.ndarray, candidate: np.ndarray) -> float:
+        """The weight of ``candidate`` over ``base``: exact for the oracle (true labels), cautious otherwise."""
+        if self.criterion == "oracle":
+            return best_shrinkage(base, candidate, self.reference)[0]
+        return cautious_shrinkage(base, candidate, self.reference)[0]
 
     def observe(self, epoch: int, outputs: np.ndarray) -> bool:
         """Score this epoch; True when it becomes the selected one (the caller keeps its weights)."""
-        lam, estimate = self.score(outputs)
-        self.history_.append({"epoch": epoch, "shrinkage": lam, "estimate": estimate})
+        lam, weight, estimate = self.score(outputs)
+        self.history_.append({"epoch": epoch, "shrinkage": lam, "model_weight": weight, "estimate": estimate})
         better = self.estimate_ is None or not self.select_epoch or estimate < self.estimate_
         if better:
-            self.epoch_, self.shrinkage_, self.estimate_ = epoch, lam, estimate
+            self.epoch_, self.shrinkage_, self.model_weight_, self.estimate_ = epoch, lam, weight, estimate
+            self.gain_ = None if self.anchor is None else self.gain_over_anchor(outputs, lam, weight)
         return better
 
     def summary(self) -> dict[str, Any]:
@@ -117,6 +170,10 @@ class Selector:
             "criterion": self.criterion,
             "selected_epoch": self.epoch_,
             "shrinkage": self.shrinkage_,
+            "private_mean": self.anchor,
+            "model_weight": self.final_weight_,
+            "gain_over_mean": None if self.gain_ is None else {"gain": self.gain_[0], "se": self.gain_[1]},
+            "mean_fallback": self.mean_fallback_,
             "estimate": self.estimate_,
             "n_validation": int(self.reference.size),
             "label_law": self.law.name,

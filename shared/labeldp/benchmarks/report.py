@@ -20,6 +20,7 @@ RATIO = "test_mse_ratio"
 CLASSIFICATION_BLOCKS = ("test_accuracy", "mean_class_accuracy")
 TITLES = {
     "mechanism_mse": "Mechanism MSE (true vs privatized training labels)",
+    "private_mean_mse": "Test MSE of the private-mean predictor",
     "label_accuracy": "Mechanism: fraction of training labels released unchanged",
     "test_mse": "Test MSE",
     "test_accuracy": "Test accuracy",
@@ -120,6 +121,54 @@ def learner_block(result: RunResult, mechanism: str) -> list[str]:
         _mark_best(cells, stats)
         rows.append([eps_label(eps)] + [cells[lr] for lr in result.learners])
     return _table(["ε"] + [f"`{lr}`" for lr in result.learners], rows)
+
+
+MEAN_FLOOR = "private_mean_mse"
+"""The constant every release affords for free: its private mean (``utility.mean_predictors``)."""
+
+
+def has_mean_floor(result: RunResult) -> bool:
+    return any(MEAN_FLOOR in c.mechanism_metrics for c in result.cells)
+
+
+def mean_floor_misses(result: RunResult, learner: str) -> list[tuple[str, float, float]]:
+    """(mechanism, ε, mean gap) of every cell where ``learner`` is worse than its own release's
+    private mean by more than one standard error (its std/√trials, the † rule)."""
+    misses = []
+    for eps in result.epsilons:
+        if math.isinf(eps):
+            continue
+        for m in result.mechanisms:
+            if m == DEFAULT:
+                continue
+            learned = _stats(result.values(m, eps, "test_mse", learner))
+            floor = _stats(result.values(m, eps, MEAN_FLOOR))
+            if learned is not None and floor is not None and learned[0] - floor[0] > learned[1]:
+                misses.append((m, eps, learned[0] - floor[0]))
+    return misses
+
+
+def mean_floor_block(result: RunResult) -> list[str]:
+    """Rows ε, columns mechanisms: each release's private mean (and, last, the true training mean)."""
+    rows = []
+    mechanisms = [m for m in result.mechanisms if m != DEFAULT]
+    for eps in result.epsilons:
+        if math.isinf(eps):
+            continue
+        cells = [fmt_mean_std(result.values(m, eps, MEAN_FLOOR)) for m in mechanisms]
+        truth = np.concatenate([result.values(m, eps, "training_mean_mse") for m in mechanisms[:1]])
+        rows.append([eps_label(eps), *cells, fmt_mean_std(truth)])
+    return _table(["ε"] + [f"`{m}`" for m in mechanisms] + ["true training mean (not private)"], rows)
+
+
+def mean_floor_note(result: RunResult, learner: str) -> list[str]:
+    """One line under a learner's table: its cells worse than their release's private mean."""
+    misses = mean_floor_misses(result, learner)
+    total = sum(1 for e in result.epsilons if not math.isinf(e)) * sum(1 for m in result.mechanisms if m != DEFAULT)
+    if not misses:
+        return [f"Worse than its release's private mean by more than one SE: none of {total} cells.", ""]
+    listed = "; ".join(f"`{m}` ε={eps_label(e)} (+{gap:.4g})" for m, e, gap in misses)
+    return [f"Worse than its release's private mean by more than one SE: {len(misses)} of {total} cells: {listed}.", ""]
 
 
 def relative_excess(result: RunResult, mechanism: str, epsilon: float, learner: str) -> np.ndarray:
@@ -437,10 +486,21 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     else:
         lines += [f"## {TITLES['mechanism_mse']}, mean ± std over {result.trials} trials", ""]
         lines += metric_block(result, "mechanism_mse", None) + [""]
+        if has_mean_floor(result):
+            lines += [f"## {TITLES[MEAN_FLOOR]}, mean ± std over {result.trials} trials", ""]
+            lines += [
+                "Each release's private mean (its privatized training labels' mean, debiased as a prediction is: "
+                "post-processing, no ε) predicted for every test row: the floor no learner should be above. The "
+                "last column, the true training labels' mean, is not private (a yardstick).",
+                "",
+            ]
+            lines += mean_floor_block(result) + [""]
         for learner in result.learners:
             lines += [f"## Test MSE — learner `{learner}`, mean ± std over {result.trials} trials", ""]
             lines += ["**bold**: lowest mean in the row; †: within one standard error (std/√trials) of it.", ""]
             lines += metric_block(result, "test_mse", learner) + [""]
+            if has_mean_floor(result):
+                lines += mean_floor_note(result, learner)
             fair = _test_reference(references_for(plan.reference))
             lines += [f"## Relative excess test MSE over the non-private model — learner `{learner}`", ""]
             lines += [
@@ -755,7 +815,11 @@ def summary(result: RunResult, *, command: str | None = None, quick: bool = Fals
     can rebuild the run and re-render its tables (a changed default rule, a new block)
     without recomputing a single cell.
     """
-    metrics = ["label_accuracy"] if result.plan.task == "classification" else ["mechanism_mse"]
+    metrics = (
+        ["label_accuracy"]
+        if result.plan.task == "classification"
+        else ["mechanism_mse", MEAN_FLOOR, "training_mean_mse"]
+    )
     learner_metrics = CLASSIFICATION_BLOCKS if result.plan.task == "classification" else REGRESSION_BLOCKS
     rows = []
     for eps in result.epsilons:

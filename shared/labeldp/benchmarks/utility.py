@@ -357,6 +357,20 @@ def default_plans(
             reference=f"liu_huang_simulated_{kind}",
             note=f"n = {sim_n}, d = {sim_d} (the draft does not state its n and d); trained as Housing",
         )
+    plans["bounded_wide"] = DatasetPlan(
+        "bounded_wide",
+        ds.bounded_wide,
+        {"loader": "bounded_wide", "n": 2_000, "d": 100, "seed": 0},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note="issue 12's held-out shape (≈2 000 rows, 100 features, labels in [0, 1]), synthetic; trained as Housing",
+    )
+    plans["counts"] = DatasetPlan(
+        "counts",
+        ds.counts,
+        {"loader": "counts", "n": 20_000, "d": 8, "seed": 0},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note="skewed integer labels (Poisson counts), synthetic; trained as Housing",
+    )
     if criteo_train_rows is None and not cuda:
         criteo_train_rows = CPU_CRITEO_TRAIN_ROWS
     plans["criteo_like"] = DatasetPlan(
@@ -613,6 +627,23 @@ def classification_metrics(y: np.ndarray, pred: np.ndarray, k: int) -> dict[str,
     return {"test_accuracy": float(np.mean(pred == y)), "mean_class_accuracy": float(np.mean(recalls))}
 
 
+def mean_predictors(released: np.ndarray, true: np.ndarray, spec: Any, y_test: np.ndarray) -> dict[str, float]:
+    """Test MSE of the two constant predictors every learner is held against (issue 12).
+
+    ``private_mean_mse``: the release's private mean
+    (:func:`features_party.debiasing.private_mean` of the training rows' privatized
+    labels: post-processing, no ε); the default learning must never be worse than it.
+    ``training_mean_mse``: the true training labels' mean, NOT private, a yardstick only.
+    """
+    from features_party.debiasing import label_law, private_mean
+
+    mean = private_mean(released, label_law(spec))
+    return {
+        "private_mean_mse": float(np.mean((y_test - mean) ** 2)),
+        "training_mean_mse": float(np.mean((y_test - float(np.mean(true))) ** 2)),
+    }
+
+
 # --------------------------------------------------------------------------- the runner
 
 
@@ -811,7 +842,10 @@ def run_utility(
         if task == "classification":
             mech_metrics = {"label_accuracy": float(np.mean(released == y_train))}
         else:
-            mech_metrics = {"mechanism_mse": float(np.mean((released - y_train) ** 2))}
+            mech_metrics = {
+                "mechanism_mse": float(np.mean((released - y_train) ** 2)),
+                **mean_predictors(released[fit_pos], y_train[fit_pos], spec, data.labels[test]),
+            }
 
         job = FitJob(
             fit_table, released[fit_pos], spec, config, test_table, classes=classes, true_labels=y_train[fit_pos]
