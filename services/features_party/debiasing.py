@@ -287,22 +287,32 @@ def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
     return float(np.dot(diff, diff) / diff.size) if diff.size else float("nan")
 
 
-def constant_prediction(target_mean: float, law: LabelLaw, debias: Debias) -> float:
-    """What a model that learnt only its targets' mean predicts, debiased as any prediction is.
+def constant_prediction(target_mean: float, target_std: float, n: int, law: LabelLaw, debias: Debias) -> float:
+    """The release's **private mean**: the best constant its labels afford, from their targets'
+    mean and standard deviation over ``n`` rows (post-processing of the release: no ε).
 
-    With the training targets' mean (privatized labels, or debiased ones for
-    ``debias='targets'``) this is the release's **private mean**: post-processing of
-    the release, so it costs no ε. For an affine law it is the debiased labels' mean
-    clipped to the range of t(y); for a monotone law, m⁻¹ of the labels' mean.
+    The same two estimates as any prediction (:func:`prediction_parts` of the mean):
+    the plain one, the labels' mean clipped to the range of t(y), biased toward the
+    mechanism's centre but stable; and the debiased one, m⁻¹ of it, unbiased but
+    with the standard error se = sd(ỹ)/√n of the debiased labels, huge at small ε
+    (RPWithPrior's slope a is tiny there, and the debiased mean lands on a domain
+    edge). They are mixed like λ, cautiously: plain + c·(debiased − plain) with the
+    positive-part James–Stein weight c = max(0, 1 − se²/(debiased − plain)²).
     """
-    return float(prediction_parts(np.array([float(target_mean)]), law, debias)[1][0])
+    plain, debiased = (float(v[0]) for v in prediction_parts(np.array([float(target_mean)]), law, debias))
+    gap = debiased - plain
+    if gap == 0.0 or n <= 1:
+        return debiased
+    slope = 1.0 if debias != "predictions" else law.a  # predictions: targets are ŷ, and sd(ỹ) = sd(ŷ)/a
+    se2 = (float(target_std) / slope) ** 2 / n
+    return plain + max(0.0, 1.0 - se2 / gap**2) * gap
 
 
 def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions") -> float:
-    """The private-mean predictor of a release's labels (:func:`constant_prediction` of their mean)."""
+    """The private-mean predictor of a release's labels (:func:`constant_prediction` of them)."""
     labels = np.asarray(privatized, dtype=np.float64)
     targets = law.debias_labels(labels) if debias == "targets" else labels
-    return constant_prediction(float(targets.mean()), law, debias)
+    return constant_prediction(float(targets.mean()), float(targets.std()), targets.size, law, debias)
 
 
 def toward(anchor: float, estimate: np.ndarray, weight: float) -> np.ndarray:

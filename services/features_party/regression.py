@@ -174,12 +174,16 @@ class Selection:
         self.fixed = 0.0 if learning.shrinkage == "auto" else float(learning.shrinkage)
         # shrinkage='auto' also weighs the model against the private mean of the training rows
         # (``mean`` is their targets' mean): the learner is never worse than that constant.
-        self.anchor = constant_prediction(mean, law, learning.debias) if learning.shrinkage == "auto" else None
+        auto = learning.shrinkage == "auto"
+        self.anchor = constant_prediction(mean, std, n_train, law, learning.debias) if auto else None
         # A model that falls back to the mean predicts the private mean over every row, validation rows
         # included: the selection needed an anchor independent of them, the constant wants the most precise one.
         val_targets = training_targets(law, learning, np.asarray(val_labels, dtype=np.float64))
-        overall = (mean * n_train + float(val_targets.sum())) / max(1, n_train + val_targets.size)
-        self.final_anchor = None if self.anchor is None else constant_prediction(overall, law, learning.debias)
+        total = n_train + val_targets.size
+        overall = (mean * n_train + float(val_targets.sum())) / max(1, total)
+        second = (n_train * (std * std + mean * mean) + float(np.dot(val_targets, val_targets))) / max(1, total)
+        spread = float(np.sqrt(max(0.0, second - overall * overall)))
+        self.final_anchor = constant_prediction(overall, spread, total, law, learning.debias) if auto else None
         self.selectors = [
             Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion, self.anchor)
             for criterion, ref in criteria

@@ -508,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="your own CSV or Parquet file instead of the built-in sets (with --target, --domain)")
     util.add_argument("--datasets", type=_names,
                       help="comma-separated: california_housing, california_housing_paper (Liu & Huang's "
-                      "features), simulated_linear, simulated_nonlinear, bounded_wide, counts, criteo_like, cifar10_1, cifar10_2 "
+                      "features), simulated_linear, simulated_nonlinear, bounded_wide, counts, criteo_like, "
+                      "cifar10_1, cifar10_2 "
                       "(default: all available)")
     own = util.add_argument_group("your own data (--data FILE)")
     own.add_argument("--target", metavar="COLUMN", help="the label column (a regression target)")
