@@ -1,29 +1,37 @@
-"""Which default configuration (mechanism and learning, by ε) should a user get without tuning?
+"""Which default configuration (mechanism and learning, from ε and n) should a user get without tuning?
 
 Usage:
     python bench/bench_default_rule.py [--results bench/results] [--out bench/results/default_rule.md]
 
 Reads the privacy–utility benchmark's regression summaries (``utility_<data set>.json``
-written by ``labeldp bench utility``: 10 trials, 13 ε, every mechanism with the
-``plain`` and ``private`` learners) and replays candidate default rules on their cells.
-Nothing is trained here: a rule picks, per ε, one (mechanism, learner) cell that the
+written by ``labeldp bench utility``, every mechanism with the ``plain``, ``private`` and
+``oracle`` learners) and replays candidate default rules on their cells. Nothing is
+trained here: a rule picks, per (data set, ε), one (mechanism, learner) cell that the
 benchmark already measured, exactly as the report's ``default`` column does.
 
-A rule is a few public thresholds on ε (the label type is real):
-  rr_on_bins below ``t_bins``; an additive mechanism (``laplace`` or ``staircase``) on
-  [t_bins, t_unbiased); ``unbiased`` from ``t_unbiased`` on; and the learner ``plain``
-  (every row, last epoch) instead of ``private`` (held-out selection) for ``unbiased``
-  from ``t_all_rows`` on.
+A rule sees only what the labels party knows for free before it spends anything: the
+release's ε and its number of rows n (public: the features party receives n rows; here
+the rows the learner trains on). It thresholds the *scaled* ε
 
-Per (data set, ε) the rule's regret is its mean test MSE over the best mean of every
+    ε_n = ε · (n / N0)^α,   N0 = 16 000 (the simulated sets' training rows),
+
+so α = 0 is a rule on ε alone and α = 1/2 a rule on ε·√n, the signal-to-noise of a mean of
+n privatized labels. Given ε_n: rr_on_bins below ``t_bins``; an additive mechanism
+(``laplace`` or ``staircase``) on [t_bins, t_unbiased); ``unbiased`` from ``t_unbiased``
+on; and the learner ``plain`` (every row, last epoch) instead of ``private`` for
+``unbiased`` from ``t_all_rows`` on. (The domain enters every mechanism's noise through its
+width, alike for all, so it does not separate them; the DP prior costs ε₁ of the release
+before anything is chosen, so it is not free for choosing: see default_rule.md.)
+
+Per (data set, ε) a rule's regret is its mean test MSE over the best mean of every
 mechanism × deployable learner (``plain``, ``private``; not ``oracle``), minus 1, and it
 *meets the goal* when the gap is at most its own standard error (the tables' † rule).
-Rules are ranked by the mean log regret over every data set and ε. Because the rule is
-chosen on the very cells it is scored on, the table also reports a leave-one-data-set-out
-check: the rule chosen on the other data sets, scored on the held-out one.
+Rules are ranked by the mean log regret over every data set and ε. The rule is fitted
+with leave-one-data-set-out validation: for each data set, the rule chosen on the others
+is scored on it, and the out-of-set regret is what the report leads with.
 
 The adopted rule (``labels_party.defaults`` and the features party's default learning,
-``labeldp.benchmarks.utility.default_learner``) is scored the same way beside the winner.
+``labeldp.benchmarks.utility.default_learner``) is scored the same way beside them.
 """
 
 from __future__ import annotations
@@ -42,9 +50,13 @@ import numpy as np
 from labeldp.benchmarks import report
 from labeldp.benchmarks.utility import DEFAULT, RunResult
 
-DATASETS = ("california_housing", "simulated_linear", "simulated_nonlinear", "criteo_like")
+DATASETS = (
+    "california_housing", "simulated_linear", "simulated_nonlinear", "criteo_like", "bounded_wide", "counts",
+)
 LEARNERS = ("plain", "private")
-GRID = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+N0 = 16_000
+EXPONENTS = (0.0, 0.25, 0.5)
+CUTS = (0.0, *(round(0.05 * 2 ** (k / 2), 4) for k in range(16)), math.inf)  # 0.05 … 9.05, geometric
 
 
 @dataclass(frozen=True)
@@ -53,39 +65,54 @@ class Rule:
     t_unbiased: float
     additive: str
     t_all_rows: float
+    alpha: float
 
-    def mechanism(self, eps: float) -> str:
-        if eps < self.t_bins:
+    def scaled(self, eps: float, n: int) -> float:
+        return eps * (n / N0) ** self.alpha
+
+    def mechanism(self, eps: float, n: int) -> str:
+        e = self.scaled(eps, n)
+        if e < self.t_bins:
             return "rr_on_bins"
-        return self.additive if eps < self.t_unbiased else "unbiased"
+        return self.additive if e < self.t_unbiased else "unbiased"
 
-    def learner(self, eps: float) -> str:
-        return "plain" if self.mechanism(eps) == "unbiased" and eps >= self.t_all_rows else "private"
+    def learner(self, eps: float, n: int) -> str:
+        every_row = self.mechanism(eps, n) == "unbiased" and self.scaled(eps, n) >= self.t_all_rows
+        return "plain" if every_row else "private"
 
     def describe(self) -> str:
-        parts = [f"rr_on_bins < {self.t_bins:g}"]
+        var = "ε" if self.alpha == 0 else f"ε·(n/{N0})^{self.alpha:g}"
+        parts = [f"rr_on_bins < {self.t_bins:g}"] if self.t_bins > 0 else []
         if self.t_unbiased > self.t_bins:
             parts.append(f"{self.additive} < {self.t_unbiased:g}")
-        parts.append("unbiased")
+        if not math.isinf(self.t_unbiased):
+            parts.append("unbiased")
         tail = "" if math.isinf(self.t_all_rows) else f"; every row from {self.t_all_rows:g}"
-        return " ≤ ".join(parts) + tail
+        return f"on {var}: " + " ≤ ".join(parts) + tail
 
 
 class AdoptedRule:
     """The library's own defaults, read from the services' modules."""
 
-    def mechanism(self, eps: float) -> str:
+    def mechanism(self, eps: float, n: int) -> str:
         from labels_party.defaults import default_mechanism
 
-        return default_mechanism("real", eps)
+        return default_mechanism("real", eps, n)
 
-    def learner(self, eps: float) -> str:
+    def learner(self, eps: float, n: int) -> str:
         from labeldp.benchmarks.utility import default_learner
 
         return default_learner("real", eps, list(LEARNERS))
 
     def describe(self) -> str:
         return "adopted (labels_party.defaults; the features party's default learning)"
+
+
+@dataclass(frozen=True)
+class Data:
+    result: RunResult
+    n: int
+    grid: tuple[float, ...]
 
 
 @dataclass
@@ -103,15 +130,9 @@ def stats(result: RunResult, mech: str, eps: float, learner: str) -> tuple[float
     """(mean, standard error) of one (mechanism, ε, learner) test MSE; memoized (rules reread them)."""
     key = (id(result), mech, eps, learner)
     if key not in _STATS:
-        _STATS[key] = _stats(result, mech, eps, learner)
+        v = result.values(mech, eps, "test_mse", learner)
+        _STATS[key] = None if v.size < 2 else (float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)))
     return _STATS[key]
-
-
-def _stats(result: RunResult, mech: str, eps: float, learner: str) -> tuple[float, float] | None:
-    v = result.values(mech, eps, "test_mse", learner)
-    if v.size < 2:
-        return None
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))
 
 
 def best_of_field(result: RunResult, eps: float) -> tuple[float, str] | None:
@@ -120,12 +141,12 @@ def best_of_field(result: RunResult, eps: float) -> tuple[float, str] | None:
     return min(field) if field else None
 
 
-def score(rule, results: dict[str, RunResult]) -> Score:
+def score(rule: Rule | AdoptedRule, data: dict[str, Data]) -> Score:
     logs, met, worst = [], 0, (0.0, "", 0.0)
-    for name, result in results.items():
-        for eps in GRID:
-            best = best_of_field(result, eps)
-            mine = stats(result, rule.mechanism(eps), eps, rule.learner(eps))
+    for name, d in data.items():
+        for eps in d.grid:
+            best = best_of_field(d.result, eps)
+            mine = stats(d.result, rule.mechanism(eps, d.n), eps, rule.learner(eps, d.n))
             if best is None or mine is None:
                 continue
             logs.append(math.log(mine[0] / best[0]))
@@ -134,21 +155,26 @@ def score(rule, results: dict[str, RunResult]) -> Score:
     return Score(float(np.mean(logs)) if logs else math.inf, met, len(logs), worst)
 
 
-def candidates() -> list[Rule]:
-    cuts = (0.05, *GRID[1:], math.inf)  # t = 0.05: never below; inf: never above
+def candidates(exponents: tuple[float, ...] = EXPONENTS) -> list[Rule]:
     rules = []
-    for t_bins, t_unbiased in itertools.product(cuts, cuts):
-        if t_unbiased < t_bins:
-            continue
-        for additive in ("laplace", "staircase"):
-            if t_unbiased == t_bins and additive == "staircase":
-                continue  # no additive band: one rule is enough
-            for t_all in (*GRID, math.inf):
-                rules.append(Rule(t_bins, t_unbiased, additive, t_all))
+    for alpha in exponents:
+        for t_bins, t_unbiased in itertools.product(CUTS, CUTS):
+            if t_unbiased < t_bins:
+                continue
+            for additive in ("laplace", "staircase"):
+                if t_unbiased == t_bins and additive == "staircase":
+                    continue  # no additive band: one rule is enough
+                for t_all in (CUTS[3], CUTS[7], CUTS[11], CUTS[15], math.inf):
+                    rules.append(Rule(t_bins, t_unbiased, additive, t_all, alpha))
     return rules
 
 
-def load(results_dir: Path) -> dict[str, RunResult]:
+def fit(rules: list[Rule], data: dict[str, Data]) -> Rule:
+    """The rule with the lowest mean log regret on ``data`` (ties: more cells met, then the simpler α)."""
+    return min(rules, key=lambda r: (score(r, data).log_regret, -score(r, data).met, r.alpha))
+
+
+def load(results_dir: Path) -> dict[str, Data]:
     out = {}
     for name in DATASETS:
         path = results_dir / f"utility_{name}.json"
@@ -156,11 +182,50 @@ def load(results_dir: Path) -> dict[str, RunResult]:
             print(f"[{name}] no {path}: skipped", file=sys.stderr)
             continue
         doc = json.loads(path.read_text())
-        if doc.get("quick") or doc.get("trials", 0) < 10:
-            print(f"[{name}] {path} is not a full-protocol run: skipped", file=sys.stderr)
+        if doc.get("quick") or doc.get("trials", 0) < 3:
+            print(f"[{name}] {path} is a quick run: skipped", file=sys.stderr)
             continue
-        out[name] = report.result_from_summary(doc)
+        result = report.result_from_summary(doc)
+        grid = tuple(e for e in result.epsilons if not math.isinf(e))
+        out[name] = Data(result, int(doc["n_train_fit"]), grid)
     return out
+
+
+def _worst(s: Score, with_set: bool = True) -> str:
+    if not s.worst[1]:
+        return "—"
+    where = f"{s.worst[1]}, ε={s.worst[2]:g}" if with_set else f"ε={s.worst[2]:g}"
+    return f"+{s.worst[0]:.1%} ({where})"
+
+
+def leave_one_out(
+    rules: list[Rule], data: dict[str, Data]
+) -> list[tuple[str, Rule, Score]]:
+    out = []
+    for name in data:
+        rest = {k: v for k, v in data.items() if k != name}
+        pick = fit(rules, rest)
+        out.append((name, pick, score(pick, {name: data[name]})))
+    return out
+
+
+def per_eps_table(rule: Rule | AdoptedRule, data: dict[str, Data]) -> list[str]:
+    grid = sorted({e for d in data.values() for e in d.grid})
+    lines = ["| ε | " + " | ".join(f"`{n}` (n={d.n:,})" for n, d in data.items()) + " |",
+             "|---|" + "---|" * len(data)]
+    for eps in grid:
+        cells = []
+        for d in data.values():
+            best = best_of_field(d.result, eps)
+            mech, learner = rule.mechanism(eps, d.n), rule.learner(eps, d.n)
+            mine = stats(d.result, mech, eps, learner)
+            if best is None or mine is None:
+                cells.append("—")
+                continue
+            ok = " ✓" if mine[0] - best[0] <= mine[1] else f" (best `{best[1]}`)"
+            cells.append(f"`{mech}`/`{learner}` {mine[0] / best[0] - 1:+.1%}{ok}")
+        lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,83 +233,96 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("bench/results"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/default_rule.md"))
     args = parser.parse_args(argv)
-    results = load(args.results)
-    if not results:
-        print("no full-protocol regression summaries found", file=sys.stderr)
+    data = load(args.results)
+    if not data:
+        print("no regression summaries found", file=sys.stderr)
         return 2
     rules = candidates()
-    scored = sorted(((score(r, results), r) for r in rules), key=lambda sr: (sr[0].log_regret, -sr[0].met))
+    eps_only = [r for r in rules if r.alpha == 0]
     adopted = AdoptedRule()
+    trials = sorted({d.result.trials for d in data.values()})
     lines = [
         "# Default configuration: candidate rules replayed on the benchmark's cells",
         "",
         f"Command: `python bench/bench_default_rule.py --results {args.results}`",
         "",
-        f"- Data sets (full protocol, 10 trials): {', '.join(f'`{n}`' for n in results)}; "
-        f"ε ∈ {{{', '.join(f'{e:g}' for e in GRID)}}}.",
-        f"- {len(rules)} candidate rules: rr_on_bins below t_bins, laplace or staircase up to t_unbiased, "
-        "unbiased above;"
-        " learner `plain` (every row) instead of `private` (held-out private selection) for unbiased from t_all_rows.",
-        "- Regret: rule's mean test MSE / best mean of every mechanism × learner (`plain`, `private`) − 1."
-        " Met: gap ≤ the rule's own standard error (std/√10), the † rule of the tables.",
+        f"- Data sets: {', '.join(f'`{n}` (n={d.n:,}, {d.result.trials} trials)' for n, d in data.items())}; "
+        f"ε ∈ {{{', '.join(f'{e:g}' for e in sorted({e for d in data.values() for e in d.grid}))}}}.",
+        f"- {len(rules)} candidate rules on the scaled ε_n = ε·(n/{N0})^α, "
+        f"α ∈ {{{', '.join(f'{a:g}' for a in EXPONENTS)}}}"
+        " (α = 0: ε alone): rr_on_bins below t_bins, laplace or staircase up to t_unbiased, unbiased above; learner "
+        "`plain` (every row) instead of `private` (held-out private selection) for unbiased from t_all_rows.",
+        "- Regret: the rule's mean test MSE / the best mean of every mechanism × learner (`plain`, `private`) − 1. "
+        f"Met: the gap is within the rule's own standard error (std/√trials, {'/'.join(map(str, trials))} trials),"
+        " the † rule of the tables.",
         f"- Written {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
-        "## Best rules (all data sets)",
-        "",
-        "| rank | rule | mean log regret | met | worst |",
-        "|---|---|---|---|---|",
     ]
+
+    if len(data) > 1:
+        lines += [
+            "## Out of set: leave one data set out",
+            "",
+            "For each data set, the rule fitted on the OTHER data sets, scored on it (the regret a user with a data "
+            "set like none of ours should expect). Beside it the same for rules on ε alone (α = 0), and the adopted "
+            "rule (fitted on all sets, so in-set for every row).",
+            "",
+            "| held out | rule fitted without it | out-of-set mean log regret | met | worst | ε-only rule: "
+            "regret, met | adopted: regret, met |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lodo = leave_one_out(rules, data)
+        lodo_eps = {name: s for name, _, s in leave_one_out(eps_only, data)}
+        totals = [0.0, 0, 0, 0.0, 0, 0.0, 0]
+        for name, pick, held in lodo:
+            e = lodo_eps[name]
+            mine = score(adopted, {name: data[name]})
+            lines.append(
+                f"| `{name}` | {pick.describe()} | {held.log_regret:.4f} | {held.met}/{held.cells} | "
+                f"{_worst(held, False)} | {e.log_regret:.4f}, {e.met}/{e.cells} | "
+                f"{mine.log_regret:.4f}, {mine.met}/{mine.cells} |"
+            )
+            totals[0] += held.log_regret * held.cells
+            totals[1] += held.met
+            totals[2] += held.cells
+            totals[3] += e.log_regret * e.cells
+            totals[4] += e.met
+            totals[5] += mine.log_regret * mine.cells
+            totals[6] += mine.met
+        cells = max(1, int(totals[2]))
+        lines.append(
+            f"| **all** | | **{totals[0] / cells:.4f}** | **{totals[1]}/{cells}** | | "
+            f"{totals[3] / cells:.4f}, {totals[4]}/{cells} | {totals[5] / cells:.4f}, {totals[6]}/{cells} |"
+        )
+        lines.append("")
+
+    scored = sorted(((score(r, data), r) for r in rules), key=lambda sr: (sr[0].log_regret, -sr[0].met, sr[1].alpha))
+    lines += ["## In set: best rules on all data sets", "",
+              "| rank | rule | mean log regret | met | worst |", "|---|---|---|---|---|"]
 
     def row(label: str, s: Score, desc: str) -> str:
-        w = f"+{s.worst[0]:.1%} ({s.worst[1]}, ε={s.worst[2]:g})" if s.worst[1] else "—"
-        return f"| {label} | {desc} | {s.log_regret:.4f} | {s.met}/{s.cells} | {w} |"
+        return f"| {label} | {desc} | {s.log_regret:.4f} | {s.met}/{s.cells} | {_worst(s)} |"
 
-    for i, (s, r) in enumerate(scored[:10], 1):
+    for i, (s, r) in enumerate(scored[:8], 1):
         lines.append(row(str(i), s, r.describe()))
-    keep = next((sr for sr in scored if math.isinf(sr[1].t_all_rows)), None)
-    if keep:
-        lines.append(row(f"{scored.index(keep) + 1}", keep[0], "best with the default learning: " + keep[1].describe()))
-    lines.append(row("—", score(adopted, results), adopted.describe()))
-    session1 = Rule(0.3, 0.3, "laplace", math.inf)
-    lines.append(row("—", score(session1, results), "session-1 default: " + session1.describe() + ", always `private`"))
-    lines += [
-        "",
-        "## Per data set: the adopted rule",
-        "",
-        "| data set | mean log regret | met | worst |",
-        "|---|---|---|---|",
-    ]
-    for name, result in results.items():
-        s = score(adopted, {name: result})
-        w = f"+{s.worst[0]:.1%} (ε={s.worst[2]:g})" if s.worst[1] else "—"
-        lines.append(f"| `{name}` | {s.log_regret:.4f} | {s.met}/{s.cells} | {w} |")
+    for label, keep in (
+        ("best on ε alone", lambda r: r.alpha == 0),
+        ("best with the default learning", lambda r: math.isinf(r.t_all_rows)),
+    ):
+        found = next(((i, sr) for i, sr in enumerate(scored, 1) if keep(sr[1])), None)
+        if found:
+            lines.append(row(str(found[0]), found[1][0], f"{label}: {found[1][1].describe()}"))
+    lines.append(row("—", score(adopted, data), adopted.describe()))
+    previous = Rule(0.5, 1.0, "staircase", math.inf, 0.0)
+    lines.append(row("—", score(previous, data), "session-2 default: " + previous.describe()))
+    lines += ["", "## Per data set: the adopted rule (in set)", "",
+              "| data set | mean log regret | met | worst |", "|---|---|---|---|"]
+    for name, d in data.items():
+        s = score(adopted, {name: d})
+        lines.append(f"| `{name}` | {s.log_regret:.4f} | {s.met}/{s.cells} | {_worst(s, False)} |")
     lines += ["", "## Per ε: the adopted rule against the best of every mechanism × learner", "",
-              "Each cell: the rule's pick, its regret, ✓ when the gap is within its standard error.", "",
-              "| ε | " + " | ".join(f"`{n}`" for n in results) + " |", "|---|" + "---|" * len(results)]
-    for eps in GRID:
-        cells = []
-        for result in results.values():
-            best = best_of_field(result, eps)
-            mech, learner = adopted.mechanism(eps), adopted.learner(eps)
-            mine = stats(result, mech, eps, learner)
-            if best is None or mine is None:
-                cells.append("—")
-                continue
-            ok = " ✓" if mine[0] - best[0] <= mine[1] else f" (best `{best[1]}`)"
-            cells.append(f"`{mech}`/`{learner}` {mine[0] / best[0] - 1:+.1%}{ok}")
-        lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
-    if len(results) > 1:
-        lines += ["", "## Leave one data set out", "",
-                  "The rule with the lowest mean log regret on the other data sets, scored on the held-out one.", "",
-                  "| held out | rule chosen without it | its mean log regret there | met there | adopted rule there |",
-                  "|---|---|---|---|---|"]
-        for name in results:
-            rest = {k: v for k, v in results.items() if k != name}
-            pick = min(rules, key=lambda r: score(r, rest).log_regret)
-            held = score(pick, {name: results[name]})
-            mine = score(adopted, {name: results[name]})
-            lines.append(f"| `{name}` | {pick.describe()} | {held.log_regret:.4f} | {held.met}/{held.cells} |"
-                         f" {mine.log_regret:.4f}, {mine.met}/{mine.cells} |")
+              "Each cell: the rule's pick, its regret, ✓ when the gap is within its standard error.", ""]
+    lines += per_eps_table(adopted, data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -31,10 +31,13 @@ AUTO = "auto"
 __all__ = ["AUTO", "BINS_BELOW", "UNBIASED_FROM", "default_mechanism"]
 
 
-def default_mechanism(label_type: str, epsilon: float) -> str:
-    """The catalogue mechanism ``auto`` stands for, from the label type and ε alone.
+def default_mechanism(label_type: str, epsilon: float, n: int | None = None) -> str:
+    """The catalogue mechanism ``auto`` stands for, from the label type, ε and the release's rows n.
 
-    Read off the registry: each entry declares the ε band in which ``auto`` picks it
-    (``Entry.auto_band``; the bands' ends are ``BINS_BELOW`` and ``UNBIASED_FROM``).
+    Read off the registry: each entry declares the band of the scaled ε in which ``auto``
+    picks it (``Entry.auto_band``; the bands' ends are ``BINS_BELOW`` and ``UNBIASED_FROM``,
+    the scaling ``labeldp.mechanisms.registry.auto_scaled_epsilon``). n is public: the
+    features party receives n rows.
     """
-    return auto_pick("real" if label_type != "categorical" else "categorical", epsilon)
+    kind = "real" if label_type != "categorical" else "categorical"
+    return auto_pick(kind, epsilon) if n is None else auto_pick(kind, epsilon, n)

@@ -19,18 +19,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from labeldp.epsilon import InvalidEpsilon, exact_micro
+from labeldp.epsilon import InvalidEpsilon, exact_micro, from_micro
 from labeldp.http_api import ApiError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Prior
 from labeldp.randomness import secure_generator
 
+from .defaults import AUTO, default_mechanism
 from .randomizer import fit_to_public_prior, randomize, validate_public_prior
 from .uploads import LabelRules, parse_label_upload, row_errors
 
 
 class OfflineError(ValueError):
-    """A bad command-line input; the message is safe to print (it holds no label values)."""
+    """A bad command-line input; the message is safe to print (it holds no label values).
+
+    ``code`` is the stable error code the command line prints (the service's, where it has one).
+    """
+
+    def __init__(self, message: str, code: str = "invalid_input") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _jsonable(value: Any) -> Any:
@@ -114,7 +122,7 @@ def privatize_csv(
         epsilon_micro = exact_micro(epsilon)
         epsilon_prior_micro = None if epsilon_prior is None else exact_micro(epsilon_prior)
     except InvalidEpsilon as exc:
-        raise OfflineError(f"invalid epsilon: {exc}") from None
+        raise OfflineError(f"invalid epsilon: {exc}", "invalid_epsilon") from None
     if label_type == "categorical":
         if not classes:
             raise OfflineError("--classes is required for categorical labels")
@@ -140,6 +148,9 @@ def privatize_csv(
     order = pc.sort_indices(upload.ids).to_numpy()
     ids = upload.ids.take(pa.array(order)).to_pylist()
     labels = upload.values[order]
+    requested = mechanism
+    if mechanism == AUTO:  # resolved as a release resolves it: from the label type, ε and the rows n
+        mechanism = default_mechanism(label_type, from_micro(epsilon_micro), int(labels.size))
     d = None if label_type == "categorical" else LabelDomain(label_type, low, high)  # type: ignore[arg-type]
     out = randomize(
         labels,
@@ -161,6 +172,7 @@ def privatize_csv(
             writer.writerows((i, repr(float(v))) for i, v in zip(ids, out.labels))
     return {
         "mechanism": mechanism,
+        **({"resolved_from": requested} if requested != mechanism else {}),
         "rows": len(ids),
         "epsilon_parts": {p.name: p.epsilon_micro / 1e6 for p in out.accounting.parts},
         "epsilon_total": out.accounting.total_epsilon,

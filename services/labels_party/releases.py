@@ -120,7 +120,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
 
     mechanism = body.mechanism
     if mechanism == AUTO:
-        mechanism = default_mechanism(ls.label_type, from_micro(charge))
+        mechanism = default_mechanism(ls.label_type, from_micro(charge), int(ls.n_ids))
     try:
         public_prior = (
             None

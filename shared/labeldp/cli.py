@@ -163,24 +163,14 @@ def _optimize(args: argparse.Namespace) -> int:
     )
 
 
-def resolve_mechanism(mechanism: str, epsilon: str, label_type: str) -> str:
-    """``auto`` resolved exactly as the labels party resolves a release's: ``labels_party.defaults``
-    from the label type and the release's exact ε (README, "Default configuration")."""
-    from labeldp.epsilon import exact_micro, from_micro
-    from labels_party.defaults import AUTO, default_mechanism
-
-    if mechanism != AUTO:
-        return mechanism
-    return default_mechanism(label_type, from_micro(exact_micro(epsilon)))
-
-
 def _privatize(args: argparse.Namespace) -> int:
     from labels_party.offline import privatize_csv
 
     def run() -> dict[str, Any]:
-        mechanism = resolve_mechanism(args.mechanism, args.epsilon, args.label_type)
-        result = privatize_csv(
-            mechanism,
+        # ``auto`` is resolved by privatize_csv as the labels party resolves a release's: from the label
+        # type, the exact ε and the number of rows (README, "Default configuration").
+        return privatize_csv(
+            args.mechanism,
             args.epsilon,
             args.input,
             args.output,
@@ -190,7 +180,6 @@ def _privatize(args: argparse.Namespace) -> int:
             classes=args.classes.split(",") if args.classes else None,
             params=args.params,
         )
-        return result if mechanism == args.mechanism else {**result, "resolved_from": args.mechanism}
 
     return _offline(run)
 

@@ -15,7 +15,7 @@ import pytest
 
 from labeldp.benchmarks import data_file, utility
 from labeldp.benchmarks import datasets as ds
-from labeldp.cli import main, resolve_mechanism
+from labeldp.cli import main
 from labels_party.defaults import default_mechanism
 
 SECRET = 7.123456789  # a label value that must never appear in a message
@@ -198,20 +198,28 @@ def test_the_paper_housing_configuration_has_their_features_and_their_table(tmp_
 
 
 @pytest.mark.parametrize(
-    ("epsilon", "label_type"),
-    [("0.1", "real"), ("0.499999", "real"), ("0.5", "real"), ("0.7", "integer"), ("1", "real"), ("8", "real"),
-     ("2", "categorical")],
+    ("epsilon", "label_type", "rows"),
+    [("0.1", "real", 300), ("0.499999", "real", 300), ("0.5", "real", 3000), ("0.7", "integer", 300),
+     ("1", "real", 3000), ("8", "real", 300), ("2", "categorical", 300)],
 )
-def test_auto_resolves_like_the_service(epsilon, label_type):
-    assert resolve_mechanism("auto", epsilon, label_type) == default_mechanism(label_type, float(epsilon))
-    assert resolve_mechanism("laplace", epsilon, label_type) == "laplace"
+def test_offline_auto_resolves_like_the_service(tmp_path, epsilon, label_type, rows):
+    """``auto`` offline is the labels party's pick for the same label type, exact ε and row count."""
+    from labels_party.offline import privatize_csv
+
+    src = tmp_path / "in.csv"
+    src.write_text("id,label\n" + "".join(f"i{k:05d},{k % 2}\n" for k in range(rows)))
+    kwargs = {"classes": ["0", "1"]} if label_type == "categorical" else {"domain": (0.0, 1.0)}
+    doc = privatize_csv("auto", epsilon, src, tmp_path / "out.csv", label_type=label_type, **kwargs)
+    assert doc["mechanism"] == default_mechanism(label_type, float(epsilon), rows) and doc["resolved_from"] == "auto"
+    assert privatize_csv("laplace" if label_type != "categorical" else "randomized_response", epsilon, src,
+                         tmp_path / "out2.csv", label_type=label_type, **kwargs).get("resolved_from") is None
 
 
 def test_privatize_auto_runs_the_resolved_mechanism_and_says_so(tmp_path, capsys):
     src, out = tmp_path / "in.csv", tmp_path / "out.csv"
     src.write_text("id,label\n" + "".join(f"i{k:03d},{(k % 10) / 10}\n" for k in range(200)))
     for eps, expected in (("0.3", "rr_on_bins"), ("0.7", "staircase"), ("2", "unbiased")):
-        assert expected == default_mechanism("real", float(eps))
+        assert expected == default_mechanism("real", float(eps), 200)
         code = main(["privatize", "--mechanism", "auto", "--epsilon", eps, "--input", str(src), "--output",
                      str(out), "--domain", "0,1"])
         assert code == 0

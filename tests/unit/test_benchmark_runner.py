@@ -737,3 +737,37 @@ def test_git_commit_is_read_in_a_worktree_too(tmp_path):
     (checkout / "pkg").mkdir(parents=True)
     (checkout / ".git").write_text(f"gitdir: {wt_git}\n")
     assert utility.git_commit(checkout / "pkg") == "ab" * 20
+
+
+def test_every_release_has_its_private_mean_beside_the_learners_and_misses_are_listed(tmp_path):
+    """Issue 12 item 1: the private-mean predictor is recorded per cell, tabled, and a learner cell
+    above it by more than one SE is named under the learner's table."""
+    from labeldp.benchmarks.utility import Cell, mean_predictors
+
+    result = utility.run_utility(
+        _plan(), trials=2, epsilons=[0.5, math.inf], mechanisms=["laplace"], learners=[PlainRegressor()],
+        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+    )
+    floor = result.values("laplace", 0.5, "private_mean_mse")
+    truth = result.values("laplace", 0.5, "training_mean_mse")
+    assert floor.size == 2 and truth.size == 2 and np.all(floor > 0)
+    y = np.array([1.0, 2.0, 3.0])
+    got = mean_predictors(np.array([2.0, 2.0]), np.array([1.0, 3.0]), None, y)  # identity law: the plain mean
+    assert got == {"private_mean_mse": pytest.approx(2 / 3), "training_mean_mse": pytest.approx(2 / 3)}
+
+    text = report.write_markdown(result, tmp_path / "u.md").read_text()
+    rows = _block(text, "Test MSE of the private-mean predictor")
+    assert rows[0] == ["ε", "`laplace`", "true training mean (not private)"] and rows[1][0] == "0.5"
+    assert "Worse than its release's private mean by more than one SE:" in text
+
+    # A learner far above its release's private mean is listed; one at it is not.
+    def cells(learned: float) -> list[Cell]:
+        return [
+            Cell("laplace", 0.5, t, {"private_mean_mse": 1.0 + 0.01 * t}, {"plain": {"test_mse": learned + t}}, 0.1)
+            for t in range(2)
+        ]
+
+    far = dataclasses.replace(result, cells=cells(5.0))
+    assert report.mean_floor_misses(far, "plain") == [("laplace", 0.5, pytest.approx(4.495))]
+    near = dataclasses.replace(result, cells=cells(1.0))
+    assert report.mean_floor_misses(near, "plain") == []

@@ -278,6 +278,10 @@ def default_goal_block(
     from labels_party.defaults import default_mechanism
 
     label_type = "categorical" if result.plan.task == "classification" else "real"
+
+    def pick_of(eps: float) -> str:
+        return default_mechanism(label_type, eps, result.n_train_fit)
+
     field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS]
     ref = next((r for r in refs if r.metric == "test MSE" and r.goal), None) if metric == "test_mse" else None
     fair = _test_reference(refs) if metric == "test_mse" else None
@@ -316,7 +320,7 @@ def default_goal_block(
             )
         row = [
             eps_label(eps),
-            f"`{default_mechanism(label_type, eps)}` / `{learner}` {mine[0]:.{d}f} ± {mine[1]:.{d}f}",
+            f"`{pick_of(eps)}` / `{learner}` {mine[0]:.{d}f} ± {mine[1]:.{d}f}",
             f"`{bm}` / `{bl}` {best[0]:.{d}f} ± {best[1]:.{d}f}",
             verdict,
         ]
@@ -964,7 +968,7 @@ def result_from_summary(doc: dict[str, Any], *, source: str | None = None) -> Ru
     mechanisms = doc.get("mechanisms") or [m for m in dict.fromkeys(r["mechanism"] for r in rows) if m != DEFAULT]
     learners = doc.get("learners") or list(dict.fromkeys(k.rpartition(".")[0] for r in rows for k in r if "." in k))
     label_type = "categorical" if plan.task == "classification" else "real"
-    cells = raw + utility.default_cells(raw, label_type, mechanisms)
+    cells = raw + utility.default_cells(raw, label_type, mechanisms, int(doc["n_train_fit"]))
     if any(c.mechanism == DEFAULT for c in cells):
         mechanisms = [DEFAULT, *mechanisms]
     return RunResult(

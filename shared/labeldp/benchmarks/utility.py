@@ -675,11 +675,11 @@ def _fmt_seconds(s: float) -> str:
 DEFAULT = "default"
 
 
-def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str]) -> list[Cell]:
+def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str], n: int | None = None) -> list[Cell]:
     """The project's default configuration as its own column.
 
-    ``labels_party.defaults.default_mechanism`` picks the mechanism from the label type
-    and ε alone (public); at each (ε, trial) the default *is* that mechanism's cell, so
+    ``labels_party.defaults.default_mechanism`` picks the mechanism from the label type,
+    ε and the rows trained on, ``n`` (public); at each (ε, trial) the default *is* that mechanism's cell, so
     its numbers are copied, not recomputed. ε values whose pick was not run are left out.
     """
     from labels_party.defaults import default_mechanism
@@ -688,7 +688,7 @@ def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str]) -> 
     for c in cells:
         if c.mechanism == NON_PRIVATE or math.isinf(c.epsilon):
             continue
-        pick = default_mechanism(label_type, c.epsilon)
+        pick = default_mechanism(label_type, c.epsilon, n)
         if c.mechanism == pick and pick in mechanisms:
             out.append(dataclasses.replace(c, mechanism=DEFAULT))
     return out
@@ -899,7 +899,7 @@ def run_utility(
                 f"elapsed {_fmt_seconds(time.perf_counter() - started)}, ETA ≤{_fmt_seconds(eta)})"
             )
 
-    cells += default_cells(cells, label_type, mechanisms)
+    cells += default_cells(cells, label_type, mechanisms, n_fit)
     if any(c.mechanism == DEFAULT for c in cells):
         mechanisms = [DEFAULT, *mechanisms]
     return RunResult(

@@ -50,9 +50,19 @@ CATEGORICAL = frozenset({"categorical"})
 LABEL_TYPES = ("real", "integer", "categorical")
 
 BINS_BELOW = 0.5
-"""``auto`` on real and integer labels: ``rr_on_bins`` below this ε (labels_party.defaults says why)."""
+"""``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε (labels_party.defaults says why)."""
 UNBIASED_FROM = 1.0
-"""``auto`` on real and integer labels: ``unbiased`` from this ε on, ``staircase`` in between."""
+"""``auto`` on real and integer labels: ``unbiased`` from this scaled ε on, ``staircase`` in between."""
+AUTO_REFERENCE_ROWS = 16_000
+AUTO_ROWS_EXPONENT = 0.0
+"""``auto`` compares the bands with ε·(n / AUTO_REFERENCE_ROWS)^AUTO_ROWS_EXPONENT, n the release's rows."""
+
+
+def auto_scaled_epsilon(epsilon: float, n: int | None) -> float:
+    """The ε ``auto`` compares with the bands: ε itself, or scaled by the release's size n (public)."""
+    if n is None or n <= 0 or AUTO_ROWS_EXPONENT == 0:
+        return float(epsilon)
+    return float(epsilon) * (n / AUTO_REFERENCE_ROWS) ** AUTO_ROWS_EXPONENT
 
 
 @dataclass(frozen=True)
@@ -150,8 +160,10 @@ def entry_for_spec(spec: MechanismSpecBase) -> Entry:
     return entry
 
 
-def auto_pick(label_type: str, epsilon: float) -> str:
-    """The entry ``"auto"`` stands for: the one whose band holds ε among those serving ``label_type``."""
+def auto_pick(label_type: str, epsilon: float, n: int | None = None) -> str:
+    """The entry ``"auto"`` stands for: the one whose band holds the scaled ε (:func:`auto_scaled_epsilon`
+    of ε and the release's n rows) among those serving ``label_type``."""
+    epsilon = auto_scaled_epsilon(epsilon, n)
     picks = [
         e.name for e in ENTRIES
         if e.auto_band is not None and label_type in e.label_types and e.auto_band[0] <= epsilon < e.auto_band[1]
