@@ -238,6 +238,20 @@ def get_feature_table(session: Session, name: str) -> store.FeatureTable:
     return row
 
 
+TABLE_ID = re.compile(r"^ft_[0-9a-f]{32}$")
+
+
+def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTable:
+    """The table whose id (``ft_`` + its file's name, :func:`table_id`) is ``table_id``, or 404."""
+    row = None
+    if TABLE_ID.match(table_id):
+        path = f"{TABLES_DIR}/{table_id.removeprefix('ft_')}.parquet"
+        row = session.execute(select(store.FeatureTable).where(store.FeatureTable.path == path)).scalar_one_or_none()
+    if row is None:
+        raise ApiError(404, "feature_table_not_found", "no such feature table")
+    return row
+
+
 def read_table(data_dir: Path, row: store.FeatureTable, columns: list[str] | None = None) -> pa.Table:
     """The stored table (id column first), or only ``columns`` of it."""
     return pq.read_table(Path(data_dir) / row.path, columns=columns)

@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     training_buffer_row_groups: int = Field(
         4, ge=1, description="row groups a streaming worker holds at a time (its memory bound)"
     )
+    prediction_max_body_bytes: int = Field(
+        1024**3,
+        gt=0,
+        description="largest Parquet upload to POST /v1/models/{model_id}/predictions (spooled to disk, predicted "
+        "a batch at a time); larger bodies get 413",
+    )
 
     # --- both ---------------------------------------------------------------
     exchange_secret: str = Field(
