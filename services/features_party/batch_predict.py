@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from features_party.parquet_batches import open_for_batches
 from features_party.persistence import TrainedClassifier, TrainedModel
 
 BATCH_ROWS = 65_536
@@ -95,7 +96,7 @@ def predict_parquet(
     :class:`PredictionError` for an input it cannot predict, and leaves no output then.
     """
     try:
-        source_file = pq.ParquetFile(source)
+        source_file = open_for_batches(source)
     except _ARROW_ERRORS:
         raise PredictionError("the input is not a Parquet file", code="invalid_parquet") from None
     names = source_file.schema_arrow.names

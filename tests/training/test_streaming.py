@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from tests.training.data import write_table
@@ -75,6 +76,54 @@ def test_stage_refuses_a_release_id_without_features(tmp_path: Path) -> None:
     y = np.append(y, 0.0)
     with pytest.raises(ValueError, match="every id"):
         stage_release(tmp_path / "f.parquet", "id", ids, y, y, np.zeros(51, bool), tmp_path / "s")
+
+
+def _in_memory_join(
+    path: Path, ids: pa.Array, targets: np.ndarray, is_val: np.ndarray
+) -> tuple[dict[bool, pa.Table], np.ndarray]:
+    """The reference: the whole table read at once, each row looked up in the release's ids, file order
+    kept; (train and validation rows, the release positions of the validation rows)."""
+    table = pq.read_table(path)
+    found = pc.index_in(table.column("id"), value_set=ids)
+    keep = pc.is_valid(found)
+    rows = table.filter(keep).drop_columns(["id"])
+    positions = pc.filter(found, keep).to_numpy()
+    rows = rows.append_column(TARGET, pa.array(targets[positions], pa.float64()))
+    split = {flag: rows.filter(pa.array(is_val[positions] == flag)) for flag in (False, True)}
+    return split, positions[is_val[positions]]
+
+
+def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: Path) -> None:
+    """Cut into ~40 id-hash partitions (and into one), the staged files hold exactly the rows of the
+    whole-table join, in the same (feature-table) order, with the same targets, split and validation
+    labels. Planted once: a merge that handed out the partitions' matches in partition order, ignoring
+    their row numbers, gave rows other rows' targets and this test failed on "many"."""
+    n, extra = 3000, 411
+    ids, y, _ = write_table(tmp_path / "f.parquet", n, extra=extra)
+    ids = ids.take(pa.array(np.random.default_rng(4).permutation(n)))  # release order ≠ table order
+    y = np.random.default_rng(5).normal(size=n)
+    is_val = np.random.default_rng(6).random(n) < 0.1
+    expected, val_positions = _in_memory_join(tmp_path / "f.parquet", ids, y * 3, is_val)
+    for partition_rows, label in ((80, "many"), (10**9, "one")):
+        staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y * 3, is_val, tmp_path / label, 128,
+                               partition_rows=partition_rows)
+        assert pq.read_table(staged.train_path).equals(expected[False]), label
+        assert pq.read_table(staged.validation_path).equals(expected[True]), label
+        assert np.array_equal(staged.val_labels, y[val_positions]), label
+        assert (staged.n_train, staged.n_validation) == (expected[False].num_rows, expected[True].num_rows)
+        assert not (tmp_path / label / "join").exists()  # the partition files are gone
+
+
+def test_id_hash_partitions_agree_across_chunkings_and_spread_ids() -> None:
+    from features_party.id_partitions import id_hash
+
+    ids = pa.array([f"user-{i}" for i in range(20_000)] + ["", "é", "a" * 300])
+    whole = id_hash(ids)
+    sliced = np.concatenate([id_hash(ids.slice(i, 777)) for i in range(0, len(ids), 777)])
+    chunked = id_hash(pa.chunked_array([ids.slice(0, 5), ids.slice(5)]))
+    assert np.array_equal(whole, sliced) and np.array_equal(whole, chunked)
+    counts = np.bincount((whole % np.uint64(16)).astype(np.int64), minlength=16)
+    assert counts.min() > 0.9 * len(ids) / 16 and counts.max() < 1.1 * len(ids) / 16  # no skewed partition
 
 
 def loader(staged: StagedRelease, rank: int = 0, world: int = 1, buffer: int = 2, batch: int = 50) -> RowGroupLoader:
