@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import torch
 from tests.training.data import write_table
 
 from features_party.config import PLAIN, TrainingConfig
@@ -185,3 +186,31 @@ def test_a_consumer_that_stops_early_does_not_leave_the_prefetch_thread_blocked(
     closer.join(timeout=10)
     assert not closer.is_alive()
     assert not [t for t in threading.enumerate() if t.name == "labeldp-loader"]
+
+
+def test_a_streamed_classifier_learns_what_the_in_memory_one_learns(tmp_path: Path) -> None:
+    """A categorical release streamed from row groups (class indices staged as int64 targets, never
+    standardized) trains a classifier as accurate as the in-memory one, on the same split."""
+    from features_party.classifier import fit_classifier
+    from features_party.persistence import TrainedClassifier
+    from features_party.streamed import fit_classifier_streamed
+
+    ids, y, features = write_table(tmp_path / "f.parquet", 1500, extra=50)
+    classes = np.digitize(y, [-1.0, 1.0]).astype(np.float64)
+    names = ["low", "mid", "high"]
+    config = TrainingConfig(epochs=4, batch_size=64, seed=2, device="cpu", row_group_rows=128, buffer_row_groups=2)
+    memory = fit_classifier(features, classes, 3, config, classes=names)
+    streamed = fit_classifier_streamed(tmp_path / "f.parquet", "id", ids, classes, 3, config, tmp_path / "work",
+                                       classes=names)
+    assert isinstance(streamed, TrainedClassifier) and streamed.classes_ == names
+    assert (streamed.n_train_, streamed.n_validation_) == (memory.n_train_, memory.n_validation_) == (1350, 150)
+    last = streamed.history_[-1]
+    assert 0.0 <= last["train_accuracy"] <= 1.0 and 0.0 <= last["val_accuracy"] <= 1.0
+    truth = classes.astype(np.int64)
+    accuracy = {name: float(np.mean(model.predict_proba(features).argmax(axis=1) == truth))
+                for name, model in (("memory", memory), ("streamed", streamed))}
+    assert accuracy["streamed"] > 0.85 and abs(accuracy["streamed"] - accuracy["memory"]) < 0.05, accuracy
+    staged = RowGroupLoader(tmp_path / "work" / "stage" / "train.parquet", streamed.preprocessor_, 50,
+                            target_mean=5.0, target_std=3.0, class_targets=True)
+    _, _, targets = next(staged.batches(1))
+    assert targets.dtype == torch.int64 and set(targets.tolist()) <= {0, 1, 2}  # indices, not standardized

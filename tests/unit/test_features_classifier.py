@@ -228,7 +228,8 @@ def test_fit_for_release_picks_the_task() -> None:
 
 
 @pytest.fixture
-def client(tmp_path: Path):
+def client(tmp_path: Path, request: pytest.FixtureRequest):
+    """The features app; ``indirect`` parametrization with True streams its trainings (LABELDP_TRAINING_STREAMING)."""
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
@@ -236,6 +237,7 @@ def client(tmp_path: Path):
         exchange_secret="test-exchange-secret",
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
+        training_streaming=getattr(request, "param", False),
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -303,10 +305,13 @@ def animals(client: TestClient) -> dict:
     return {"ids": ids, "y": y, "noisy": noisy, "rows": cols}
 
 
+@pytest.mark.parametrize("client", [False, True], ids=["in_memory", "streamed"], indirect=True)
 @pytest.mark.parametrize("forward_correction", [False, True])
 def test_categorical_release_trains_a_classifier_end_to_end(
     client: TestClient, animals: dict, forward_correction: bool
 ) -> None:
+    """In memory and streamed from staged row groups (LABELDP_TRAINING_STREAMING; docs/architecture.md,
+    "Training at scale"), a categorical release trains a classifier that learns the true classes."""
     response = client.post(
         "/v1/trainings",
         json={"release_id": "rel-cat", "epochs": 8, "batch_size": 64, "learning_rate": 0.01, "seed": 0,
@@ -340,6 +345,9 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert out["predictions"] == [CLASSES[i] for i in probs.argmax(axis=1)]
     truth = np.asarray(CLASSES, dtype=object)[animals["y"]]
     assert np.mean(np.array(out["predictions"], dtype=object) == truth) > 0.85  # true classes, from noisy labels
+    streamed = client.app.state.ctx.settings.training_streaming
+    data_dir = client.app.state.ctx.data_dir
+    assert (data_dir / "work").is_dir() is streamed and not list(data_dir.glob("work/*"))  # staged, then removed
 
     rows = client.post(
         f"/v1/models/{training['model_id']}/predict", json={"rows": [{"x1": 2.0, "group": "a"}, {}]}, headers=AUTH
