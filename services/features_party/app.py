@@ -106,6 +106,7 @@ def _context(settings: Settings) -> AppContext:
             streaming=settings.training_streaming,
             row_group_rows=settings.training_row_group_rows,
             buffer_row_groups=settings.training_buffer_row_groups,
+            join_partition_rows=settings.training_join_partition_rows,
             on_status=training_metrics.status_changed,
             on_trained=training_metrics.trained,
         )

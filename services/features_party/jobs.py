@@ -461,6 +461,7 @@ class JobContext:
     streaming: bool = False
     row_group_rows: int = 65_536
     buffer_row_groups: int = 4
+    join_partition_rows: int = 1 << 18
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -515,6 +516,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         config = TrainingConfig(
             **options, device=device, threads=ctx.threads,
             row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
+            join_partition_rows=ctx.join_partition_rows,
         )
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)

@@ -37,7 +37,8 @@ TARGET = "__target__"
 """The staged target column: the value the loss compares with (before standardization)."""
 TRAIN_FILE, VALIDATION_FILE, META_FILE, LABELS_FILE = "train.parquet", "validation.parquet", "staged.json", "val.npz"
 PARTITION_ROWS = 1 << 18
-"""Rows per id-hash partition of the staging join: what the join holds at once (bench/results/staging.md)."""
+"""Rows per id-hash partition of the staging join by default (``LABELDP_TRAINING_JOIN_PARTITION_ROWS``):
+what the join holds at once (bench/results/staging.md)."""
 
 
 @dataclass(frozen=True)

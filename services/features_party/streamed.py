@@ -67,7 +67,8 @@ def fit_release_streamed(
     is_validation[plan.val_idx] = True
     targets = training_targets(law, learning, labels)
     staged = stage_release(
-        feature_path, id_column, ids, labels, targets, is_validation, Path(work_dir) / "stage", config.row_group_rows
+        feature_path, id_column, ids, labels, targets, is_validation, Path(work_dir) / "stage", config.row_group_rows,
+        config.join_partition_rows,
     )
     del is_validation, targets
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
@@ -100,7 +101,8 @@ def fit_classifier_streamed(
     is_validation = np.zeros(len(ids), dtype=bool)
     is_validation[plan.val_idx] = True
     staged = stage_release(
-        feature_path, id_column, ids, labels, labels, is_validation, Path(work_dir) / "stage", config.row_group_rows
+        feature_path, id_column, ids, labels, labels, is_validation, Path(work_dir) / "stage", config.row_group_rows,
+        config.join_partition_rows,
     )
     del is_validation
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     training_buffer_row_groups: int = Field(
         4, ge=1, description="row groups a streaming worker holds at a time (its memory bound)"
     )
+    training_join_partition_rows: int = Field(
+        1 << 18, ge=1024, description="rows per id-hash partition of the staging join (streaming): what it holds"
+    )
     prediction_max_body_bytes: int = Field(
         1024**3,
         gt=0,

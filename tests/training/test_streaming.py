@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -214,3 +215,25 @@ def test_a_streamed_classifier_learns_what_the_in_memory_one_learns(tmp_path: Pa
                             target_mean=5.0, target_std=3.0, class_targets=True)
     _, _, targets = next(staged.batches(1))
     assert targets.dtype == torch.int64 and set(targets.tolist()) <= {0, 1, 2}  # indices, not standardized
+
+
+def test_the_join_partition_size_of_a_training_reaches_the_join(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TrainingConfig.join_partition_rows`` (LABELDP_TRAINING_JOIN_PARTITION_ROWS) is what the staging join
+    cuts by: the real join, wrapped to record its argument."""
+    import features_party.staging as staging
+
+    seen: list[int] = []
+    real = staging.join_partitioned
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(int(args[4]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(staging, "join_partitioned", recording)
+    ids, y, _ = write_table(tmp_path / "f.parquet", 600)
+    config = TrainingConfig(epochs=1, batch_size=64, seed=1, device="cpu", row_group_rows=100,
+                            join_partition_rows=150)
+    fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN)
+    assert seen == [150]

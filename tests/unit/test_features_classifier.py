@@ -238,6 +238,7 @@ def client(tmp_path: Path, request: pytest.FixtureRequest):
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
         training_streaming=getattr(request, "param", False),
+        training_join_partition_rows=1024,  # 1200 rows: the streamed join runs on two partitions
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -346,6 +347,7 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     truth = np.asarray(CLASSES, dtype=object)[animals["y"]]
     assert np.mean(np.array(out["predictions"], dtype=object) == truth) > 0.85  # true classes, from noisy labels
     streamed = client.app.state.ctx.settings.training_streaming
+    assert client.app.state.ctx.runner.ctx.join_partition_rows == 1024
     data_dir = client.app.state.ctx.data_dir
     assert (data_dir / "work").is_dir() is streamed and not list(data_dir.glob("work/*"))  # staged, then removed
 
