@@ -1,8 +1,9 @@
 """Batch prediction: a Parquet file of ids or of feature rows in, a Parquet file of predictions out.
 
 Rows are read and predicted one Parquet batch at a time and written as they come, so
-the input may be larger than memory (a feature table that ids are looked up in is read
-whole, as ``POST /v1/models/{id}/predict`` does). Output columns: the id column when the
+the input may be larger than memory (of a feature table that ids are looked up in, the
+id column and the model's feature columns are read whole, as ``POST /v1/models/{id}/predict``
+reads its table). Output columns: the id column when the
 input has one, then ``prediction`` (label units, after debiasing and shrinkage) for a
 regressor, or ``prediction`` (class name) and ``p_<class>`` per class for a classifier.
 
@@ -111,10 +112,12 @@ def predict_parquet(
         if id_column is None:
             raise PredictionError("looking ids up in a feature table needs an id column", code="missing_id_column")
         key = table_id_column or id_column
-        lookup = pq.read_table(feature_table)
-        if key not in lookup.column_names:
+        stored = pq.read_schema(feature_table).names
+        if key not in stored:
             raise PredictionError(f"the feature table has no id column {key!r}", [{"column": key}],
                                   code="missing_id_column")
+        # the id column and the model's features only: a table may hold columns the model never used
+        lookup = pq.read_table(feature_table, columns=[key, *(c for c in _model_columns(model) if c in stored)])
         table_ids = lookup.column(key).combine_chunks().cast(pa.string())
         lookup = lookup.drop_columns([key])
     else:
