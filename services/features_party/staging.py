@@ -166,23 +166,25 @@ def stage_release(
     moments = RunningMoments()
     val_labels: list[np.ndarray] = []
     merge = PositionMerge(matches)
-    for batch in source.iter_batches(batch_size=row_group_rows, columns=feature_names):
-        pos = merge.take(batch.num_rows)
-        keep = pos >= 0
-        rows = pos[keep]
-        part = pa.Table.from_batches([batch]).filter(pa.array(keep))
-        part = part.append_column(TARGET, pa.array(targets[rows], pa.float64()))
-        validation = is_validation[rows]
-        for flag in (False, True):
-            chosen = part.filter(pa.array(validation == flag))
-            if flag:
-                val_labels.append(labels[rows[validation]])
-            else:
-                builder.update(chosen.drop_columns([TARGET]))
-                moments.update(targets[rows[~validation]])
-            writers[flag].add(chosen)
-    merge.close()
-    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        for batch in source.iter_batches(batch_size=row_group_rows, columns=feature_names):
+            pos = merge.take(batch.num_rows)
+            keep = pos >= 0
+            rows = pos[keep]
+            part = pa.Table.from_batches([batch]).filter(pa.array(keep))
+            part = part.append_column(TARGET, pa.array(targets[rows], pa.float64()))
+            validation = is_validation[rows]
+            for flag in (False, True):
+                chosen = part.filter(pa.array(validation == flag))
+                if flag:
+                    val_labels.append(labels[rows[validation]])
+                else:
+                    builder.update(chosen.drop_columns([TARGET]))
+                    moments.update(targets[rows[~validation]])
+                writers[flag].add(chosen)
+    finally:
+        merge.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     for writer in writers.values():
         writer.close()
     n_train, n_val = writers[False].written, writers[True].written
