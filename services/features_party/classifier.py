@@ -7,6 +7,7 @@ transition matrix the loss is Patrini et al.'s forward correction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from features_party.config import TrainingConfig
-from features_party.loop import EpochReport, Fitted, Objective, Plan, fit_network, fit_streamed, make_plan
+from features_party.loop import EpochReport, Fitted, Objective, Plan, Workers, fit_network, fit_streamed, make_plan
 from features_party.networks import MLPClassifier
 from features_party.persistence import TrainedClassifier
 from features_party.staging import StagedRelease
@@ -100,10 +101,18 @@ def fit_staged_classifier(
     *,
     classes: list[str] | None = None,
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedClassifier:
     """:func:`fit_classifier` streamed from a release staged with class indices as its targets
-    (:func:`features_party.streamed.fit_classifier_streamed`; docs/architecture.md, "Training at scale")."""
+    (:func:`features_party.streamed.fit_classifier_streamed`; docs/architecture.md, "Training at scale").
+
+    ``workers``, ``checkpoint`` and ``resume`` as :func:`features_party.loop.fit_streamed` takes them
+    (a torchrun worker, :mod:`features_party.distributed`).
+    """
     names = _class_names(n_classes, classes)
     matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
-    fitted = fit_streamed(staged, _objective(n_classes, matrix, plan.device), config, plan, on_epoch)
+    objective = _objective(n_classes, matrix, plan.device)
+    fitted = fit_streamed(staged, objective, config, plan, on_epoch, None, workers, checkpoint, resume)
     return _trained(fitted, names, matrix, plan)

@@ -565,12 +565,13 @@ def _train_and_record(
                 Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
                 learning, listener, workers=ctx.workers,
             )
-        elif ctx.workers > 1 or ctx.streaming:  # a classifier streams in this process
+        elif ctx.workers > 1 or ctx.streaming:  # a classifier, streamed
             indices, matrix = classifier_targets(task, labels, forward_correction)
             with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
                 trained = streamed.fit_classifier_streamed(
                     table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
                     config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
+                    workers=ctx.workers,
                 )
         else:
             features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)

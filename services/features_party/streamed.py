@@ -2,9 +2,9 @@
 
 The in-memory path (:func:`features_party.jobs.fit_for_release`) stays the default;
 this one is chosen by ``LABELDP_TRAINING_WORKERS`` > 1 or ``LABELDP_TRAINING_STREAMING``
-(docs/architecture.md, "Training at scale"). Regressors may run as a torchrun job;
-classifiers (categorical releases) stream in this process, staged with their class
-indices as targets.
+(docs/architecture.md, "Training at scale"). Categorical releases train classifiers,
+staged with their class indices as targets; either kind trains in this process or as a
+torchrun job.
 """
 
 from __future__ import annotations
@@ -93,9 +93,11 @@ def fit_classifier_streamed(
     *,
     classes: list[str] | None = None,
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
+    workers: int = 1,
 ) -> TrainedClassifier:
     """Stage ``ids`` with their class indices (0..K-1) as targets and train a classifier on the stage,
-    in this process. The split is drawn from the seed over release positions, as in memory."""
+    in this process (``workers`` 1) or with ``workers`` torchrun processes. The split is drawn from
+    the seed over release positions, as in memory."""
     labels = check_targets(class_indices, len(ids), "class_indices")
     plan = make_plan(len(ids), config)
     is_validation = np.zeros(len(ids), dtype=bool)
@@ -107,9 +109,14 @@ def fit_classifier_streamed(
     del is_validation
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
-    return fit_staged_classifier(
-        staged, n_classes, run, plan, on_epoch, classes=classes, transition_matrix=transition_matrix
-    )
+    if workers <= 1:
+        return fit_staged_classifier(
+            staged, n_classes, run, plan, on_epoch, classes=classes, transition_matrix=transition_matrix
+        )
+    from features_party.distributed import run_torchrun_classifier
+
+    names = list(classes) if classes is not None else [str(i) for i in range(n_classes)]
+    return run_torchrun_classifier(staged, n_classes, names, transition_matrix, run, workers, Path(work_dir), on_epoch)
 
 
 WORK_DIR = "work"

@@ -67,8 +67,7 @@ class Settings(BaseSettings):
         "training_queue_full with Retry-After and create nothing",
     )
     training_workers: int = Field(
-        1, ge=1, le=1024, description="processes per training: 1 trains in-process, N > 1 runs a regression "
-        "training as a torchrun job of N (a classification training then streams in-process)"
+        1, ge=1, le=1024, description="processes per training: 1 trains in-process, N > 1 runs a torchrun job of N"
     )
     training_streaming: bool = Field(
         False, description="stream a training (regression or classification) from Parquet row groups even with one "

@@ -229,7 +229,9 @@ def test_fit_for_release_picks_the_task() -> None:
 
 @pytest.fixture
 def client(tmp_path: Path, request: pytest.FixtureRequest):
-    """The features app; ``indirect`` parametrization with True streams its trainings (LABELDP_TRAINING_STREAMING)."""
+    """The features app; ``indirect`` parametrization with True streams its trainings (LABELDP_TRAINING_STREAMING),
+    with ``"torchrun"`` runs them as torchrun jobs of two workers (LABELDP_TRAINING_WORKERS=2)."""
+    mode = getattr(request, "param", False)
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
@@ -237,7 +239,8 @@ def client(tmp_path: Path, request: pytest.FixtureRequest):
         exchange_secret="test-exchange-secret",
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
-        training_streaming=getattr(request, "param", False),
+        training_streaming=mode is True,
+        training_workers=2 if mode == "torchrun" else 1,
         training_join_partition_rows=1024,  # 1200 rows: the streamed join runs on two partitions
     )
     with TestClient(create_app(settings)) as c:
@@ -357,6 +360,25 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert len(rows["predictions"]) == 2 and rows["classes"] == CLASSES
     empty = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": []}, headers=AUTH).json()
     assert empty == {"predictions": [], "probabilities": [], "classes": CLASSES}
+
+
+@pytest.mark.parametrize("client", ["torchrun"], indirect=True)
+def test_a_categorical_release_trains_as_a_torchrun_job_of_two_workers(client: TestClient, animals: dict) -> None:
+    """LABELDP_TRAINING_WORKERS=2: the classifier trains as a torchrun job (docs/architecture.md, "Training
+    at scale"), its card says so, and it learns the true classes from the noisy ones."""
+    response = client.post(
+        "/v1/trainings", json={"release_id": "rel-cat", "epochs": 8, "batch_size": 64, "learning_rate": 0.01,
+                               "seed": 0, "forward_correction": True}, headers=AUTH,
+    )
+    assert response.status_code == 202
+    training = wait_for(client, response.json()["id"], timeout=120)
+    assert training["status"] == "succeeded", training["error"]
+    assert len(training["history"]) == 8 and "val_accuracy" in training["history"][-1]
+    card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
+    assert card["task"] == "classification" and card["runtime"]["workers"] == 2
+    out = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": animals["ids"]}, headers=AUTH).json()
+    truth = np.asarray(CLASSES, dtype=object)[animals["y"]]
+    assert np.mean(np.array(out["predictions"], dtype=object) == truth) > 0.85
 
 
 def test_forward_correction_request_needs_one_transition_matrix(client: TestClient, animals: dict) -> None:
