@@ -38,6 +38,9 @@ TABLES_DIR = "tables"
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"
 MAX_EXAMPLES = 5
+ROW_GROUP_ROWS = 65_536
+"""Rows per row group of a stored table: a streamed pass over it (the staging join) holds one row group's
+column chunks, ≈ 120 MB more at pyarrow's default of 2²⁰ rows (bench/results/staging_row_groups_1m.md)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def create_feature_table(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     try:
-        pq.write_table(parsed.table, tmp)
+        pq.write_table(parsed.table, tmp, row_group_size=ROW_GROUP_ROWS)
         tmp.replace(path)
         row = store.FeatureTable(
             name=name,
