@@ -16,16 +16,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.background import BackgroundTask
 
-from features_party import feature_tables, inbox, jobs, models, responses, store
+from features_party import feature_tables, inbox, jobs, model_delivery, models, responses, store
 from features_party.device import resolve_device
 from labeldp import __version__
 from labeldp.database import make_session_factory, open_database
@@ -36,7 +37,17 @@ from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_finger
 from labeldp.logs import RequestContext, configure_logging
 from labeldp.metrics import TrainingObserver, features_metrics, instrument
 from labeldp.migrations import SERVICES
-from labeldp.openapi import CSV_TEXT, SIGNATURE, documented_app, errors, event_stream_ok, ok, request_body
+from labeldp.openapi import (
+    BINARY,
+    CSV_TEXT,
+    SIGNATURE,
+    documented_app,
+    errors,
+    event_stream_ok,
+    file_ok,
+    ok,
+    request_body,
+)
 from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.settings import Settings, require_secrets
@@ -95,6 +106,7 @@ def _context(settings: Settings) -> AppContext:
             streaming=settings.training_streaming,
             row_group_rows=settings.training_row_group_rows,
             buffer_row_groups=settings.training_buffer_row_groups,
+            join_partition_rows=settings.training_join_partition_rows,
             on_status=training_metrics.status_changed,
             on_trained=training_metrics.trained,
         )
@@ -132,7 +144,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = documented_app("labeldp features party", DESCRIPTION, TAGS, lifespan)
     app.state.ctx = ctx
     app.add_middleware(
-        BodySizeLimit, max_bytes=settings.max_body_bytes, limits={"/v1/releases": settings.inbox_max_body_bytes}
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        limits={
+            "/v1/releases": settings.inbox_max_body_bytes,
+            "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
+        },
     )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
@@ -393,8 +410,87 @@ def _api_router(ctx: AppContext) -> APIRouter:
     def predict(model_id: str, body: models.PredictRequest) -> dict[str, Any]:
         return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
 
+    _model_file_routes(router, ctx)
     _management_routes(router, ctx)
     return router
+
+
+def _model_file_routes(router: APIRouter, ctx: AppContext) -> None:
+    """Models used elsewhere: the exported graph and batch predictions over Parquet
+    (features_party.model_delivery; docs/architecture.md, "Training at scale")."""
+
+    @router.get(
+        "/models/{model_id}/export",
+        tags=["models"],
+        summary="Download a model as ONNX or TorchScript",
+        description="The trained network as a file another runtime loads: ONNX (opset 17, dynamic batch) or "
+        "TorchScript. Inputs `numeric` (standardized float32) and `categorical` (int64 codes); the preprocessor "
+        "and post-processing that surround the graph are embedded as JSON (ONNX `metadata_props[\"labeldp\"]`, "
+        "TorchScript extra file `labeldp.json`).",
+        response_class=FileResponse,
+        responses={
+            **file_ok("application/octet-stream", "<the model file's bytes>", "the model file"),
+            **errors(401, 404, 409, 422, 503, by_ref=True, e404="model_not_found", e409="model_unavailable",
+                     e422="model_not_exportable"),
+        },
+    )
+    async def download_model(
+        model_id: str,
+        fmt: Literal["onnx", "torchscript"] = Query("onnx", alias="format", description="`onnx` or `torchscript`"),
+    ) -> FileResponse:
+        path = await run_in_threadpool(model_delivery.exported_file, ctx.sessions, ctx.data_dir, model_id, fmt)
+        return FileResponse(
+            path, media_type="application/octet-stream", filename=model_delivery.export_filename(model_id, fmt)
+        )
+
+    @router.post(
+        "/models/{model_id}/predictions",
+        tags=["models"],
+        summary="Predict a Parquet file",
+        description="A Parquet upload in, a Parquet file of predictions out, a batch at a time (bodies up to "
+        "`LABELDP_PREDICTION_MAX_BODY_BYTES`). With `feature_table_id` the upload holds ids (column `id_column`) "
+        "looked up in that feature table; without it, the model's feature columns. The answer has the id column "
+        "(when the upload has one), `prediction`, and `p_<class>` per class for a classifier. Errors name counts "
+        "and columns, never ids or values.",
+        response_class=FileResponse,
+        responses={
+            **file_ok(model_delivery.PARQUET, "<Parquet bytes: id, prediction>", "one prediction per input row"),
+            **errors(401, 404, 409, 413, 415, 422, 503, by_ref=True, e404="model_not_found",
+                     e409="model_unavailable", e422="unknown_ids"),
+        },
+        openapi_extra=request_body(
+            {model_delivery.PARQUET: (BINARY, None)}, "a Parquet file of ids or of feature rows"
+        ),
+    )
+    async def predict_batch(
+        model_id: str,
+        request: Request,
+        feature_table_id: str | None = Query(
+            None, max_length=64, description="`ft_…`: look the upload's ids up in this feature table"
+        ),
+        id_column: str = Query("id", min_length=1, max_length=256, description="the upload's id column"),
+    ) -> FileResponse:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type not in model_delivery.PARQUET_TYPES:
+            raise ApiError(415, "unsupported_media_type", f"send the rows as {model_delivery.PARQUET}")
+
+        def known() -> None:
+            with ctx.sessions() as session:
+                models.get_model(session, model_id)
+
+        await run_in_threadpool(known)  # 404 before reading a large body
+        body = await spool_body(request, ctx.data_dir / "spool")
+        try:
+            output = await run_in_threadpool(
+                model_delivery.predict_upload, ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body.path,
+                feature_table_id, id_column,
+            )
+        finally:
+            body.discard()
+        return FileResponse(
+            output, media_type=model_delivery.PARQUET, filename=f"predictions-{model_id}.parquet",
+            background=BackgroundTask(output.unlink, missing_ok=True),
+        )
 
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="items per page")]

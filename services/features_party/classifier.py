@@ -7,6 +7,7 @@ transition matrix the loss is Patrini et al.'s forward correction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,9 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from features_party.config import TrainingConfig
-from features_party.loop import EpochReport, Objective, fit_network, make_plan
+from features_party.loop import EpochReport, Fitted, Objective, Plan, Workers, fit_network, fit_streamed, make_plan
 from features_party.networks import MLPClassifier
 from features_party.persistence import TrainedClassifier
+from features_party.staging import StagedRelease
 from features_party.tasks import check_transition_matrix, to_class_indices
 
 _LOG_FLOOR = 1e-12  # forward correction: log(p·T) never sees an exact zero
@@ -38,6 +40,30 @@ def forward_corrected(transition: torch.Tensor) -> Callable[[torch.Tensor, torch
 
 
 
+def _class_names(n_classes: int, classes: list[str] | None) -> list[str]:
+    if n_classes < 2:
+        raise ValueError("a classifier needs at least two classes")
+    names = [str(c) for c in classes] if classes is not None else [str(i) for i in range(n_classes)]
+    if len(names) != n_classes or len(set(names)) != n_classes:
+        raise ValueError("classes must be n_classes distinct names")
+    return names
+
+
+def _objective(n_classes: int, matrix: np.ndarray | None, device: str) -> Objective:
+    """Cross-entropy, or with a transition matrix Patrini et al.'s forward correction."""
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    if matrix is None:
+        loss = cross_entropy
+    else:
+        loss = forward_corrected(torch.as_tensor(matrix, dtype=torch.float32, device=device))
+    return Objective(lambda n, vocab: MLPClassifier(n, vocab, n_classes), loss, accuracy=True)
+
+
+def _trained(fitted: Fitted, names: list[str], matrix: np.ndarray | None, plan: Plan) -> TrainedClassifier:
+    fitted.config["transition_matrix"] = matrix.tolist() if matrix is not None else None
+    return TrainedClassifier(fitted.model, fitted.preprocessor, names, **fitted.trained(plan))
+
+
 def fit_classifier(
     table: pa.Table,
     class_indices: np.ndarray,
@@ -56,22 +82,37 @@ def fit_classifier(
     correction of Patrini et al. (2017), CE(log(softmax(f(x))·T), ŷ): the network
     then estimates the true class while T accounts for the mechanism's noise.
     """
-    if n_classes < 2:
-        raise ValueError("a classifier needs at least two classes")
-    names = [str(c) for c in classes] if classes is not None else [str(i) for i in range(n_classes)]
-    if len(names) != n_classes or len(set(names)) != n_classes:
-        raise ValueError("classes must be n_classes distinct names")
+    names = _class_names(n_classes, classes)
     y = to_class_indices(class_indices, n_classes)
     if y.shape != (table.num_rows,):
         raise ValueError("class_indices must have one value per row")
     matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
     plan = make_plan(table.num_rows, config)
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    if matrix is None:
-        loss = cross_entropy
-    else:
-        loss = forward_corrected(torch.as_tensor(matrix, dtype=torch.float32, device=plan.device))
-    objective = Objective(lambda n, vocab: MLPClassifier(n, vocab, n_classes), loss, accuracy=True)
-    fitted = fit_network(table, y, objective, config, plan, on_epoch)
-    fitted.config["transition_matrix"] = matrix.tolist() if matrix is not None else None
-    return TrainedClassifier(fitted.model, fitted.preprocessor, names, **fitted.trained(plan))
+    fitted = fit_network(table, y, _objective(n_classes, matrix, plan.device), config, plan, on_epoch)
+    return _trained(fitted, names, matrix, plan)
+
+
+def fit_staged_classifier(
+    staged: StagedRelease,
+    n_classes: int,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+    *,
+    classes: list[str] | None = None,
+    transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> TrainedClassifier:
+    """:func:`fit_classifier` streamed from a release staged with class indices as its targets
+    (:func:`features_party.streamed.fit_classifier_streamed`; docs/architecture.md, "Training at scale").
+
+    ``workers``, ``checkpoint`` and ``resume`` as :func:`features_party.loop.fit_streamed` takes them
+    (a torchrun worker, :mod:`features_party.distributed`).
+    """
+    names = _class_names(n_classes, classes)
+    matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
+    objective = _objective(n_classes, matrix, plan.device)
+    fitted = fit_streamed(staged, objective, config, plan, on_epoch, None, workers, checkpoint, resume)
+    return _trained(fitted, names, matrix, plan)

@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from features_party.debiasing import DEBIAS_MODES, Debias, check_shrinkage
+from features_party.staging import PARTITION_ROWS
 
 Optimizer = Literal["adam", "rmsprop"]
 Schedule = Literal["none", "step", "cosine"]
@@ -70,16 +71,19 @@ DEFAULT_OPTIONS = TrainingOptions()
 class TrainingConfig(TrainingOptions):
     """The options plus where the training runs: what the training loop takes.
 
-    ``row_group_rows`` and ``buffer_row_groups`` apply to streaming training
-    (:mod:`features_party.staging`, :mod:`features_party.loader`): the staged
-    release is cut into row groups of that many rows, and a worker holds at most
-    ``buffer_row_groups`` of them (plus one being prefetched) at a time.
+    ``row_group_rows``, ``buffer_row_groups`` and ``join_partition_rows`` apply to
+    streaming training (:mod:`features_party.staging`, :mod:`features_party.loader`):
+    the release is joined with its features in id-hash partitions of about
+    ``join_partition_rows`` rows, the staged release is cut into row groups of
+    ``row_group_rows`` rows, and a worker holds at most ``buffer_row_groups`` of them
+    (plus one being prefetched) at a time.
     """
 
     device: str = "auto"
     threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
     row_group_rows: int = Field(65_536, ge=1, le=1 << 24)
     buffer_row_groups: int = Field(4, ge=1, le=4096)
+    join_partition_rows: int = Field(PARTITION_ROWS, ge=1)
 
     def replace(self, **changes: Any) -> TrainingConfig:
         """A copy with ``changes``, validated like a new config."""

@@ -4,6 +4,7 @@ The launcher writes ``job.json`` next to the staged release and starts
 ``python -m torch.distributed.run --standalone --nproc_per_node N -m features_party.distributed job.json``
 (gloo on the CPU, NCCL on GPUs; loopback rendezvous). Every worker opens the stage,
 joins the process group and runs :func:`features_party.regression.fit_staged_regressor`
+(or, for a categorical release, :func:`features_party.classifier.fit_staged_classifier`)
 with its rank: DistributedDataParallel over a sampler of row groups
 (:class:`~features_party.loader.RowGroupLoader`). Rank 0 alone evaluates the validation
 rows and runs private model selection on them — the same rows in the same order a
@@ -36,10 +37,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from features_party.classifier import fit_staged_classifier
 from features_party.config import LearningConfig, TrainingConfig
 from features_party.debiasing import LabelLaw, label_law, law_from_dict
 from features_party.loop import EpochReport, Plan, Workers
-from features_party.persistence import TrainedRegressor
+from features_party.persistence import TrainedClassifier, TrainedModel, TrainedRegressor
 from features_party.regression import fit_staged_regressor
 from features_party.staging import StagedRelease
 
@@ -85,14 +87,47 @@ def run_torchrun(
     split of the stage was drawn from it). If ``on_epoch`` raises (a stop request), the
     job's processes are terminated and the exception goes on.
     """
+    job = {
+        "task": "regression",
+        "spec": spec,
+        "law": law.to_dict() if spec is None else None,
+        "learning": learning.to_dict(),
+    }
+    return TrainedRegressor.load(_launch(staged, job, config, workers, work_dir, on_epoch), device=config.device)
+
+
+def run_torchrun_classifier(
+    staged: StagedRelease,
+    n_classes: int,
+    classes: list[str],
+    transition_matrix: Any,
+    config: TrainingConfig,
+    workers: int,
+    work_dir: Path,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+) -> TrainedClassifier:
+    """:func:`run_torchrun` for a categorical release staged with its class indices as targets: every
+    worker trains the classifier (cross-entropy, or forward correction through ``transition_matrix``)."""
+    matrix = None if transition_matrix is None else np.asarray(transition_matrix, dtype=np.float64).tolist()
+    job = {"task": "classification", "n_classes": n_classes, "classes": list(classes), "transition_matrix": matrix}
+    return TrainedClassifier.load(_launch(staged, job, config, workers, work_dir, on_epoch), device=config.device)
+
+
+def _launch(
+    staged: StagedRelease,
+    task: dict[str, Any],
+    config: TrainingConfig,
+    workers: int,
+    work_dir: Path,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> Path:
+    """Write the job file (``task``: what to train) and run the torchrun job; the model file it wrote."""
     if config.seed is None:
         raise ValueError("a torchrun job needs the seed its stage was split with")
     job = {
+        **task,
         "stage": str(staged.directory),
-        "spec": spec,
-        "law": law.to_dict() if spec is None else None,
         "config": config.model_dump(),
-        "learning": learning.to_dict(),
         "progress": str(work_dir / PROGRESS_FILE),
         "checkpoint": str(work_dir / CHECKPOINT_FILE),
         "model": str(work_dir / MODEL_FILE),
@@ -127,7 +162,7 @@ def run_torchrun(
         tail = (workers_lines or lines)[-LOG_TAIL_LINES:]
         log.error("torchrun job exited with status %s; last lines of its log:\n%s", proc.returncode, "\n".join(tail))
         raise TorchrunFailed(f"torchrun job exited with status {proc.returncode}")
-    return TrainedRegressor.load(job["model"], device=config.device)
+    return Path(job["model"])
 
 
 def _relay(progress: Path, seen: int, on_epoch: Callable[[EpochReport], None] | None) -> int:
@@ -198,8 +233,6 @@ def worker(job_path: str | Path) -> None:
     )
     try:
         staged = StagedRelease.open(job["stage"])
-        law = label_law(job["spec"]) if job["spec"] is not None else law_from_dict(job["law"])
-        learning = LearningConfig(**job["learning"])
         seed = int(config.seed if config.seed is not None else 0)
         plan = Plan(seed, device, np.empty(0, np.int64), np.empty(0, np.int64))
         main = rank == 0
@@ -215,10 +248,19 @@ def worker(job_path: str | Path) -> None:
         checkpoint_path = Path(job["checkpoint"])
         resume = _resumable(checkpoint_path, world, device)
         (progress.parent / f"worker-{rank}.pid").write_text(str(os.getpid()))
-        trained = fit_staged_regressor(
-            staged, law, config.replace(device=device), plan, learning,
-            on_epoch if main else None, Workers(rank, world), checkpoint if main else None, resume,
-        )
+        trained: TrainedModel
+        if job.get("task", "regression") == "classification":
+            trained = fit_staged_classifier(
+                staged, int(job["n_classes"]), config.replace(device=device), plan, on_epoch if main else None,
+                classes=list(job["classes"]), transition_matrix=job["transition_matrix"],
+                workers=Workers(rank, world), checkpoint=checkpoint if main else None, resume=resume,
+            )
+        else:
+            law = label_law(job["spec"]) if job["spec"] is not None else law_from_dict(job["law"])
+            trained = fit_staged_regressor(
+                staged, law, config.replace(device=device), plan, LearningConfig(**job["learning"]),
+                on_epoch if main else None, Workers(rank, world), checkpoint if main else None, resume,
+            )
         if main:
             trained.device_ = config.device
             trained.save(job["model"])

@@ -7,10 +7,14 @@ debiasing and shrinkage) and, for a classifier, the logits. The sidecar
 ``<name>.json`` holds the preprocessor (means, stds, vocabularies), the regressor's
 post-processing (label law and λ, :class:`~features_party.debiasing.PostProcessing`)
 or the classifier's class names, so a consumer can reproduce ``predict`` exactly:
-string codes and the inverse law are table look-ups that do not belong in a graph.
+string codes and the inverse law are table look-ups that do not belong in a graph. The
+same JSON travels inside each file too (ONNX ``metadata_props["labeldp"]``, TorchScript
+extra file ``labeldp.json``), so the one file ``GET /v1/models/{id}/export`` answers is
+enough on its own.
 
-Usage: ``python -m features_party.export MODEL.pt OUT_PREFIX`` writes
-``OUT_PREFIX.onnx``, ``OUT_PREFIX.torchscript.pt`` and ``OUT_PREFIX.json``.
+Entry points: ``labeldp export MODEL.pt PREFIX [--format onnx|torchscript|both]`` and
+``GET /v1/models/{id}/export?format=`` (docs/architecture.md, "Training at scale");
+``python -m features_party.export`` is an alias of the former.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import argparse
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import onnx
 import torch
 from torch import nn
 
@@ -29,6 +34,20 @@ from features_party.persistence import TrainedClassifier, TrainedModel, TrainedR
 
 INPUTS = ("numeric", "categorical")
 OPSET = 17
+Format = Literal["onnx", "torchscript"]
+"""The export formats (the route's ``format`` query)."""
+SUFFIXES: dict[str, str] = {"onnx": ".onnx", "torchscript": ".torchscript.pt"}
+"""Each export format and the suffix of its file."""
+METADATA_KEY = "labeldp"
+"""ONNX ``metadata_props`` key (and ``<key>.json``, the TorchScript extra file) of the embedded sidecar."""
+
+
+class ExportError(ValueError):
+    """A model file that cannot be read or exported; ``code`` is the stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ExportedNetwork(nn.Module):
@@ -75,8 +94,9 @@ def sidecar(model: TrainedModel) -> dict[str, Any]:
     return data
 
 
-def export_onnx(model: TrainedModel, path: str | Path) -> Path:
-    """ONNX (opset 17) with a dynamic batch dimension, and the sidecar JSON next to it."""
+def export_onnx(model: TrainedModel, path: str | Path, *, sidecar_file: bool = True) -> Path:
+    """ONNX (opset 17) with a dynamic batch dimension and the sidecar embedded (and next to it with
+    ``sidecar_file``)."""
     path = Path(path)
     graph = exportable(model)
     dynamic = {name: {0: "rows"} for name in (*INPUTS, "output")}
@@ -88,18 +108,25 @@ def export_onnx(model: TrainedModel, path: str | Path) -> Path:
             graph, _example(model), str(path), input_names=list(INPUTS), output_names=["output"],
             dynamic_axes=dynamic, opset_version=OPSET, dynamo=False,
         )
-    _write_sidecar(model, path)
+    proto = onnx.load(str(path))
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, json.dumps(sidecar(model))
+    onnx.save(proto, str(path))
+    if sidecar_file:
+        _write_sidecar(model, path)
     return path
 
 
-def export_torchscript(model: TrainedModel, path: str | Path) -> Path:
-    """A scripted module (``torch.jit.load`` runs it without this package), and the sidecar JSON."""
+def export_torchscript(model: TrainedModel, path: str | Path, *, sidecar_file: bool = True) -> Path:
+    """A scripted module (``torch.jit.load`` runs it without this package) with the sidecar embedded
+    (and next to it with ``sidecar_file``)."""
     path = Path(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.trace(exportable(model), _example(model))
-        scripted.save(str(path))
-    _write_sidecar(model, path)
+        scripted.save(str(path), _extra_files={f"{METADATA_KEY}.json": json.dumps(sidecar(model))})
+    if sidecar_file:
+        _write_sidecar(model, path)
     return path
 
 
@@ -108,17 +135,58 @@ def _write_sidecar(model: TrainedModel, path: Path) -> None:
     (path.parent / f"{name}.json").write_text(json.dumps(sidecar(model), indent=2))
 
 
+def export_as(model: TrainedModel, fmt: str, path: str | Path, *, sidecar_file: bool = True) -> Path:
+    """``path`` in format ``fmt`` (``onnx`` or ``torchscript``); ``ExportError`` when it cannot be."""
+    if fmt not in SUFFIXES:
+        raise ExportError("invalid_format", f"format must be one of {', '.join(SUFFIXES)}")
+    try:
+        return (export_onnx if fmt == "onnx" else export_torchscript)(model, path, sidecar_file=sidecar_file)
+    except (RuntimeError, ValueError, TypeError, onnx.checker.ValidationError) as exc:
+        # the exporter's message names graph internals, never data: keep its type only
+        message = f"the model cannot be exported as {fmt} ({type(exc).__name__})"
+        raise ExportError("model_not_exportable", message) from exc
+
+
+def read_model(path: str | Path) -> TrainedModel:
+    """A model file, or ``ExportError`` (``model_file_not_found``, ``invalid_model_file``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError("model_file_not_found", f"{path}: no such model file")
+    try:
+        return load_model(path)
+    except Exception as exc:  # torch.load's failures on a foreign file are many (pickle, zip, keys)
+        raise ExportError("invalid_model_file", f"{path}: not a model file of the features party "
+                          f"({type(exc).__name__})") from None
+
+
+def export_files(
+    model_path: str | Path, prefix: str | Path, formats: tuple[str, ...] = tuple(SUFFIXES)
+) -> dict[str, str]:
+    """``PREFIX.onnx`` and/or ``PREFIX.torchscript.pt`` and ``PREFIX.json`` from a model file; what was written."""
+    unknown = [f for f in formats if f not in SUFFIXES]
+    if unknown or not formats:
+        raise ExportError("invalid_format", f"format must be one of {', '.join(SUFFIXES)}")
+    model = read_model(model_path)
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    for fmt in formats:
+        written[fmt] = str(export_as(model, fmt, prefix.with_name(prefix.name + SUFFIXES[fmt])))
+    written["sidecar"] = str(prefix.with_name(prefix.name.split(".")[0] + ".json"))
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Export a model file to ONNX and TorchScript.")
+    """``python -m features_party.export``: the same as ``labeldp export`` (both formats by default)."""
+    parser = argparse.ArgumentParser(description="Export a model file to ONNX and TorchScript (= labeldp export).")
     parser.add_argument("model", type=Path, help="a model file (.pt) written by the features party")
     parser.add_argument("prefix", type=Path, help="writes PREFIX.onnx, PREFIX.torchscript.pt and PREFIX.json")
     args = parser.parse_args(argv)
-    model = load_model(args.model)
-    args.prefix.parent.mkdir(parents=True, exist_ok=True)
-    export_onnx(model, args.prefix.with_name(args.prefix.name + ".onnx"))
-    export_torchscript(model, args.prefix.with_name(args.prefix.name + ".torchscript.pt"))
-    print(json.dumps({"onnx": f"{args.prefix}.onnx", "torchscript": f"{args.prefix}.torchscript.pt",
-                      "sidecar": f"{args.prefix}.json"}))
+    try:
+        written = export_files(args.model, args.prefix)
+    except ExportError as exc:
+        parser.exit(2, f"error: {exc.code}: {exc}\n")
+    print(json.dumps(written))
 
 
 if __name__ == "__main__":

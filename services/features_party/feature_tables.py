@@ -38,6 +38,9 @@ TABLES_DIR = "tables"
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"
 MAX_EXAMPLES = 5
+ROW_GROUP_ROWS = 65_536
+"""Rows per row group of a stored table: a streamed pass over it (the staging join) holds one row group's
+column chunks, ≈ 120 MB more at pyarrow's default of 2²⁰ rows (bench/results/staging_row_groups_1m.md)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def create_feature_table(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     try:
-        pq.write_table(parsed.table, tmp)
+        pq.write_table(parsed.table, tmp, row_group_size=ROW_GROUP_ROWS)
         tmp.replace(path)
         row = store.FeatureTable(
             name=name,
@@ -233,6 +236,20 @@ def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dic
 
 def get_feature_table(session: Session, name: str) -> store.FeatureTable:
     row = session.get(store.FeatureTable, name)
+    if row is None:
+        raise ApiError(404, "feature_table_not_found", "no such feature table")
+    return row
+
+
+TABLE_ID = re.compile(r"^ft_[0-9a-f]{32}$")
+
+
+def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTable:
+    """The table whose id (``ft_`` + its file's name, :func:`table_id`) is ``table_id``, or 404."""
+    row = None
+    if TABLE_ID.match(table_id):
+        path = f"{TABLES_DIR}/{table_id.removeprefix('ft_')}.parquet"
+        row = session.execute(select(store.FeatureTable).where(store.FeatureTable.path == path)).scalar_one_or_none()
     if row is None:
         raise ApiError(404, "feature_table_not_found", "no such feature table")
     return row

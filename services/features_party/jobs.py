@@ -264,6 +264,15 @@ def fit_for_release(
         if forward_correction:
             _check_forward_correction(task)
         return fit_private_regressor(features, labels, streamed.law_for(spec), config, learning, on_epoch)
+    indices, matrix = classifier_targets(task, labels, forward_correction)
+    return fit_classifier(
+        features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix
+    )
+
+
+def classifier_targets(task: LabelTask, labels: np.ndarray, forward_correction: bool) -> tuple[np.ndarray, Any]:
+    """A categorical release's labels as class indices, and its transition matrix when the training
+    asks for forward correction; 422 with a stable code when the release cannot train a classifier."""
     if task.n_classes < 2:
         raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
     try:
@@ -275,9 +284,7 @@ def fit_for_release(
     if forward_correction:
         _check_forward_correction(task)
         matrix = task.transition_matrix
-    return fit_classifier(
-        features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix
-    )
+    return indices, matrix
 
 
 def get_training(session: Session, training_id: str) -> store.Training:
@@ -454,6 +461,7 @@ class JobContext:
     streaming: bool = False
     row_group_rows: int = 65_536
     buffer_row_groups: int = 4
+    join_partition_rows: int = 1 << 18
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -508,6 +516,7 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
         config = TrainingConfig(
             **options, device=device, threads=ctx.threads,
             row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
+            join_partition_rows=ctx.join_partition_rows,
         )
         release_id, table_name = row.release_id, row.feature_table
     ctx.status_changed(RUNNING)
@@ -556,6 +565,14 @@ def _train_and_record(
                 Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
                 learning, listener, workers=ctx.workers,
             )
+        elif ctx.workers > 1 or ctx.streaming:  # a classifier, streamed
+            indices, matrix = classifier_targets(task, labels, forward_correction)
+            with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
+                trained = streamed.fit_classifier_streamed(
+                    table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
+                    config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
+                    workers=ctx.workers,
+                )
         else:
             features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
             trained = fit_for_release(

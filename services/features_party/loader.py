@@ -58,7 +58,10 @@ class RowGroupLoader:
         rank: int = 0,
         world: int = 1,
         device: str = "cpu",
+        class_targets: bool = False,
     ) -> None:
+        """``class_targets``: the staged targets are class indices, yielded as int64 and not
+        standardized (a classifier's); otherwise float32 standardized by ``target_mean``/``target_std``."""
         if not 0 <= rank < world:
             raise ValueError("rank must be in [0, world)")
         self.path = Path(path)
@@ -68,6 +71,7 @@ class RowGroupLoader:
         self.buffer_row_groups = max(1, buffer_row_groups)
         self.seed, self.rank, self.world = seed, rank, world
         self.device = device
+        self.class_targets = class_targets
         meta = pq.ParquetFile(self.path).metadata
         self.group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
@@ -96,10 +100,15 @@ class RowGroupLoader:
         for start in range(0, len(shard.groups), self.buffer_row_groups):
             table = source.read_row_groups(shard.groups[start : start + self.buffer_row_groups])
             numeric, categorical = self.pre.transform(table.drop_columns([TARGET]))
-            targets = table.column(TARGET).to_numpy()
-            y = ((targets - self.target_mean) / self.target_std).astype(np.float32)
+            y = self.targets(table.column(TARGET).to_numpy())
             order = rng.permutation(table.num_rows)
             yield numeric[order], categorical[order], y[order]
+
+    def targets(self, staged: np.ndarray) -> np.ndarray:
+        """The staged target column as the loss takes it: class indices, or standardized values."""
+        if self.class_targets:
+            return staged.astype(np.int64)
+        return ((staged - self.target_mean) / self.target_std).astype(np.float32)
 
     def _prefetched(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """:meth:`_buffers`, one buffer ahead on a background thread."""
@@ -175,7 +184,7 @@ class RowGroupLoader:
         empty = staged((
             np.zeros((0, len(self.pre.numeric_columns)), np.float32),
             np.zeros((0, len(self.pre.categorical_columns)), np.int64),
-            np.zeros((0,), np.float32),
+            np.zeros((0,), np.int64 if self.class_targets else np.float32),
         ))
         while emitted < steps:
             yield batch(empty, 0, 0)

@@ -348,7 +348,8 @@ def fit_streamed(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
 ) -> Fitted:
-    """:func:`fit_network` over a staged release streamed in row groups (regression objectives).
+    """:func:`fit_network` over a staged release streamed in row groups (regression or, with an
+    ``accuracy`` objective, classification: the staged targets are then class indices).
 
     Every worker builds the same initial network from the seed; with ``workers.world >
     1`` it is wrapped in DistributedDataParallel and each worker trains on its share of
@@ -360,8 +361,6 @@ def fit_streamed(
     as plain types. ``resume`` (such a state) continues after its epoch: every epoch's
     data order comes from (seed, epoch), so a resumed training is the uninterrupted one.
     """
-    if objective.accuracy:
-        raise ValueError("streaming training is implemented for regression objectives")
     workers = workers or Workers()
     device = plan.device
     pre = staged.preprocessor
@@ -389,7 +388,7 @@ def fit_streamed(
         staged.train_path, pre, local_batch,
         target_mean=staged.target_mean, target_std=staged.target_std,
         buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
-        rank=workers.rank, world=workers.world, device=device,
+        rank=workers.rank, world=workers.world, device=device, class_targets=objective.accuracy,
     )
     steps_per_epoch = loader.steps_per_epoch(1)
     # Batch progress (and a cancel between batches) where the listener lives: the main worker.
@@ -399,7 +398,7 @@ def fit_streamed(
     for epoch in range(first, config.epochs + 1):
         started = time.perf_counter()
         trained.train()
-        total = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
+        total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
         for step, (x, c, y) in enumerate(loader.batches(epoch)):
             lr = learning_rate_at(config, epoch, step, steps_per_epoch)
             if lr != current_lr:
@@ -413,19 +412,23 @@ def fit_streamed(
             amp.step(losses.sum() / max(len(y), 1), optimizer)
             total[0] += losses.detach().double().sum()
             total[1] += len(y)
+            if objective.accuracy:
+                total[2] += (out.detach().argmax(dim=1) == y).sum()
             if on_batch is not None:
                 on_batch(epoch, step + 1, steps_per_epoch)
         if workers.world > 1:
             torch.distributed.all_reduce(total)
         meter.add(staged.n_train, time.perf_counter() - started)
-        train_loss = float(total[0].item()) / max(float(total[1].item()), 1.0) * objective.loss_scale
-        val_loss, selection_loss = None, None
+        rows = max(float(total[1].item()), 1.0)
+        train_loss = float(total[0].item()) / rows * objective.loss_scale
+        train_acc = float(total[2].item()) / rows if objective.accuracy else None
+        val_loss, val_acc, selection_loss = None, None, None
         if workers.is_main:
-            outputs, val_loss = streamed_validation(model, objective, staged, device)
+            outputs, val_loss, val_acc = streamed_validation(model, objective, staged, device)
             if inspect is not None:
                 selection_loss = inspect(epoch, outputs, model)
         elapsed = time.perf_counter() - started
-        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, None, None, selection_loss)
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
         history.append(report.as_history())
         if workers.is_main:
             if checkpoint is not None:
@@ -444,24 +447,32 @@ def fit_streamed(
 
 def streamed_validation(
     model: MLP, objective: Objective, staged: StagedRelease, device: str
-) -> tuple[np.ndarray, float | None]:
-    """(raw outputs, reported loss) over the validation rows, one row group at a time in file order."""
+) -> tuple[np.ndarray, float | None, float | None]:
+    """(raw outputs, reported loss, accuracy for classifiers) over the validation rows, one row group
+    at a time in file order."""
     if staged.n_validation == 0:
-        return np.empty((0,)), None
+        return np.empty((0,)), None, None
     source = pq.ParquetFile(staged.validation_path)
     outputs: list[np.ndarray] = []
-    total = 0.0
+    total, correct = 0.0, 0
     model.eval()
     with torch.no_grad():
         for i in range(source.metadata.num_row_groups):
             table = source.read_row_group(i)
             numeric, categorical = staged.preprocessor.transform(table.drop_columns([TARGET]))
-            targets = (table.column(TARGET).to_numpy() - staged.target_mean) / staged.target_std
-            y = torch.from_numpy(targets.astype(np.float32)).to(device)
+            staged_targets = table.column(TARGET).to_numpy()
+            if objective.accuracy:  # class indices
+                y = torch.from_numpy(staged_targets.astype(np.int64)).to(device)
+            else:
+                y = torch.from_numpy(((staged_targets - staged.target_mean) / staged.target_std).astype(np.float32))
+                y = y.to(device)
             x, c = torch.from_numpy(numeric).to(device), torch.from_numpy(categorical).to(device)
             for start in range(0, len(y), PREDICT_CHUNK):
                 stop = start + PREDICT_CHUNK
                 out = model(x[start:stop], c[start:stop])
                 total += float(objective.loss(out, y[start:stop]).double().sum().item())
+                if objective.accuracy:
+                    correct += int((out.argmax(dim=1) == y[start:stop]).sum().item())
                 outputs.append(out.double().cpu().numpy())
-    return np.concatenate(outputs), total / staged.n_validation * objective.loss_scale
+    accuracy = correct / staged.n_validation if objective.accuracy else None
+    return np.concatenate(outputs), total / staged.n_validation * objective.loss_scale, accuracy

@@ -1,36 +1,44 @@
 """A release joined with its feature table, staged as Parquet row groups for streaming training.
 
-The join reads the feature table's id column alone and looks every row up in the
-release's ids once (``pc.index_in``: Arrow arrays and one hash table, no Python object
-per row); the feature columns are then read one batch of rows at a time, each row
-getting its target and its split (train or validation, drawn from the seed over
-release positions exactly as :func:`features_party.loop.make_plan` draws it) from that
-lookup. The preprocessor and the target scaling are fitted on the training rows in the
-same pass (:class:`~features_party.preprocessing.PreprocessorBuilder`). What stays in
-memory per row while staging is an int32 position and a split flag (besides the
-release's own ids and labels); features and targets live in
-``train.parquet`` and ``validation.parquet``, cut into row groups of
-``row_group_rows`` that :class:`features_party.loader.RowGroupLoader` streams
-(docs/architecture.md, "Training at scale").
+The join is done partition by partition (:mod:`features_party.id_partitions`): both
+sides' ids are cut by a hash into partition files of about ``partition_rows`` rows and
+each partition is looked up on its own (``pc.index_in``), so the join holds one
+partition at a time, not the whole table's id column and a hash table of every release
+id. The feature columns are then read one batch of rows at a time in file order, each
+row getting its release position from the merged matches, and from it its target and its
+split (train or validation, drawn from the seed over release positions exactly as
+:func:`features_party.loop.make_plan` draws it). The preprocessor and the target scaling
+are fitted on the training rows in the same pass
+(:class:`~features_party.preprocessing.PreprocessorBuilder`). Besides the release's own
+ids, labels, targets and split, nothing per row of the table stays in memory; features and
+targets live in ``train.parquet`` and ``validation.parquet`` (rows in feature-table
+order), cut into row groups of ``row_group_rows`` that
+:class:`features_party.loader.RowGroupLoader` streams (docs/architecture.md, "Training at
+scale").
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from features_party.id_partitions import PositionMerge, join_partitioned
+from features_party.parquet_batches import open_for_batches
 from features_party.preprocessing import Preprocessor, PreprocessorBuilder, RunningMoments
 
 TARGET = "__target__"
 """The staged target column: the value the loss compares with (before standardization)."""
 TRAIN_FILE, VALIDATION_FILE, META_FILE, LABELS_FILE = "train.parquet", "validation.parquet", "staged.json", "val.npz"
+PARTITION_ROWS = 1 << 18
+"""Rows per id-hash partition of the staging join by default (``LABELDP_TRAINING_JOIN_PARTITION_ROWS``):
+what the join holds at once (bench/results/staging.md)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ def stage_release(
     is_validation: np.ndarray,
     directory: str | Path,
     row_group_rows: int = 65_536,
+    partition_rows: int = PARTITION_ROWS,
 ) -> StagedRelease:
     """Join ``ids`` (the release's, one per entry of ``labels``) with the feature table at ``feature_path``.
 
@@ -134,21 +143,19 @@ def stage_release(
     debiased values); ``is_validation``: the split per release row. Feature-table rows
     whose id is not in the release are skipped; a release id without a feature row
     raises ``ValueError`` (the service checks the join before queueing a training).
+    ``partition_rows``: rows per partition of the join (what it holds at once).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     n = len(ids)
     if labels.shape != (n,) or targets.shape != (n,) or is_validation.shape != (n,):
         raise ValueError("labels, targets and the split must have one entry per release id")
-    source = pq.ParquetFile(feature_path)
-    feature_ids = source.read(columns=[id_column]).column(0)
-    found = pc.index_in(feature_ids, value_set=ids)
-    filled = cast(pa.ChunkedArray, pc.fill_null(found, pa.scalar(-1, found.type)))
-    positions = filled.to_numpy()  # int32 (index_in's type): 4 bytes per feature-table row
-    del feature_ids, found, filled
-    if int(np.count_nonzero(positions >= 0)) != n:
+    scratch = directory / "join"
+    matches, matched = join_partitioned(feature_path, id_column, ids, scratch, partition_rows, row_group_rows)
+    if matched != n:
+        shutil.rmtree(scratch, ignore_errors=True)
         raise ValueError("the feature table does not hold every id of the release")
-
+    source = open_for_batches(feature_path)
     feature_names = [name for name in source.schema_arrow.names if name != id_column]
     schema = pa.schema([source.schema_arrow.field(name) for name in feature_names] + [pa.field(TARGET, pa.float64())])
     writers = {
@@ -158,23 +165,26 @@ def stage_release(
     builder = PreprocessorBuilder()
     moments = RunningMoments()
     val_labels: list[np.ndarray] = []
-    offset = 0
-    for batch in source.iter_batches(batch_size=row_group_rows, columns=feature_names):
-        pos = positions[offset : offset + batch.num_rows]
-        offset += batch.num_rows
-        keep = pos >= 0
-        rows = pos[keep]
-        part = pa.Table.from_batches([batch]).filter(pa.array(keep))
-        part = part.append_column(TARGET, pa.array(targets[rows], pa.float64()))
-        validation = is_validation[rows]
-        for flag in (False, True):
-            chosen = part.filter(pa.array(validation == flag))
-            if flag:
-                val_labels.append(labels[rows[validation]])
-            else:
-                builder.update(chosen.drop_columns([TARGET]))
-                moments.update(targets[rows[~validation]])
-            writers[flag].add(chosen)
+    merge = PositionMerge(matches)
+    try:
+        for batch in source.iter_batches(batch_size=row_group_rows, columns=feature_names):
+            pos = merge.take(batch.num_rows)
+            keep = pos >= 0
+            rows = pos[keep]
+            part = pa.Table.from_batches([batch]).filter(pa.array(keep))
+            part = part.append_column(TARGET, pa.array(targets[rows], pa.float64()))
+            validation = is_validation[rows]
+            for flag in (False, True):
+                chosen = part.filter(pa.array(validation == flag))
+                if flag:
+                    val_labels.append(labels[rows[validation]])
+                else:
+                    builder.update(chosen.drop_columns([TARGET]))
+                    moments.update(targets[rows[~validation]])
+                writers[flag].add(chosen)
+    finally:
+        merge.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     for writer in writers.values():
         writer.close()
     n_train, n_val = writers[False].written, writers[True].written

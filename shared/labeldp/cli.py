@@ -184,6 +184,38 @@ def _privatize(args: argparse.Namespace) -> int:
     return _offline(run)
 
 
+def _model_tool(run: Callable[[], dict[str, Any]]) -> int:
+    """Run ``labeldp export`` or ``predict``: print the JSON of what was written, or one line
+    ``labeldp: error: <code>: <message>`` and exit 2 (the message gives counts, never ids or values)."""
+    import json
+
+    from features_party.batch_predict import PredictionError
+    from features_party.export import ExportError
+
+    try:
+        result = run()
+    except (ExportError, PredictionError) as exc:
+        print(f"labeldp: error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from features_party.export import SUFFIXES, export_files
+
+    formats = tuple(SUFFIXES) if args.format == "both" else (args.format,)
+    return _model_tool(lambda: export_files(args.model, args.prefix, formats))
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from features_party.batch_predict import predict_file
+
+    return _model_tool(lambda: predict_file(
+        args.model, args.input, args.output, id_column=args.id_column or None, feature_table=args.feature_table,
+    ))
+
+
 def _epsilons(text: str | None) -> list[float] | None:
     import math
 
@@ -480,6 +512,38 @@ def build_parser() -> argparse.ArgumentParser:
     privatize.add_argument("--classes", help="comma-separated class names (categorical labels)")
     privatize.add_argument("--params", type=_params, help="mechanism parameters as a JSON object")
     privatize.set_defaults(func=_privatize)
+
+    export = sub.add_parser(
+        "export",
+        help="export a trained model to ONNX and/or TorchScript",
+        description="Write PREFIX.onnx (opset 17, dynamic batch) and/or PREFIX.torchscript.pt from a features-party "
+        "model file, and PREFIX.json: the preprocessor and the post-processing the graph's inputs and output need "
+        "(also embedded in each file). Exit status 2 with one error line for a missing or foreign model file.",
+    )
+    export.add_argument("model", type=Path, help="MODEL.pt, a model file the features party wrote")
+    export.add_argument("prefix", type=Path, help="PREFIX of the files to write")
+    export.add_argument("--format", choices=["onnx", "torchscript", "both"], default="both",
+                        help="which graph to write (default both)")
+    export.set_defaults(func=_export)
+
+    predict = sub.add_parser(
+        "predict",
+        help="predict a Parquet file of ids or feature rows into Parquet",
+        description="Read IN.parquet a batch at a time and write OUT.parquet: the id column (when the input has "
+        "one), `prediction` and, for classifiers, `p_<class>` per class. With --feature-table the input holds ids "
+        "looked up in that Parquet table; without it, the model's feature columns. Exit status 2 with one error "
+        "line (a code and counts, never ids or values) for a missing file, a file that is not Parquet, unknown "
+        "ids or missing feature columns; no output is left then.",
+    )
+    predict.add_argument("model", type=Path, help="MODEL.pt, a model file the features party wrote")
+    predict.add_argument("input", type=Path, help="IN.parquet: ids, or feature rows")
+    predict.add_argument("output", type=Path, help="OUT.parquet to write")
+    predict.add_argument("--id-column", default="id",
+                         help="the input's (and the feature table's) id column, kept in the output (default id; "
+                         "'' for none)")
+    predict.add_argument("--feature-table", type=Path, metavar="TABLE.parquet",
+                         help="look the input's ids up in this Parquet feature table")
+    predict.set_defaults(func=_predict)
 
     bench = sub.add_parser("bench", help="run a benchmark", description="Benchmarks that reproduce the papers' tables.")
     bench_sub = bench.add_subparsers(dest="benchmark", required=True)

@@ -190,13 +190,25 @@ class BodySizeLimit:
     def __init__(self, app: ASGIApp, max_bytes: int, limits: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.limits = limits or {}  # path -> its own limit (the inbox streams large releases to disk)
+        # path -> its own limit (the inbox streams large releases to disk); a path may be a route
+        # template whose ``{name}`` segments match any one segment
+        self.limits = {path: limit for path, limit in (limits or {}).items() if "{" not in path}
+        self.templates = [
+            (re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))), limit)
+            for path, limit in (limits or {}).items()
+            if "{" in path
+        ]
+
+    def _limit(self, path: str) -> int:
+        if path in self.limits:
+            return self.limits[path]
+        return next((limit for pattern, limit in self.templates if pattern.fullmatch(path)), self.max_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limits.get(scope.get("path", ""), self.max_bytes)
+        limit = self._limit(scope.get("path", ""))
         if limit != self.max_bytes:
             await BodySizeLimit(self.app, limit)(scope, receive, send)
             return

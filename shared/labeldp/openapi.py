@@ -150,6 +150,22 @@ def event_stream_ok(example: str, description: str) -> dict[int | str, dict[str,
     }
 
 
+def file_ok(media_type: str, example: str, description: str) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry of a file download: binary bytes of ``media_type`` (the example a
+    placeholder for them), offered under a file name in ``Content-Disposition``."""
+    return {
+        200: {
+            "description": description,
+            "content": {media_type: {"schema": BINARY, "example": example}},
+            "headers": {
+                "Content-Disposition": {
+                    "description": "`attachment; filename=\"…\"`", "schema": {"type": "string"}, "required": True,
+                },
+            },
+        }
+    }
+
+
 def operation_id(route: APIRoute) -> str:
     """The route function's name (``create_label_set``): short, stable client method names.
 

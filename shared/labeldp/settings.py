@@ -70,11 +70,21 @@ class Settings(BaseSettings):
         1, ge=1, le=1024, description="processes per training: 1 trains in-process, N > 1 runs a torchrun job of N"
     )
     training_streaming: bool = Field(
-        False, description="stream a regression training from Parquet row groups even with one worker"
+        False, description="stream a training (regression or classification) from Parquet row groups even with one "
+        "worker"
     )
     training_row_group_rows: int = Field(65_536, ge=1, description="rows per staged row group (streaming)")
     training_buffer_row_groups: int = Field(
         4, ge=1, description="row groups a streaming worker holds at a time (its memory bound)"
+    )
+    training_join_partition_rows: int = Field(
+        1 << 18, ge=1024, description="rows per id-hash partition of the staging join (streaming): what it holds"
+    )
+    prediction_max_body_bytes: int = Field(
+        1024**3,
+        gt=0,
+        description="largest Parquet upload to POST /v1/models/{model_id}/predictions (spooled to disk, predicted "
+        "a batch at a time); larger bodies get 413",
     )
 
     # --- both ---------------------------------------------------------------

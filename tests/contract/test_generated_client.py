@@ -132,3 +132,12 @@ def test_the_generated_features_client_drives_the_features_party(
     assert get_table.sync("clicks", client=client).columns[0].kind.value == "numeric"
     refused = start_training.sync(client=client, body=models.TrainingRequest.from_dict({"release_id": "rel_nope"}))
     assert isinstance(refused, models.ErrorBody) and refused.code == "release_not_found"
+    # The binary operations (a model file out, Parquet in and out) are generated and answer their envelope.
+    download = importlib.import_module("features_client.api.models.download_model")
+    predict_batch = importlib.import_module("features_client.api.models.predict_batch")
+    missing = download.sync("mdl_nope", client=client)
+    assert isinstance(missing, models.ErrorBody) and missing.code == "model_not_found"
+    refused = predict_batch.sync(
+        "mdl_nope", client=client, body=types.File(payload=b"PAR1", mime_type="application/vnd.apache.parquet")
+    )
+    assert isinstance(refused, models.ErrorBody) and refused.code == "model_not_found"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from labeldp.synthetic import make_conversions
 
@@ -67,6 +71,25 @@ def test_full_flow_release_train_predict(stack, data, feature_table):
         assert pred.status_code == 200
         assert len(pred.json()["predictions"]) == len(test_ids)
         assert np.all(np.isfinite(pred.json()["predictions"]))
+
+        # Models elsewhere over the real stack: the ONNX download loads in ONNX Runtime, and a
+        # Parquet file of ids gets the JSON route's predictions back as Parquet.
+        onnx = features.get(f"/v1/models/{status['model_id']}/export", params={"format": "onnx"})
+        assert onnx.status_code == 200, onnx.text
+        graph = ort.InferenceSession(onnx.content, providers=["CPUExecutionProvider"])
+        assert [i.name for i in graph.get_inputs()] == ["numeric", "categorical"]
+        assert "labeldp" in graph.get_modelmeta().custom_metadata_map
+        upload = io.BytesIO()
+        pq.write_table(pa.table({"id": test_ids}), upload)
+        table_id = features.get(f"/v1/feature-tables/{feature_table}").json()["id"]
+        r = features.post(
+            f"/v1/models/{status['model_id']}/predictions", params={"feature_table_id": table_id},
+            content=upload.getvalue(), headers={"content-type": "application/vnd.apache.parquet"},
+        )
+        assert r.status_code == 200, r.text
+        batch = pq.read_table(io.BytesIO(r.content))
+        assert batch.column("id").to_pylist() == list(test_ids)
+        assert np.allclose(batch.column("prediction").to_numpy(), pred.json()["predictions"])
 
         summary = labels.get(f"/v1/label-sets/{ls['id']}").json()
         assert summary["budget"]["spent_micro"] == 2_000_000

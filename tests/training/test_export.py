@@ -111,16 +111,75 @@ def test_batch_prediction_refuses_unknown_ids_and_leaves_no_file(tmp_path: Path,
     assert not list(tmp_path.glob("out.parquet*"))
 
 
-def test_command_lines_export_and_predict(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    """``labeldp export`` / ``labeldp predict`` as a user runs them (real processes), and the
+    ``python -m`` aliases; the exported ONNX file and its embedded sidecar reproduce ``predict``."""
     table_path, ids, _, features = data
     regressor.save(tmp_path / "model.pt")
     pq.write_table(pa.table({"id": ids.slice(0, 10)}), tmp_path / "ids.parquet")
-    python = sys.executable
-    subprocess.run([python, "-m", "features_party.export", str(tmp_path / "model.pt"), str(tmp_path / "out" / "m")],
-                   check=True, capture_output=True)
-    assert (tmp_path / "out" / "m.onnx").exists() and (tmp_path / "out" / "m.torchscript.pt").exists()
-    subprocess.run([python, "-m", "features_party.batch_predict", str(tmp_path / "model.pt"),
-                    str(tmp_path / "ids.parquet"), str(tmp_path / "p.parquet"), "--feature-table", str(table_path)],
-                   check=True, capture_output=True)
+    labeldp = [sys.executable, "-m", "labeldp.cli"]
+    done = subprocess.run([*labeldp, "export", str(tmp_path / "model.pt"), str(tmp_path / "out" / "m"),
+                           "--format", "onnx"], check=True, capture_output=True, text=True)
+    assert json.loads(done.stdout) == {"onnx": str(tmp_path / "out" / "m.onnx"),
+                                       "sidecar": str(tmp_path / "out" / "m.json")}
+    assert not (tmp_path / "out" / "m.torchscript.pt").exists()
+    session = ort.InferenceSession(str(tmp_path / "out" / "m.onnx"))
+    embedded = json.loads(session.get_modelmeta().custom_metadata_map["labeldp"])
+    assert embedded == json.loads((tmp_path / "out" / "m.json").read_text())
+    numeric, categorical = inputs(regressor, features)
+    (out,) = session.run(None, {"numeric": numeric, "categorical": categorical})
+    post = PostProcessing.from_dict(embedded["postprocessing"])
+    assert np.allclose(post.apply(out.astype(np.float64)), regressor.predict(features), rtol=1e-5, atol=1e-5)
+
+    done = subprocess.run([*labeldp, "predict", str(tmp_path / "model.pt"), str(tmp_path / "ids.parquet"),
+                           str(tmp_path / "p.parquet"), "--feature-table", str(table_path)],
+                          check=True, capture_output=True, text=True)
+    assert json.loads(done.stdout) == {"rows": 10, "output": str(tmp_path / "p.parquet")}
     predicted = pq.read_table(tmp_path / "p.parquet").column("prediction").to_numpy()
     assert np.allclose(predicted, regressor.predict(features.slice(0, 10)))
+
+    subprocess.run([sys.executable, "-m", "features_party.export", str(tmp_path / "model.pt"),
+                    str(tmp_path / "alias" / "m")], check=True, capture_output=True)
+    assert (tmp_path / "alias" / "m.onnx").exists() and (tmp_path / "alias" / "m.torchscript.pt").exists()
+    subprocess.run([sys.executable, "-m", "features_party.batch_predict", str(tmp_path / "model.pt"),
+                    str(tmp_path / "ids.parquet"), str(tmp_path / "q.parquet"), "--feature-table", str(table_path)],
+                   check=True, capture_output=True)
+    assert pq.read_table(tmp_path / "q.parquet").equals(pq.read_table(tmp_path / "p.parquet"))
+
+
+def test_labeldp_model_commands_refuse_bad_input_with_one_line_and_status_2(
+    tmp_path: Path, data, regressor: TrainedRegressor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from labeldp.cli import main
+
+    table_path, _, _, features = data
+    model = tmp_path / "model.pt"
+    regressor.save(model)
+
+    def run(*argv: str) -> tuple[int, str]:
+        status = main(list(argv))
+        return status, capsys.readouterr().err.strip()
+
+    assert run("export", str(tmp_path / "none.pt"), str(tmp_path / "m")) == (
+        2, f"labeldp: error: model_file_not_found: {tmp_path / 'none.pt'}: no such model file")
+    (tmp_path / "foreign.pt").write_bytes(b"not a model")
+    status, err = run("export", str(tmp_path / "foreign.pt"), str(tmp_path / "m"))
+    assert status == 2 and err.startswith("labeldp: error: invalid_model_file:")
+    with pytest.raises(SystemExit) as exited:  # argparse's own usage error
+        main(["export", str(model), str(tmp_path / "m"), "--format", "pmml"])
+    assert exited.value.code == 2 and "invalid choice: 'pmml'" in capsys.readouterr().err
+    assert not list(tmp_path.glob("m.*"))
+
+    pq.write_table(pa.table({"id": ["id0000001", "secret-one", "secret-two"]}), tmp_path / "ids.parquet")
+    status, err = run("predict", str(model), str(tmp_path / "ids.parquet"), str(tmp_path / "o.parquet"),
+                      "--feature-table", str(table_path))
+    assert (status, err) == (2, "labeldp: error: unknown_ids: 2 ids of the input are not in the feature table")
+    status, err = run("predict", str(model), str(tmp_path / "nothing.parquet"), str(tmp_path / "o.parquet"))
+    assert status == 2 and err.startswith("labeldp: error: file_not_found:")
+    (tmp_path / "bad.parquet").write_bytes(b"id,x\n1,2\n")
+    status, err = run("predict", str(model), str(tmp_path / "bad.parquet"), str(tmp_path / "o.parquet"))
+    assert (status, err) == (2, "labeldp: error: invalid_parquet: the input is not a Parquet file")
+    pq.write_table(features.drop_columns(["group"]), tmp_path / "rows.parquet")
+    status, err = run("predict", str(model), str(tmp_path / "rows.parquet"), str(tmp_path / "o.parquet"))
+    assert (status, err) == (2, "labeldp: error: missing_columns: the input lacks 1 feature columns of the model")
+    assert not list(tmp_path.glob("o.parquet*"))  # a refused input leaves no output

@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import torch
 from tests.training.data import write_table
 
 from features_party.config import PLAIN, TrainingConfig
@@ -77,6 +80,54 @@ def test_stage_refuses_a_release_id_without_features(tmp_path: Path) -> None:
         stage_release(tmp_path / "f.parquet", "id", ids, y, y, np.zeros(51, bool), tmp_path / "s")
 
 
+def _in_memory_join(
+    path: Path, ids: pa.Array, targets: np.ndarray, is_val: np.ndarray
+) -> tuple[dict[bool, pa.Table], np.ndarray]:
+    """The reference: the whole table read at once, each row looked up in the release's ids, file order
+    kept; (train and validation rows, the release positions of the validation rows)."""
+    table = pq.read_table(path)
+    found = pc.index_in(table.column("id"), value_set=ids)
+    keep = pc.is_valid(found)
+    rows = table.filter(keep).drop_columns(["id"])
+    positions = pc.filter(found, keep).to_numpy()
+    rows = rows.append_column(TARGET, pa.array(targets[positions], pa.float64()))
+    split = {flag: rows.filter(pa.array(is_val[positions] == flag)) for flag in (False, True)}
+    return split, positions[is_val[positions]]
+
+
+def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: Path) -> None:
+    """Cut into ~40 id-hash partitions (and into one), the staged files hold exactly the rows of the
+    whole-table join, in the same (feature-table) order, with the same targets, split and validation
+    labels. Planted once: a merge that handed out the partitions' matches in partition order, ignoring
+    their row numbers, gave rows other rows' targets and this test failed on "many"."""
+    n, extra = 3000, 411
+    ids, y, _ = write_table(tmp_path / "f.parquet", n, extra=extra)
+    ids = ids.take(pa.array(np.random.default_rng(4).permutation(n)))  # release order ≠ table order
+    y = np.random.default_rng(5).normal(size=n)
+    is_val = np.random.default_rng(6).random(n) < 0.1
+    expected, val_positions = _in_memory_join(tmp_path / "f.parquet", ids, y * 3, is_val)
+    for partition_rows, label in ((80, "many"), (10**9, "one")):
+        staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y * 3, is_val, tmp_path / label, 128,
+                               partition_rows=partition_rows)
+        assert pq.read_table(staged.train_path).equals(expected[False]), label
+        assert pq.read_table(staged.validation_path).equals(expected[True]), label
+        assert np.array_equal(staged.val_labels, y[val_positions]), label
+        assert (staged.n_train, staged.n_validation) == (expected[False].num_rows, expected[True].num_rows)
+        assert not (tmp_path / label / "join").exists()  # the partition files are gone
+
+
+def test_id_hash_partitions_agree_across_chunkings_and_spread_ids() -> None:
+    from features_party.id_partitions import id_hash
+
+    ids = pa.array([f"user-{i}" for i in range(20_000)] + ["", "é", "a" * 300])
+    whole = id_hash(ids)
+    sliced = np.concatenate([id_hash(ids.slice(i, 777)) for i in range(0, len(ids), 777)])
+    chunked = id_hash(pa.chunked_array([ids.slice(0, 5), ids.slice(5)]))
+    assert np.array_equal(whole, sliced) and np.array_equal(whole, chunked)
+    counts = np.bincount((whole % np.uint64(16)).astype(np.int64), minlength=16)
+    assert counts.min() > 0.9 * len(ids) / 16 and counts.max() < 1.1 * len(ids) / 16  # no skewed partition
+
+
 def loader(staged: StagedRelease, rank: int = 0, world: int = 1, buffer: int = 2, batch: int = 50) -> RowGroupLoader:
     return RowGroupLoader(
         staged.train_path, staged.preprocessor, batch, target_mean=staged.target_mean,
@@ -136,3 +187,53 @@ def test_a_consumer_that_stops_early_does_not_leave_the_prefetch_thread_blocked(
     closer.join(timeout=10)
     assert not closer.is_alive()
     assert not [t for t in threading.enumerate() if t.name == "labeldp-loader"]
+
+
+def test_a_streamed_classifier_learns_what_the_in_memory_one_learns(tmp_path: Path) -> None:
+    """A categorical release streamed from row groups (class indices staged as int64 targets, never
+    standardized) trains a classifier as accurate as the in-memory one, on the same split."""
+    from features_party.classifier import fit_classifier
+    from features_party.persistence import TrainedClassifier
+    from features_party.streamed import fit_classifier_streamed
+
+    ids, y, features = write_table(tmp_path / "f.parquet", 1500, extra=50)
+    classes = np.digitize(y, [-1.0, 1.0]).astype(np.float64)
+    names = ["low", "mid", "high"]
+    config = TrainingConfig(epochs=4, batch_size=64, seed=2, device="cpu", row_group_rows=128, buffer_row_groups=2)
+    memory = fit_classifier(features, classes, 3, config, classes=names)
+    streamed = fit_classifier_streamed(tmp_path / "f.parquet", "id", ids, classes, 3, config, tmp_path / "work",
+                                       classes=names)
+    assert isinstance(streamed, TrainedClassifier) and streamed.classes_ == names
+    assert (streamed.n_train_, streamed.n_validation_) == (memory.n_train_, memory.n_validation_) == (1350, 150)
+    last = streamed.history_[-1]
+    assert 0.0 <= last["train_accuracy"] <= 1.0 and 0.0 <= last["val_accuracy"] <= 1.0
+    truth = classes.astype(np.int64)
+    accuracy = {name: float(np.mean(model.predict_proba(features).argmax(axis=1) == truth))
+                for name, model in (("memory", memory), ("streamed", streamed))}
+    assert accuracy["streamed"] > 0.85 and abs(accuracy["streamed"] - accuracy["memory"]) < 0.05, accuracy
+    staged = RowGroupLoader(tmp_path / "work" / "stage" / "train.parquet", streamed.preprocessor_, 50,
+                            target_mean=5.0, target_std=3.0, class_targets=True)
+    _, _, targets = next(staged.batches(1))
+    assert targets.dtype == torch.int64 and set(targets.tolist()) <= {0, 1, 2}  # indices, not standardized
+
+
+def test_the_join_partition_size_of_a_training_reaches_the_join(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TrainingConfig.join_partition_rows`` (LABELDP_TRAINING_JOIN_PARTITION_ROWS) is what the staging join
+    cuts by: the real join, wrapped to record its argument."""
+    import features_party.staging as staging
+
+    seen: list[int] = []
+    real = staging.join_partitioned
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(int(args[4]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(staging, "join_partitioned", recording)
+    ids, y, _ = write_table(tmp_path / "f.parquet", 600)
+    config = TrainingConfig(epochs=1, batch_size=64, seed=1, device="cpu", row_group_rows=100,
+                            join_partition_rows=150)
+    fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN)
+    assert seen == [150]

@@ -567,3 +567,21 @@ def test_inbox_accepts_large_arrow_payloads(client: TestClient) -> None:
     assert post_release(client, body).status_code == 201
     got = client.get("/v1/releases/rel-1/labels", headers=AUTH).json()
     assert got["ids"] == ids and got["labels"] == labels.tolist()
+
+
+def test_a_stored_feature_table_is_cut_into_row_groups_a_streamed_pass_can_hold(
+    client: TestClient, settings: Settings
+) -> None:
+    """Streamed passes (the staging join) hold one row group of the stored table at a time
+    (bench/results/staging_row_groups_1m.md), so tables are stored in groups of ROW_GROUP_ROWS rows."""
+    import pyarrow.parquet as pq
+
+    from features_party.feature_tables import ROW_GROUP_ROWS
+
+    csv, _, _ = synthetic_csv(ROW_GROUP_ROWS + 10)
+    r = upload(client, "big", csv)
+    assert r.status_code == 201, r.text
+    (stored,) = (Path(settings.features_data_dir) / "tables").glob("*.parquet")
+    meta = pq.read_metadata(stored)
+    assert meta.num_rows == ROW_GROUP_ROWS + 10
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, 10]

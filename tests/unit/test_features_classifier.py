@@ -228,7 +228,10 @@ def test_fit_for_release_picks_the_task() -> None:
 
 
 @pytest.fixture
-def client(tmp_path: Path):
+def client(tmp_path: Path, request: pytest.FixtureRequest):
+    """The features app; ``indirect`` parametrization with True streams its trainings (LABELDP_TRAINING_STREAMING),
+    with ``"torchrun"`` runs them as torchrun jobs of two workers (LABELDP_TRAINING_WORKERS=2)."""
+    mode = getattr(request, "param", False)
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
@@ -236,6 +239,9 @@ def client(tmp_path: Path):
         exchange_secret="test-exchange-secret",
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
+        training_streaming=mode is True,
+        training_workers=2 if mode == "torchrun" else 1,
+        training_join_partition_rows=1024,  # 1200 rows: the streamed join runs on two partitions
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -303,10 +309,13 @@ def animals(client: TestClient) -> dict:
     return {"ids": ids, "y": y, "noisy": noisy, "rows": cols}
 
 
+@pytest.mark.parametrize("client", [False, True], ids=["in_memory", "streamed"], indirect=True)
 @pytest.mark.parametrize("forward_correction", [False, True])
 def test_categorical_release_trains_a_classifier_end_to_end(
     client: TestClient, animals: dict, forward_correction: bool
 ) -> None:
+    """In memory and streamed from staged row groups (LABELDP_TRAINING_STREAMING; docs/architecture.md,
+    "Training at scale"), a categorical release trains a classifier that learns the true classes."""
     response = client.post(
         "/v1/trainings",
         json={"release_id": "rel-cat", "epochs": 8, "batch_size": 64, "learning_rate": 0.01, "seed": 0,
@@ -340,6 +349,10 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert out["predictions"] == [CLASSES[i] for i in probs.argmax(axis=1)]
     truth = np.asarray(CLASSES, dtype=object)[animals["y"]]
     assert np.mean(np.array(out["predictions"], dtype=object) == truth) > 0.85  # true classes, from noisy labels
+    streamed = client.app.state.ctx.settings.training_streaming
+    assert client.app.state.ctx.runner.ctx.join_partition_rows == 1024
+    data_dir = client.app.state.ctx.data_dir
+    assert (data_dir / "work").is_dir() is streamed and not list(data_dir.glob("work/*"))  # staged, then removed
 
     rows = client.post(
         f"/v1/models/{training['model_id']}/predict", json={"rows": [{"x1": 2.0, "group": "a"}, {}]}, headers=AUTH
@@ -347,6 +360,25 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert len(rows["predictions"]) == 2 and rows["classes"] == CLASSES
     empty = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": []}, headers=AUTH).json()
     assert empty == {"predictions": [], "probabilities": [], "classes": CLASSES}
+
+
+@pytest.mark.parametrize("client", ["torchrun"], indirect=True)
+def test_a_categorical_release_trains_as_a_torchrun_job_of_two_workers(client: TestClient, animals: dict) -> None:
+    """LABELDP_TRAINING_WORKERS=2: the classifier trains as a torchrun job (docs/architecture.md, "Training
+    at scale"), its card says so, and it learns the true classes from the noisy ones."""
+    response = client.post(
+        "/v1/trainings", json={"release_id": "rel-cat", "epochs": 8, "batch_size": 64, "learning_rate": 0.01,
+                               "seed": 0, "forward_correction": True}, headers=AUTH,
+    )
+    assert response.status_code == 202
+    training = wait_for(client, response.json()["id"], timeout=120)
+    assert training["status"] == "succeeded", training["error"]
+    assert len(training["history"]) == 8 and "val_accuracy" in training["history"][-1]
+    card = client.get(f"/v1/models/{training['model_id']}", headers=AUTH).json()
+    assert card["task"] == "classification" and card["runtime"]["workers"] == 2
+    out = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": animals["ids"]}, headers=AUTH).json()
+    truth = np.asarray(CLASSES, dtype=object)[animals["y"]]
+    assert np.mean(np.array(out["predictions"], dtype=object) == truth) > 0.85
 
 
 def test_forward_correction_request_needs_one_transition_matrix(client: TestClient, animals: dict) -> None:

@@ -1,0 +1,1 @@
+"`python bench/bench_staging.py --sizes 1000000,3000000,10000000 --table-row-group 65536 --partition-rows 0,262144 --before bench/results/staging_before.json --out bench/results/staging.md`, 2026-11-24 17:41 UTC"

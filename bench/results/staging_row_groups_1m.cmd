@@ -1,0 +1,1 @@
+"`python bench/bench_staging.py --sizes 1000000,10000000 --partition-rows 0,262144 --out bench/results/staging_row_groups_1m.md`, 2026-11-24 18:06 UTC"
