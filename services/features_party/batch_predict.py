@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from features_party.parquet_batches import open_for_batches
 from features_party.persistence import TrainedClassifier, TrainedModel
+from labeldp.parquet_batches import open_for_batches
 
 BATCH_ROWS = 65_536
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)

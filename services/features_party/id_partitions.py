@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from features_party.parquet_batches import open_for_batches
+from labeldp.parquet_batches import open_for_batches
 
 MAX_PARTITIONS = 128
 """At most this many partition files are open at once (one per partition while cutting or merging)."""

@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from features_party.id_partitions import PositionMerge, join_partitioned
-from features_party.parquet_batches import open_for_batches
 from features_party.preprocessing import Preprocessor, PreprocessorBuilder, RunningMoments
+from labeldp.parquet_batches import open_for_batches
 
 TARGET = "__target__"
 """The staged target column: the value the loss compares with (before standardization)."""

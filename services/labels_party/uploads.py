@@ -25,11 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pa_compute
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 from sqlalchemy import update
 
 from labeldp.http_api import ApiError
 from labeldp.idempotency import Claim, StoredResponse
+from labeldp.parquet_batches import open_for_batches
 
 from . import id_lookup
 from .columnar import release_unused_memory, write_array
@@ -148,7 +148,7 @@ def _pick(names: list[str], columns: tuple[str, ...], kind: str) -> list[str]:
 
 def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = open_for_batches(path)  # pre-buffering off: memory bounded by a batch, not the file
         picked = _pick(pf.schema_arrow.names, columns, "parquet")
         for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
             yield {c: batch.column(name) for c, name in zip(columns, picked)}
