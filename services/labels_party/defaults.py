@@ -1,9 +1,12 @@
 """The default mechanism: what a release uses when the caller names none (``"auto"``).
 
-The choice depends only on public facts — the label type and the release's ε — so it
-leaks nothing. It was chosen on the privacy–utility benchmark (``bench/results/``,
-10 trials per cell), with the features party's default learning (debiased, privately
-model-selected):
+The choice depends only on public facts — the label type, the release's ε and (through
+``labeldp.mechanisms.registry.AUTO_ROWS_EXPONENT``, 0 today) its number of rows — so it
+leaks nothing. It was chosen on the privacy–utility benchmark (``bench/results/``), with
+the features party's default learning (debiased, privately model-selected, never worse
+than the release's private mean). Rules that also scale ε by the release's size n did
+worse out of set than this rule in leave-one-data-set-out validation over six regression
+sets (``bench/results/default_rule.md``), so the bands stay on ε:
 
 - Real and integer labels: ``bench/bench_default_rule.py`` replays every rule of the
   form "rr_on_bins below t₁, an additive mechanism up to t₂, unbiased above" on the
