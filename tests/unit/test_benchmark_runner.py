@@ -283,10 +283,18 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
         "california_housing_paper",
         "simulated_linear",
         "simulated_nonlinear",
+        "bounded_wide",
+        "counts",
         "criteo_like",
         "cifar10_1",
         "cifar10_2",
     }
+    b = plans["bounded_wide"].load()
+    assert (b.n, b.table.num_columns - 1, b.domain.low, b.domain.high) == (2_000, 100, 0.0, 1.0)
+    assert 0.0 < b.labels.min() and b.labels.max() < 1.0
+    k = plans["counts"].load()
+    assert k.domain.kind == "integer" and np.all(k.labels == np.round(k.labels)) and k.labels.max() <= 30
+    assert np.mean(k.labels == 0) > 0.15 and np.mean(k.labels) < 3  # skewed: many zeros, a long tail
     h = plans["california_housing"].training
     assert (
         h.optimizer,
