@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from features_party.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
-from features_party.debiasing import LabelLaw, PostProcessing, constant_prediction, label_law
+from features_party.debiasing import LabelLaw, PostProcessing, constant_prediction, label_law, mean_squared_error
 from features_party.loop import (
     EpochReport,
     Fitted,
@@ -251,6 +251,11 @@ class Selection:
                 weight = float(selector.final_weight_)
                 anchor = self.final_anchor if selector.mean_fallback_ else selector.anchor
                 summary = {**selector.summary(), "note": estimate_note(selector.criterion, law)}
+                if selector.mean_fallback_ and anchor is not None:
+                    # The estimate describes what the model predicts: the constant, not the candidate it dropped.
+                    constant = np.full(selector.reference.shape, anchor)
+                    summary["dropped_model_estimate"] = summary["estimate"]
+                    summary["estimate"] = mean_squared_error(constant, selector.reference)
             lam = lam if learning.debias != "none" else 0.0
             post = PostProcessing(learning.debias, lam, law, anchor, weight)
             kwargs = fitted.trained(plan)
