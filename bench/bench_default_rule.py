@@ -172,7 +172,8 @@ def fit(rules: list[Rule], data: dict[str, Data]) -> Rule:
     Thresholds between two measured ε make the same picks, so many rules tie; the middle one
     of the tied rules (ordered by their thresholds) is taken rather than the lowest cut.
     """
-    keys = {r: (round(score(r, data).log_regret, 12), -score(r, data).met, r.alpha) for r in rules}
+    scores = {r: score(r, data) for r in rules}
+    keys = {r: (round(s.log_regret, 12), -s.met, r.alpha) for r, s in scores.items()}
     best = min(keys.values())
     ties = sorted((r for r in rules if keys[r] == best), key=lambda r: (r.additive, r.t_bins, r.t_unbiased))
     same = [r for r in ties if r.additive == ties[0].additive]

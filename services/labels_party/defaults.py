@@ -42,5 +42,4 @@ def default_mechanism(label_type: str, epsilon: float, n: int | None = None) -> 
     the scaling ``labeldp.mechanisms.registry.auto_scaled_epsilon``). n is public: the
     features party receives n rows.
     """
-    kind = "real" if label_type != "categorical" else "categorical"
-    return auto_pick(kind, epsilon) if n is None else auto_pick(kind, epsilon, n)
+    return auto_pick("real" if label_type != "categorical" else "categorical", epsilon, n)

@@ -156,7 +156,7 @@ def mean_floor_block(result: RunResult) -> list[str]:
         if math.isinf(eps):
             continue
         cells = [fmt_mean_std(result.values(m, eps, MEAN_FLOOR)) for m in mechanisms]
-        truth = np.concatenate([result.values(m, eps, "training_mean_mse") for m in mechanisms[:1]])
+        truth = result.values(mechanisms[0], eps, "training_mean_mse")  # the same true labels in every column
         rows.append([eps_label(eps), *cells, fmt_mean_std(truth)])
     return _table(["ε"] + [f"`{m}`" for m in mechanisms] + ["true training mean (not private)"], rows)
 
