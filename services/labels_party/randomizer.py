@@ -92,7 +92,7 @@ def parse_params(entry: Entry, params: dict[str, Any] | None) -> Params:
     try:
         return entry.parse_params(params)
     except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "params" for e in exc.errors())
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) or f"params ({e['msg']})" for e in exc.errors())
         raise RandomizerError("invalid_parameters", f"invalid parameters for {entry.name}: {fields}") from exc
 
 

@@ -123,10 +123,15 @@ def release_pairs() -> list[ReleasePair]:
             domain=SMALL_COUNTS, params={"weights": "prior"}, epsilon_prior=1.0, n_draws=500, n_pilot=150,
             sharpness=0.3, slow=True,
         ),
+        ReleasePair(  # RPWithPrior's default private prior: the row moves between the end cells
+            "rp_with_prior_histogram", "rp_with_prior", 2.0, ENDS, 0, 1.0, domain=UNIT, epsilon_prior=1.0,
+            n_draws=800, n_pilot=200, sharpness=0.15, slow=True,
+        ),
         # -- noised-label prior (RPWithPrior, Liu & Huang Alg. 3), default ε₁
         ReleasePair(
             "rp_with_prior_noised_labels", "rp_with_prior", 2.0, _moved(REAL_LABELS, 0, 0.0), 0, 1.0,
-            domain=UNIT, n_draws=800, n_pilot=200, sharpness=0.15, slow=True,
+            domain=UNIT, params={"private_prior": "noised_labels"}, n_draws=800, n_pilot=200, sharpness=0.15,
+            slow=True,
         ),
         # -- label-independent split (Alg. 2): changed row inside the split, and outside it
         ReleasePair(

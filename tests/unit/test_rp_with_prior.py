@@ -414,7 +414,7 @@ def test_fit_private_spends_eps1_on_the_prior_and_optimizes_for_eps2(monkeypatch
     rng = np.random.default_rng(14)
     labels = np.concatenate((rng.uniform(0, 60, 20_000), rng.uniform(40, 44, 30_000))).round()
     eps1, eps2 = 40.0, 0.2
-    mech = RPWithPrior(eps2, MID_INT, zeta=1.0).fit_private(labels, eps1, rng)
+    mech = RPWithPrior(eps2, MID_INT, zeta=1.0, private_prior="noised_labels").fit_private(labels, eps1, rng)
     assert calls == [eps2]
     assert mech.prior_estimator_.epsilon == eps1 and mech.guarantee.epsilon == eps2
     prior = mech.prior_estimator_.prior_
@@ -422,3 +422,20 @@ def test_fit_private_spends_eps1_on_the_prior_and_optimizes_for_eps2(monkeypatch
     wrong = RPWithPrior(eps1, MID_INT, zeta=1.0).fit(prior=prior)
     assert (wrong.a1_index_, wrong.a2_index_) != (mech.a1_index_, mech.a2_index_)  # ε₁ would pick another interval
     assert mech.to_spec().sigma == pytest.approx(mech.prior_estimator_.sigma_)
+
+
+def test_fit_private_default_buys_the_laplace_histogram_on_the_release_grid() -> None:
+    """The default private prior is the release's: k noisy counts on default_grid(domain, n, ε₁ + ε₂)."""
+    from labeldp.mechanisms.prior import LaplaceHistogramPrior, default_grid
+
+    labels = np.random.default_rng(21).poisson(6.0, 8_000).clip(0, 60).astype(np.float64)
+    eps1, eps2 = 0.1, 0.9
+    mech = RPWithPrior(eps2, MID_INT).fit_private(labels, eps1, np.random.default_rng(22))
+    assert isinstance(mech.prior_estimator_, LaplaceHistogramPrior)
+    assert mech.prior_estimator_.epsilon == eps1 and mech.guarantee.epsilon == eps2
+    grid = default_grid(MID_INT, labels.size, eps1 + eps2)
+    np.testing.assert_array_equal(mech.prior_estimator_.grid, grid)
+    probs = LaplaceHistogramPrior(eps1, grid).fit(labels, np.random.default_rng(22)).probs_
+    same = RPWithPrior(eps2, MID_INT).fit(grid, probs)
+    assert (same.a1_index_, same.a2_index_) == (mech.a1_index_, mech.a2_index_)
+    assert mech.to_spec().sigma is None and mech.a2_ < 30  # the interval follows the counts, not the domain
