@@ -17,8 +17,8 @@ the rows the learner trains on). It thresholds the *scaled* ε
     ε_n = ε · (n / N0)^α,   N0 = 16 000 (the simulated sets' training rows),
 
 so α = 0 is a rule on ε alone and α = 1/2 a rule on ε·√n, the signal-to-noise of a mean of
-n privatized labels. Given ε_n: rr_on_bins below ``t_bins``; an additive mechanism
-(``laplace`` or ``staircase``) on [t_bins, t_unbiased); ``unbiased`` from ``t_unbiased``
+n privatized labels. Given ε_n: rr_on_bins below ``t_bins``; a middle mechanism
+(``laplace``, ``staircase`` or ``rp_with_prior``) on [t_bins, t_unbiased); ``unbiased`` from ``t_unbiased``
 on. The learner is always the features party's default (``private``: the previous
 report found training the unbiased randomizer's release on every row worth 0.2 %, not a
 second learning rule). (The domain enters every mechanism's noise through its
@@ -60,6 +60,7 @@ DATASETS = (
 LEARNERS = ("plain", "private")
 N0 = 16_000
 EXPONENTS = (0.0, 0.25, 0.5)
+MIDDLE = ("laplace", "staircase", "rp_with_prior")  # the middle band's mechanism
 CUTS = (0.0, *(round(0.05 * 2 ** (k / 2), 4) for k in range(16)), math.inf)  # 0.05 … 9.05, geometric
 
 
@@ -162,9 +163,9 @@ def candidates(exponents: tuple[float, ...] = EXPONENTS) -> list[Rule]:
         for t_bins, t_unbiased in itertools.product(CUTS, CUTS):
             if t_unbiased < t_bins:
                 continue
-            for additive in ("laplace", "staircase"):
-                if t_unbiased == t_bins and additive == "staircase":
-                    continue  # no additive band: one rule is enough
+            for additive in MIDDLE:
+                if t_unbiased == t_bins and additive != MIDDLE[0]:
+                    continue  # no middle band: one rule is enough
                 rules.append(Rule(t_bins, t_unbiased, additive, alpha))
     return rules
 
@@ -348,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         f"ε ∈ {{{', '.join(f'{e:g}' for e in sorted({e for d in data.values() for e in d.grid}))}}}.",
         f"- {len(rules)} candidate rules on the scaled ε_n = ε·(n/{N0})^α, "
         f"α ∈ {{{', '.join(f'{a:g}' for a in EXPONENTS)}}}"
-        " (α = 0: ε alone): rr_on_bins below t_bins, laplace or staircase up to t_unbiased, unbiased above; the "
-        "features party's default learning (`private`).",
+        " (α = 0: ε alone): rr_on_bins below t_bins, laplace, staircase or rp_with_prior up to t_unbiased, "
+        "unbiased above; the features party's default learning (`private`).",
         "- Regret: the rule's mean test MSE / the best mean of every mechanism × learner (`plain`, `private`) − 1. "
         f"Met: the gap is within the rule's own standard error (std/√trials, {'/'.join(map(str, trials))} trials),"
         " the † rule of the tables.",
