@@ -311,7 +311,7 @@ def test_spec_round_trip_reproduces_the_law() -> None:
 def test_defaults_and_uniform_fallback() -> None:
     mech = RPWithPrior(1.0, REAL).fit()
     assert (mech.a1_, mech.a2_) == (0.0, 5.0)  # uniform prior: the whole domain
-    assert mech.zeta_ == pytest.approx(0.05 * 5.0) and mech.n_steps_ == 1024
+    assert mech.zeta_ == pytest.approx(0.2 * 5.0) and mech.n_steps_ == 1024  # clip(0.4/ε, 0.05, 0.2) at ε = 1
     assert abs(mech.zeta_effective_ - mech.zeta_) <= mech.step_ / 2
     outside = RPWithPrior(1.0, REAL).fit(prior=StepPrior(np.array([7.0, 9.0]), np.array([1.0])))
     assert (outside.a1_, outside.a2_) == (0.0, 5.0)
@@ -439,3 +439,10 @@ def test_fit_private_default_buys_the_laplace_histogram_on_the_release_grid() ->
     same = RPWithPrior(eps2, MID_INT).fit(grid, probs)
     assert (same.a1_index_, same.a2_index_) == (mech.a1_index_, mech.a2_index_)
     assert mech.to_spec().sigma is None and mech.a2_ < 30  # the interval follows the counts, not the domain
+
+
+@pytest.mark.parametrize("epsilon, fraction", [(0.1, 0.2), (1.0, 0.2), (2.0, 0.2), (4.0, 0.1), (8.0, 0.05), (20.0, 0.05)])
+def test_default_zeta_narrows_with_epsilon(epsilon: float, fraction: float) -> None:
+    """ζ = clip(0.4/ε, 0.05, 0.2)·(high − low): wide for learning at small ε, narrow where the near block is sure."""
+    assert rp.default_zeta_fraction(epsilon) == pytest.approx(fraction)
+    assert RPWithPrior(epsilon, REAL).fit().zeta_ == pytest.approx(fraction * REAL.width)
