@@ -441,7 +441,9 @@ def test_fit_private_default_buys_the_laplace_histogram_on_the_release_grid() ->
     assert mech.to_spec().sigma is None and mech.a2_ < 30  # the interval follows the counts, not the domain
 
 
-@pytest.mark.parametrize("epsilon, fraction", [(0.1, 0.2), (1.0, 0.2), (2.0, 0.2), (4.0, 0.1), (8.0, 0.05), (20.0, 0.05)])
+@pytest.mark.parametrize(
+    "epsilon, fraction", [(0.1, 0.2), (1.0, 0.2), (2.0, 0.2), (4.0, 0.1), (8.0, 0.05), (20.0, 0.05)]
+)
 def test_default_zeta_narrows_with_epsilon(epsilon: float, fraction: float) -> None:
     """ζ = clip(0.4/ε, 0.05, 0.2)·(high − low): wide for learning at small ε, narrow where the near block is sure."""
     assert rp.default_zeta_fraction(epsilon) == pytest.approx(fraction)
