@@ -6,7 +6,7 @@ Usage:
 
 Liu & Huang hand-tune RPWithPrior per ε (their Table 5, California Housing: ε₁ = 0.017 down
 to 0.007, ζ from 0.1 to 2.2 label units) and buy its prior with Alg. 3 (noised labels); the
-catalogue's defaults are ζ = 0.05·(high − low), the ε₁ Laplace histogram prior and the ε₁
+catalogue's defaults are ζ = clip(0.4/ε, 0.05, 0.2)·(high − low), the ε₁ Laplace histogram prior and the ε₁
 rule shared with RR-on-Bins (``labeldp.mechanisms.prior``). This program privatizes
 the training labels of the benchmark's own splits (``utility.trial_split``, data set
 ``california_housing_paper``: their 8 features) with both settings, trains the papers'
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- Data: `{NAME}` (Liu & Huang's 8 features), the benchmark's 80/20 splits, {args.trials} trials; "
         "training: Liu & Huang §5.3 (as every benchmark cell).",
-        "- Settings: *catalogue default* (the ε₁ Laplace histogram prior, ζ = 0.05·(high − low) = 0.25, ε₁ from "
-        "the shared prior rule); *paper Table 5* (their Alg. 3 noised-label prior with their hand-tuned ε₁ and ζ "
-        "for Housing at each ε); and the steps between: their ζ, their prior, both.",
+        "- Settings: *catalogue default* (the ε₁ Laplace histogram prior, ζ = clip(0.4/ε, 0.05, 0.2)·(high − low), "
+        "ε₁ from the shared prior rule); *paper Table 5* (their Alg. 3 noised-label prior with their hand-tuned ε₁ "
+        "and ζ for Housing at each ε); and the steps between: their ζ, their prior, both.",
         "- Test MSE: mean ± standard error; relative excess: per trial over the same learner's non-private model "
         f"(plain {ms(base['plain'])}, private {ms(base['private'])}); paper: its Table 4 RPWithPrior value, and its "
         f"relative excess over its own ε = ∞ value {PAPER_NON_PRIVATE}.",
