@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from labeldp.benchmarks import utility
 from labeldp.epsilon import to_micro_floor
@@ -55,25 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         plan = plans[name]
         data = plan.load()
-        features = data.table.drop(["id"])
-        n_test = round(data.n * 0.2)
-        n_fit = min(plan.train_rows or data.n, data.n - n_test)
         cells: dict[tuple[float, str], dict[str, list[float]]] = {}
-        for t in range(args.trials):
-            train, test, fit_pos = utility.trial_split(data.n, n_test, n_fit, 0, name, t)
-            fit_table, test_table = features.take(pa.array(train[fit_pos])), features.take(pa.array(test))
-            y_train, y_test = data.labels[train], data.labels[test]
-            seed = utility._int_seed(utility._seed(0, name, t, "training"))
-            config = utility.training_config(plan.training, seed=seed, device="cpu", threads=args.threads)
+        for trial in utility.protocol_trials(plan, data, args.trials, threads=args.threads):
+            t, y_train, fit_pos = trial.index, trial.y_train, trial.fit_pos
             for eps in epsilons:
                 for source in SOURCES:
                     rng = np.random.default_rng(utility._seed(0, name, t, "rp_with_prior", to_micro_floor(eps)))
                     out = randomize(y_train, data.domain, "rp_with_prior", to_micro_floor(eps), rng,
                                     params={"private_prior": source})
-                    job = utility.FitJob(fit_table, out.labels[fit_pos], out.mechanism, config, test_table)
+                    job = utility.FitJob(trial.fit_table, out.labels[fit_pos], out.mechanism, trial.config,
+                                         trial.test_table)
                     cell = cells.setdefault((eps, source), {"mechanism": [], "private": [], "width": []})
                     cell["mechanism"].append(float(np.mean((out.labels - y_train) ** 2)))
-                    cell["private"].append(float(np.mean((learner.fit_predict(job)["private"] - y_test) ** 2)))
+                    cell["private"].append(float(np.mean((learner.fit_predict(job)["private"] - trial.y_test) ** 2)))
                     cell["width"].append((out.mechanism.a2 - out.mechanism.a1) / data.domain.width)
                     print(f"{name} trial {t + 1} ε={eps:g} {source}: mechanism {cell['mechanism'][-1]:.4g}, "
                           f"private {cell['private'][-1]:.4g}", flush=True)

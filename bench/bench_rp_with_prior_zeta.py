@@ -25,10 +25,10 @@ import datetime as dt
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from labeldp.benchmarks import utility
 from labeldp.epsilon import to_micro_floor
@@ -63,22 +63,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = plans[name]
         data = plan.load()
         assert data.domain is not None
-        features = data.table.drop(["id"])
-        n_test = round(data.n * 0.2)
-        n_fit = min(plan.train_rows or data.n, data.n - n_test)
-        for t in range(args.trials):
-            train, test, fit_pos = utility.trial_split(data.n, n_test, n_fit, 0, name, t)
-            fit_table, test_table = features.take(pa.array(train[fit_pos])), features.take(pa.array(test))
-            y_train, y_test = data.labels[train], data.labels[test]
-            seed = utility._int_seed(utility._seed(0, name, t, "training"))
-            config = utility.training_config(plan.training, seed=seed, device="cpu", threads=args.threads)
+        for trial in utility.protocol_trials(plan, data, args.trials, threads=args.threads):
+            t, y_train, fit_pos = trial.index, trial.y_train, trial.fit_pos
             for eps in epsilons:
                 for frac in fractions:
                     rng = np.random.default_rng(utility._seed(0, name, t, "rp_with_prior", to_micro_floor(eps)))
                     out = randomize(y_train, data.domain, "rp_with_prior", to_micro_floor(eps), rng,
                                     params={"zeta": frac * data.domain.width})
-                    job = utility.FitJob(fit_table, out.labels[fit_pos], out.mechanism, config, test_table)
-                    value = float(np.mean((learner.fit_predict(job)["private"] - y_test) ** 2))
+                    job = utility.FitJob(trial.fit_table, out.labels[fit_pos], out.mechanism, trial.config,
+                                         trial.test_table)
+                    value = float(np.mean((learner.fit_predict(job)["private"] - trial.y_test) ** 2))
                     mse.setdefault((name, eps, frac), []).append(value)
                     print(f"{name} trial {t + 1} ε={eps:g} ζ={frac:g}·width: private {value:.4g}", flush=True)
     doc = {
@@ -101,6 +95,18 @@ def rule_fraction(c: float, eps: float, fractions: list[float]) -> float:
     """clip(c/ε, 0.05, 0.2), snapped to the nearest measured fraction."""
     value = min(0.2, max(0.05, c / eps))
     return min(fractions, key=lambda f: abs(math.log(f / value)))
+
+
+def leave_one_out(
+    names: list[str], candidates: list[float], regret: Callable[[float, list[str]], float]
+) -> list[tuple[str, float, float]]:
+    """(held-out set, candidate fitted on the others, its regret on the held-out set) per set."""
+    out = []
+    for name in names:
+        rest = [n for n in names if n != name]
+        pick = min(candidates, key=lambda c: regret(c, rest))
+        out.append((name, pick, regret(pick, [name])))
+    return out
 
 
 def render(args: argparse.Namespace, doc: dict) -> int:
@@ -132,13 +138,10 @@ def render(args: argparse.Namespace, doc: dict) -> int:
         "| held out | fraction fitted without it | its out-of-set mean log regret | 0.05's |",
         "|---|---|---|---|",
     ]
-    held_logs = []
-    for name in names:
-        rest = [n for n in names if n != name]
-        pick = min(fractions, key=lambda f: regret(f, rest))
-        held_logs.append(regret(pick, [name]))
-        lines.append(f"| `{name}` | {pick:g} | {held_logs[-1]:.4f} | {regret(0.05, [name]):.4f} |")
-    lines.append(f"| **all** | | **{np.mean(held_logs):.4f}** | {regret(0.05, names):.4f} |")
+    held = leave_one_out(names, fractions, regret)
+    for name, pick, out_of_set in held:
+        lines.append(f"| `{name}` | {pick:g} | {out_of_set:.4f} | {regret(0.05, [name]):.4f} |")
+    lines.append(f"| **all** | | **{np.mean([h[2] for h in held]):.4f}** | {regret(0.05, names):.4f} |")
     lines += ["", "In set, mean log regret per fraction: "
               + ", ".join(f"{f:g}: {regret(f, names):.4f}" for f in fractions) + ".", ""]
     lines += ["## Leave one data set out: ζ/(high − low) = clip(c/ε, 0.05, 0.2)", "",
@@ -146,13 +149,9 @@ def render(args: argparse.Namespace, doc: dict) -> int:
               "bounds were read off the per-ε table below on all sets (0.2 is the best constant, 0.05 the best "
               "at ε = 8), so only c is out of set here.", "",
               "| held out | c fitted without it | its out-of-set mean log regret |", "|---|---|---|"]
-    rule_logs = []
-    for name in names:
-        rest = [n for n in names if n != name]
-        c = min(RULE_SCALES, key=lambda c: rule_regret(c, rest))
-        rule_logs.append(rule_regret(c, [name]))
-        lines.append(f"| `{name}` | {c:g} | {rule_logs[-1]:.4f} |")
-    lines.append(f"| **all** | | **{np.mean(rule_logs):.4f}** |")
+    held = leave_one_out(names, list(RULE_SCALES), rule_regret)
+    lines += [f"| `{name}` | {c:g} | {out_of_set:.4f} |" for name, c, out_of_set in held]
+    lines.append(f"| **all** | | **{np.mean([h[2] for h in held]):.4f}** |")
     lines += ["", "In set, mean log regret per c: "
               + ", ".join(f"{c:g}: {rule_regret(c, names):.4f}" for c in RULE_SCALES)
               + ". Fractions per ε at c = 0.4: "

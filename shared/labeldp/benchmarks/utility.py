@@ -31,7 +31,7 @@ import platform
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -661,6 +661,41 @@ def trial_split(
         sub = np.random.default_rng(_seed(seed, dataset, trial, "subsample"))
         fit_pos = np.sort(sub.choice(train.size, n_fit, replace=False))
     return train, test, fit_pos
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of the protocol on one data set, as the benchmark cells see it (for benchmark programs
+    that vary a mechanism's settings outside the runner's cells)."""
+
+    index: int
+    y_train: np.ndarray  # every training row's true label (what the labels party privatizes)
+    y_test: np.ndarray
+    fit_pos: np.ndarray  # positions within the training rows that the learner trains on
+    fit_table: pa.Table
+    test_table: pa.Table
+    config: TrainingConfig
+
+
+def protocol_trials(
+    plan: DatasetPlan, data: BenchmarkData, trials: int, *, threads: int = 1, seed: int = 0
+) -> Iterator[Trial]:
+    """The runner's splits, training subsample and training configuration, trial by trial (CPU)."""
+    features = data.table.drop(["id"])
+    n_test = round(data.n * 0.2)
+    n_fit = min(plan.train_rows or data.n, data.n - n_test)
+    for t in range(trials):
+        train, test, fit_pos = trial_split(data.n, n_test, n_fit, seed, plan.name, t)
+        train_seed = _int_seed(_seed(seed, plan.name, t, "training"))
+        yield Trial(
+            t,
+            data.labels[train],
+            data.labels[test],
+            fit_pos,
+            features.take(pa.array(train[fit_pos])),
+            features.take(pa.array(test)),
+            training_config(plan.training, seed=train_seed, device="cpu", threads=threads),
+        )
 
 
 def _fmt_seconds(s: float) -> str:
