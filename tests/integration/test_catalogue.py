@@ -102,12 +102,14 @@ def test_auto_is_the_default_mechanism_and_resolves_from_public_facts(stack, rea
     from labels_party.defaults import default_mechanism
 
     with stack.labels_client() as labels:
-        for eps in (0.1, 0.5, 2.0):
+        for eps in (0.1, 0.5, 8.0):
             r = labels.post(
                 f"/v1/label-sets/{real_label_set['id']}/releases",
                 json={"epsilon": eps, "feature_table": feature_table},  # no mechanism named
             )
             assert r.status_code == 202, r.text
             assert r.json()["mechanism"] == default_mechanism("real", eps)
-    assert [default_mechanism("real", e) for e in (0.1, 0.5, 2.0)] == ["rr_on_bins", "staircase", "unbiased"]
+    assert [default_mechanism("real", e) for e in (0.1, 0.5, 2.0, 8.0)] == [
+        "rr_on_bins", "rp_with_prior", "rp_with_prior", "unbiased"
+    ]
     assert default_mechanism("categorical", 1.0) == "randomized_response"

@@ -218,7 +218,7 @@ def test_offline_auto_resolves_like_the_service(tmp_path, epsilon, label_type, r
 def test_privatize_auto_runs_the_resolved_mechanism_and_says_so(tmp_path, capsys):
     src, out = tmp_path / "in.csv", tmp_path / "out.csv"
     src.write_text("id,label\n" + "".join(f"i{k:03d},{(k % 10) / 10}\n" for k in range(200)))
-    for eps, expected in (("0.3", "rr_on_bins"), ("0.7", "staircase"), ("2", "unbiased")):
+    for eps, expected in (("0.3", "rr_on_bins"), ("0.7", "rp_with_prior"), ("8", "unbiased")):
         assert expected == default_mechanism("real", float(eps), 200)
         code = main(["privatize", "--mechanism", "auto", "--epsilon", eps, "--input", str(src), "--output",
                      str(out), "--domain", "0,1"])

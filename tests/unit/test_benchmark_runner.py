@@ -392,7 +392,7 @@ def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
     cells = [
         Cell(m, eps, t, {"mechanism_mse": 1.0 + i}, {"private": {"test_mse": 2.0 + i}}, 0.1)
         for i, (m, eps, t) in enumerate(
-            (m, eps, t) for m in ("rr_on_bins", "unbiased") for eps in (0.05, 4.0) for t in (0, 1)
+            (m, eps, t) for m in ("rr_on_bins", "unbiased") for eps in (0.05, 8.0) for t in (0, 1)
         )
     ]
     out = default_cells(cells, "real", ["rr_on_bins", "unbiased"])
@@ -485,23 +485,23 @@ def test_the_goal_block_compares_the_default_with_every_deployable_learner():
         ]
 
     raw = (
-        cells("unbiased", 1.0, [2.0, 2.2], [1.0, 1.2], [0.1, 0.1])  # default: private 1.1 ± 0.1
+        cells("rp_with_prior", 1.0, [2.0, 2.2], [1.0, 1.2], [0.1, 0.1])  # default: private 1.1 ± 0.1
         + cells("laplace", 1.0, [0.5, 0.7], [3.0, 3.0], [0.1, 0.1])  # plain beats it: not met
-        + cells("unbiased", 2.0, [2.0, 2.0], [1.0, 1.2], [0.1, 0.1])
+        + cells("rp_with_prior", 2.0, [2.0, 2.0], [1.0, 1.2], [0.1, 0.1])
         + cells("laplace", 2.0, [1.05, 1.05], [3.0, 3.0], [0.1, 0.1])
     )  # within one SE of the default's
     result = dataclasses.replace(
         _fake_result(),
-        cells=raw + utility.default_cells(raw, "real", ["unbiased", "laplace"]),
+        cells=raw + utility.default_cells(raw, "real", ["rp_with_prior", "laplace"]),
         epsilons=[1.0, 2.0],
-        mechanisms=[utility.DEFAULT, "unbiased", "laplace"],
+        mechanisms=[utility.DEFAULT, "rp_with_prior", "laplace"],
     )
     rows = report.default_goal_block(result, [references.LIU_HUANG_HOUSING], "test_mse")
     one, two = rows[2].split("|"), rows[3].split("|")
-    assert "`unbiased` / `private` 1.1" in one[2]
+    assert "`rp_with_prior` / `private` 1.1" in one[2]
     assert "`laplace` / `plain` 0.6" in one[3] and "NOT MET" in one[4] and "+83.3%" in one[4]
     assert "0.886" in one[5] and "no" in one[6]
-    assert "`unbiased` / `private` 1.1" in two[2]
+    assert "`rp_with_prior` / `private` 1.1" in two[2]
     assert "`laplace` / `plain` 1.05" in two[3] and "within 1 SE" in two[4]
     # oracle numbers (true labels) never count as the field
     assert all("oracle" not in r for r in rows)
@@ -604,9 +604,9 @@ def test_the_fair_comparison_sets_the_papers_relative_excess_beside_ours():
     result = _housing_like(
         {
             (NON_PRIVATE, math.inf): [0.30, 0.28],
-            ("unbiased", 1.0): [0.525, 0.49],  # the default at ε = 1: +75 % over its own non-private model
+            ("rp_with_prior", 1.0): [0.525, 0.49],  # the default at ε = 1: +75 % over its own non-private model
             ("staircase", 1.0): [0.42, 0.42],
-            ("unbiased", 4.0): [0.30, 0.30],  # +3.6 %: below the paper's best (+8.1 %)
+            ("rp_with_prior", 4.0): [0.30, 0.30],  # +3.6 %: below the paper's best (+8.1 %)
             ("staircase", 4.0): [0.33, 0.30],
         }
     )
@@ -615,8 +615,8 @@ def test_the_fair_comparison_sets_the_papers_relative_excess_beside_ours():
     assert report.paper_excess(ref, 1.0, "staircase") == pytest.approx(0.8862 / 0.5922 - 1)
     assert report.paper_best_excess(ref, 1.0) == ("staircase", pytest.approx(0.8862 / 0.5922 - 1))
     excess = _rows_of(report.excess_block(result, "private", ref))
-    assert excess[0][1] == "`default`" and excess[0][2] == "`staircase`"
-    assert excess[1][2] == "+45.0% ± 7.1% (paper +49.6%)"  # 0.42/0.30 and 0.42/0.28, paired per trial
+    assert excess[0][1] == "`default`" and excess[0][3] == "`staircase`"
+    assert excess[1][3] == "+45.0% ± 7.1% (paper +49.6%)"  # 0.42/0.30 and 0.42/0.28, paired per trial
     assert "(paper" not in excess[1][1]  # the default is no column of the paper
 
     goal = _rows_of(report.default_goal_block(result, references.references_for("liu_huang_housing"), "test_mse"))

@@ -49,10 +49,10 @@ REAL = frozenset({"real", "integer"})
 CATEGORICAL = frozenset({"categorical"})
 LABEL_TYPES = ("real", "integer", "categorical")
 
-BINS_BELOW = 0.5
+BINS_BELOW = 0.4
 """``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε (labels_party.defaults says why)."""
-UNBIASED_FROM = 1.0
-"""``auto`` on real and integer labels: ``unbiased`` from this scaled ε on, ``staircase`` in between."""
+UNBIASED_FROM = 6.4
+"""``auto`` on real and integer labels: ``unbiased`` from this scaled ε on, ``rp_with_prior`` in between."""
 AUTO_REFERENCE_ROWS = 16_000
 AUTO_ROWS_EXPONENT = 0.0
 """``auto`` compares the bands with ε·(n / AUTO_REFERENCE_ROWS)^AUTO_ROWS_EXPONENT, n the release's rows."""
@@ -123,10 +123,9 @@ ENTRIES: tuple[Entry, ...] = (
           prior=lambda p: "histogram", auto_band=(0.0, BINS_BELOW)),
     Entry(RPWithPrior, RPWithPriorSpec, REAL,
           "RPWithPrior, optimal interval for a DP histogram prior (Liu & Huang)",
-          prior=lambda p: p.private_prior),
+          prior=lambda p: p.private_prior, auto_band=(BINS_BELOW, UNBIASED_FROM)),
     Entry(Laplace, LaplaceSpec, REAL, "Laplace noise on a lattice, clipped"),
-    Entry(Staircase, StaircaseSpec, REAL, "staircase noise on a lattice, clipped",
-          auto_band=(BINS_BELOW, UNBIASED_FROM)),
+    Entry(Staircase, StaircaseSpec, REAL, "staircase noise on a lattice, clipped"),
     Entry(Gaussian, GaussianSpec, REAL, "Gaussian noise, analytic (ε, δ) calibration (Balle & Wang 2018)"),
     Entry(Exponential, ExponentialSpec, REAL, "exponential mechanism: range-restricted Laplace with scale 2Δ/ε"),
     Entry(UnbiasedRandomizer, UnbiasedSpec, REAL,
