@@ -56,6 +56,7 @@ from labeldp.benchmarks.utility import DEFAULT, RunResult
 
 DATASETS = (
     "california_housing", "simulated_linear", "simulated_nonlinear", "criteo_like", "bounded_wide", "counts",
+    "california_housing_small", "counts_small",
 )
 LEARNERS = ("plain", "private")
 N0 = 16_000

@@ -341,7 +341,9 @@ def _bench_utility(args: argparse.Namespace) -> int:
             criteo_train_rows=args.train_rows,
             cuda=device == "cuda",
         )
-        default_sets = list(plans) + ([] if housing else ["california_housing", "california_housing_paper"])
+        default_sets = list(plans) + (
+            [] if housing else ["california_housing", "california_housing_paper", "california_housing_small"]
+        )
         wanted = [_DATASET_ALIASES.get(d, d) for d in (args.datasets or default_sets)]
     unknown = [d for d in wanted if d not in plans and not d.startswith("california_housing")]
     if unknown:
@@ -561,7 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="your own CSV or Parquet file instead of the built-in sets (with --target, --domain)")
     util.add_argument("--datasets", type=_names,
                       help="comma-separated: california_housing, california_housing_paper (Liu & Huang's "
-                      "features), simulated_linear, simulated_nonlinear, bounded_wide, counts, criteo_like, "
+                      "features), california_housing_small (2 500 of its rows), simulated_linear, "
+                      "simulated_nonlinear, bounded_wide, counts, counts_small (2 500 rows), criteo_like, "
                       "cifar10_1, cifar10_2 "
                       "(default: all available)")
     own = util.add_argument_group("your own data (--data FILE)")

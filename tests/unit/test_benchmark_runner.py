@@ -281,10 +281,12 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
     assert set(plans) == {
         "california_housing",
         "california_housing_paper",
+        "california_housing_small",
         "simulated_linear",
         "simulated_nonlinear",
         "bounded_wide",
         "counts",
+        "counts_small",
         "criteo_like",
         "cifar10_1",
         "cifar10_2",
@@ -295,6 +297,14 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
     k = plans["counts"].load()
     assert k.domain.kind == "integer" and np.all(k.labels == np.round(k.labels)) and k.labels.max() <= 30
     assert np.mean(k.labels == 0) > 0.15 and np.mean(k.labels) < 3  # skewed: many zeros, a long tail
+    small = plans["counts_small"].load()  # rows of `counts`, drawn without looking at the labels
+    assert small.n == utility.SMALL_ROWS and small.domain == k.domain and small.name == "counts_small"
+    ids = small.table.column("id").to_pylist()
+    assert ids == sorted(ids) and set(ids) <= set(k.table.column("id").to_pylist())
+    by_id = dict(zip(k.table.column("id").to_pylist(), k.labels, strict=True))
+    assert np.array_equal(small.labels, [by_id[i] for i in ids])  # each row keeps its own label
+    assert plans["counts_small"].load().table.equals(small.table)  # the same rows every time
+    assert plans["counts_small"].params != plans["counts"].params  # a distinct cache key
     h = plans["california_housing"].training
     assert (
         h.optimizer,

@@ -58,6 +58,20 @@ class BenchmarkData:
         return digest.hexdigest()[:16]
 
 
+def subsample(data: BenchmarkData, n: int, name: str, seed: int = 0) -> BenchmarkData:
+    """``n`` rows of ``data``, drawn without looking at the labels (a fixed seed): the same data at a
+    smaller size, for rules that depend on the number of rows."""
+    if not 0 < n <= data.n:
+        raise ValueError(f"a subsample needs 0 < n <= {data.n} rows")
+    index = np.sort(np.random.default_rng(5_000 + seed).choice(data.n, size=n, replace=False))
+    table, labels = data.subset(index)
+    return BenchmarkData(
+        name, table, labels, data.domain, data.classes,
+        description=f"{n:,} rows drawn label-independently from: {data.description}",
+        categorical=list(data.categorical),
+    )
+
+
 def row_ids(n: int, prefix: str) -> pa.Array:
     """Zero-padded ids ``prefix0…`` for data sets that have none (they sort in row order)."""
     width = len(str(n))

@@ -311,6 +311,10 @@ class DatasetPlan:
     note: str = ""
 
 
+SMALL_ROWS = 2_500
+"""Rows of the two small sets (80 % train: 2 000, the size of issue 12's held-out set)."""
+
+
 def default_plans(
     *,
     housing: str | Path | None,
@@ -348,6 +352,14 @@ def default_plans(
             note="Liu & Huang's features (their Table 3, no `ocean_proximity`) and training, to compare absolute "
             "numbers with their Table 4 like for like",
         )
+        plans["california_housing_small"] = DatasetPlan(
+            "california_housing_small",
+            lambda: ds.subsample(ds.california_housing(path), SMALL_ROWS, "california_housing_small"),
+            {**plans["california_housing"].params, "loader": "california_housing_small", "n": SMALL_ROWS, "seed": 0},
+            recipe(LIU_HUANG_TRAINING, 10),
+            note=f"{SMALL_ROWS:,} rows of California Housing drawn label-independently: the real set at the size "
+            "of issue 12's held-out set (2 000 training rows), for a default rule that may depend on n",
+        )
     for kind in ("linear", "nonlinear"):
         plans[f"simulated_{kind}"] = DatasetPlan(
             f"simulated_{kind}",
@@ -370,6 +382,14 @@ def default_plans(
         {"loader": "counts", "n": 20_000, "d": 8, "seed": 0},
         recipe(LIU_HUANG_TRAINING, 10),
         note="skewed integer labels (Poisson counts), synthetic; trained as Housing",
+    )
+    plans["counts_small"] = DatasetPlan(
+        "counts_small",
+        lambda: ds.subsample(ds.counts(), SMALL_ROWS, "counts_small"),
+        {"loader": "counts_small", "n": 20_000, "d": 8, "seed": 0, "rows": SMALL_ROWS},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note=f"{SMALL_ROWS:,} rows of `counts` drawn label-independently (2 000 training rows), for a default rule "
+        "that may depend on n",
     )
     if criteo_train_rows is None and not cuda:
         criteo_train_rows = CPU_CRITEO_TRAIN_ROWS
