@@ -10,10 +10,12 @@ privatized label), so every event on it is an event on the release itself.
 
 The joint key pairs
 
-* the **prior part** — for a Laplace histogram, whether each of the two grid cells the
-  changed label moves between released a count above its count without that label (the
-  counts are read back from the released probabilities; the two bits are exactly the
-  histogram's likelihood ratio); for the noised-label prior (RPWithPrior), the bucket of
+* the **prior part** — for a Laplace histogram, the difference of the noisy counts of the
+  two grid cells the changed label moves between, against that difference without the
+  label (read back from the released probabilities: the Norm-Sub prior is (c − δ)/n on
+  the cells it keeps, so n·(p_a − p_b) is c_a − c_b exactly when both are kept; the
+  neighbours shift it by 2, one unit in each cell, which is the histogram's whole
+  likelihood ratio); for the noised-label prior (RPWithPrior), the bucket of
   the released prior's mean; for Alg. 2's split prior, where the two classes sit in the
   public partition (Y_k, S₁, Δ) and which has the larger released prior; none for a
   public or absent prior (then the public parts are checked to be the same for every
@@ -115,21 +117,24 @@ class ReleasePair:
 # -- the joint key ------------------------------------------------------------------
 
 
-def released_counts(probs: np.ndarray, n: int) -> np.ndarray:
-    """Noisy histogram counts read back from released probabilities c/Σc (a public function).
+COUNT_STEPS = 2
+"""The prior key resolves the count difference to ±COUNT_STEPS around its value without the changed label."""
 
-    The total is the smallest integer T for which every probs·T is whole: exactly Σc
-    unless all counts share a factor g, then Σc/g — still a function of the release, so
-    still a valid event, only a less sharp one.
+
+def released_count_difference(probs: np.ndarray, n: int, a: int, b: int) -> int | None:
+    """c_a − c_b of the noisy histogram read back from the released prior (a public function).
+
+    The released probabilities are the Norm-Sub projection max(c − δ, 0)/n of the noisy
+    counts c with the public total n: on the cells it keeps, n·p = c − δ with one δ, so the
+    difference of two kept cells is the integer c_a − c_b. None when a cell was not kept.
     """
     probs = np.asarray(probs, dtype=np.float64)
-    totals = np.arange(1, 8 * (n + probs.size) + 1, dtype=np.float64)
-    scaled = probs[None, :] * totals[:, None]
-    whole = np.max(np.abs(scaled - np.rint(scaled)), axis=1) < 1e-6
-    if not whole.any():
-        raise AssertionError("released probabilities are not a normalized integer histogram")
-    total = totals[whole][0]
-    return np.rint(probs * total).astype(np.int64)
+    if probs[a] <= 0 or probs[b] <= 0:
+        return None
+    difference = n * (probs[a] - probs[b])
+    if abs(difference - round(difference)) > 1e-6:
+        raise AssertionError("released probabilities are not a Norm-Sub histogram with total n")
+    return int(round(difference))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,11 +209,15 @@ class KeyMaker:
             return 0
         if prior.source == "laplace_histogram":
             grid = np.asarray(prior.grid, dtype=np.float64)
-            counts = released_counts(np.asarray(prior.probs), self.n)
+            probs = np.asarray(prior.probs)
             others = np.delete(np.asarray(pair.labels, dtype=np.float64), pair.changed)
             base = np.bincount(snap_to_grid(others, grid), minlength=grid.size)
-            cell_a, cell_b = snap_to_grid(np.array([pair.value_a, pair.other]), grid)
-            return int(counts[cell_a] > base[cell_a]) + 2 * int(counts[cell_b] > base[cell_b])
+            cell_a, cell_b = (int(c) for c in snap_to_grid(np.array([pair.value_a, pair.other]), grid))
+            difference = released_count_difference(probs, self.n, cell_a, cell_b)
+            if difference is None:  # a cell not kept: which ones, still a function of the release
+                return 2 * COUNT_STEPS + 1 + int(probs[cell_a] > 0) + 2 * int(probs[cell_b] > 0)
+            shift = difference - int(base[cell_a] - base[cell_b])
+            return int(np.clip(shift, -COUNT_STEPS, COUNT_STEPS)) + COUNT_STEPS
         if prior.source == "noisy_label_histogram":
             nodes, masses = np.asarray(prior.nodes), np.asarray(prior.masses)
             mean = float(np.dot(masses, 0.5 * (nodes[1:] + nodes[:-1])))

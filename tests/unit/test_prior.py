@@ -15,7 +15,7 @@ from labeldp.mechanisms import (
     sample_two_sided_geometric,
     snap_to_grid,
 )
-from labeldp.mechanisms.prior import expected_bins, log_grid, real_grid_size, uniform_grid
+from labeldp.mechanisms.prior import consistent_probs, expected_bins, log_grid, real_grid_size, uniform_grid
 from labeldp.schema import NoisyPrior
 from labeldp.specs.base import LabelDomainSpec
 
@@ -154,7 +154,35 @@ def test_counts_never_negative_and_probs_sum_to_one() -> None:
         assert prior.noisy_counts_.dtype == np.int64 and np.all(prior.noisy_counts_ >= 0)
         assert prior.probs_.dtype == np.float64 and np.all(prior.probs_ >= 0)
         assert prior.probs_.sum() == pytest.approx(1.0, abs=1e-12)
-        np.testing.assert_allclose(prior.probs_, prior.noisy_counts_ / prior.noisy_counts_.sum())
+        np.testing.assert_allclose(prior.probs_, consistent_probs(prior.noisy_counts_, labels.size))
+
+
+def test_consistent_probs_is_the_projection_that_keeps_the_public_total() -> None:
+    """Norm-Sub: max(c − δ, 0) with Σ = n, against a bisection on δ; and the bias it removes."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        counts = np.maximum(rng.integers(-20, 60, size=rng.integers(1, 40)), 0)
+        total = int(rng.integers(1, 400))
+        if not np.any(counts > 0):
+            np.testing.assert_array_equal(consistent_probs(counts, total), np.full(counts.size, 1 / counts.size))
+            continue
+        low, high = -float(total), float(counts.max())  # Σ max(c − δ, 0) falls from ≥ total to 0 on [low, high]
+        for _ in range(200):
+            mid = (low + high) / 2
+            low, high = (mid, high) if np.maximum(counts - mid, 0).sum() > total else (low, mid)
+        kept = np.maximum(counts - low, 0)
+        np.testing.assert_allclose(consistent_probs(counts, total), kept / kept.sum(), atol=1e-9)
+    np.testing.assert_allclose(consistent_probs(np.array([10, 0, 5, 0, 2]), 12), np.array([25, 0, 10, 0, 1]) / 36)
+    # 2 000 small counts on 0..30 at ε₁ = 0.045 (issue 12's small count set): clipping alone lets the
+    # noise on the empty upper grid move the prior's mean far up; Norm-Sub removes most of that
+    grid = np.arange(31.0)
+    labels = np.minimum(rng.poisson(1.9, size=2_000), 30).astype(float)
+    clipped, projected = [], []
+    for seed in range(40):
+        prior = LaplaceHistogramPrior(0.045, grid).fit(labels, np.random.default_rng(seed))
+        clipped.append(abs(grid @ (prior.noisy_counts_ / prior.noisy_counts_.sum()) - labels.mean()))
+        projected.append(abs(grid @ prior.probs_ - labels.mean()))
+    assert np.mean(projected) < 0.6 * np.mean(clipped)
 
 
 class _NegativeNoise:

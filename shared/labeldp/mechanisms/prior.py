@@ -186,14 +186,42 @@ def sample_two_sided_geometric(alpha: float, size, rng: np.random.Generator) -> 
     return _two_sided_geometric(math.log(alpha) if alpha > 0 else -math.inf, size, rng)
 
 
+def consistent_probs(noisy_counts: np.ndarray, total: int) -> np.ndarray:
+    """The prior of noisy counts whose true total ``total`` is public: Norm-Sub (Wang et al. 2020).
+
+    Clipping negative counts at 0 and normalizing, the plain post-processing, adds about
+    half the noise scale of mass to every empty grid point: at small n·ε₁ that spurious
+    mass spread over the domain outweighs the labels (a count set of 2 000 rows at ε₁ =
+    0.045 moved its prior mean from about 2 to 5). Norm-Sub subtracts one δ from every
+    (non-negative) count and clips at 0, with δ chosen so the counts sum to the public
+    total: the non-negative counts with that total closest to the given ones (Euclidean
+    projection onto the scaled simplex). Post-processing of the ε₁ counts and the public
+    n. All zero (or ``total`` 0): uniform.
+    """
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    if counts.size == 0:
+        raise ValueError("a prior needs at least one grid point")
+    if total <= 0 or not np.any(counts > 0):
+        return np.full(counts.size, 1.0 / counts.size)
+    # δ with Σ max(c − δ, 0) = total: over the counts sorted descending, the first j above δ
+    ordered = np.sort(counts)[::-1]
+    cumulative = np.cumsum(ordered)
+    j = np.arange(1, ordered.size + 1)
+    deltas = (cumulative - total) / j
+    k = int(np.nonzero(ordered - deltas > 0)[0][-1])
+    kept = np.maximum(counts - deltas[k], 0.0)
+    return kept / kept.sum()
+
+
 class LaplaceHistogramPrior:
     """ε-DP prior over a public grid (Ghazi et al. Alg. 4, discrete noise).
 
     Labels are snapped to the grid and counted. Replacing one label moves one
     unit between two counts (L1 sensitivity 2), so each count gets two-sided
     geometric noise with α = exp(−ε/2): the two changed cells each shift the
-    output probability by at most α⁻¹ = e^{ε/2}, e^ε together. Clipping at 0 and
-    normalizing are post-processing; an all-zero result becomes uniform. Noise is
+    output probability by at most α⁻¹ = e^{ε/2}, e^ε together. The prior is the
+    counts' Norm-Sub projection with the public total n (:func:`consistent_probs`),
+    post-processing; an all-zero result becomes uniform. Noise is
     integer on integer counts, so the release has no floating-point artefacts.
     Only the noisy counts are kept; the true counts never leave ``fit``.
     """
@@ -210,14 +238,9 @@ class LaplaceHistogramPrior:
         noisy = np.bincount(snap_to_grid(labels, grid).ravel(), minlength=grid.size).astype(np.int64)
         noisy += _two_sided_geometric(log_alpha, grid.size, rng)
         np.maximum(noisy, 0, out=noisy)
-        total = int(noisy.sum())
-        if total > 0:
-            probs = noisy / float(total)
-        else:
-            probs = np.full(grid.size, 1.0 / grid.size)
         self.alpha_ = math.exp(log_alpha)
         self.noisy_counts_ = noisy
-        self.probs_ = probs
+        self.probs_ = consistent_probs(noisy, int(np.asarray(labels).size))
         return self
 
     @property
