@@ -29,6 +29,7 @@ import numpy as np
 
 from labeldp.benchmarks import utility
 from labeldp.epsilon import to_micro_floor
+from labeldp.specs.rp_with_prior import RPWithPriorSpec
 from labels_party.randomizer import randomize
 
 SOURCES = ("histogram", "noised_labels")
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                     cell = cells.setdefault((eps, source), {"mechanism": [], "private": [], "width": []})
                     cell["mechanism"].append(float(np.mean((out.labels - y_train) ** 2)))
                     cell["private"].append(float(np.mean((learner.fit_predict(job)["private"] - trial.y_test) ** 2)))
-                    cell["width"].append((out.mechanism.a2 - out.mechanism.a1) / data.domain.width)
+                    spec, domain = out.mechanism, data.domain
+                    assert isinstance(spec, RPWithPriorSpec) and domain is not None
+                    cell["width"].append((spec.a2 - spec.a1) / domain.width)
                     print(f"{name} trial {t + 1} ε={eps:g} {source}: mechanism {cell['mechanism'][-1]:.4g}, "
                           f"private {cell['private'][-1]:.4g}", flush=True)
         for eps in epsilons:
