@@ -49,6 +49,7 @@ from labeldp.mechanisms import RROnBins
 from labeldp.mechanisms.budget_split import prior_epsilon
 from labeldp.mechanisms.prior import (
     LabelDomain,
+    consistent_probs,
     default_grid,
     log_grid,
     real_grid_size,
@@ -164,13 +165,13 @@ def make_grid(domain: LabelDomain, kind: str, k: int) -> np.ndarray:
 
 
 def noisy_probs(counts: np.ndarray, eps1: float, rng: np.random.Generator) -> np.ndarray:
-    """LaplaceHistogramPrior's release on precomputed counts (α = e^{−ε₁/2}, clip, normalize)."""
+    """LaplaceHistogramPrior's release on precomputed counts (α = e^{−ε₁/2}, clipped, then the prior's own
+    post-processing, :func:`~labeldp.mechanisms.prior.consistent_probs` with the public total)."""
     if eps1 <= 0:
         return counts / counts.sum()
     noisy = counts + sample_two_sided_geometric(math.exp(-eps1 / 2), counts.size, rng)
     np.maximum(noisy, 0, out=noisy)
-    total = noisy.sum()
-    return noisy / total if total > 0 else np.full(counts.size, 1.0 / counts.size)
+    return consistent_probs(noisy, int(counts.sum()))
 
 
 class Cell:
