@@ -45,15 +45,13 @@ from pathlib import Path
 
 import numpy as np
 
-from labeldp.mechanisms import RROnBins
+from labeldp.mechanisms import LaplaceHistogramPrior, RROnBins
 from labeldp.mechanisms.budget_split import prior_epsilon
 from labeldp.mechanisms.prior import (
     LabelDomain,
-    consistent_probs,
     default_grid,
     log_grid,
     real_grid_size,
-    sample_two_sided_geometric,
     snap_to_grid,
     uniform_grid,
 )
@@ -164,14 +162,11 @@ def make_grid(domain: LabelDomain, kind: str, k: int) -> np.ndarray:
     return uniform_grid(domain, k) if kind == "uniform" else log_grid(domain, k)
 
 
-def noisy_probs(counts: np.ndarray, eps1: float, rng: np.random.Generator) -> np.ndarray:
-    """LaplaceHistogramPrior's release on precomputed counts (α = e^{−ε₁/2}, clipped, then the prior's own
-    post-processing, :func:`~labeldp.mechanisms.prior.consistent_probs` with the public total)."""
+def noisy_probs(counts: np.ndarray, grid: np.ndarray, eps1: float, rng: np.random.Generator) -> np.ndarray:
+    """The release's prior on precomputed counts: ``LaplaceHistogramPrior.fit_counts`` (ε₁ = 0: the true one)."""
     if eps1 <= 0:
         return counts / counts.sum()
-    noisy = counts + sample_two_sided_geometric(math.exp(-eps1 / 2), counts.size, rng)
-    np.maximum(noisy, 0, out=noisy)
-    return consistent_probs(noisy, int(counts.sum()))
+    return LaplaceHistogramPrior(eps1, grid).fit_counts(counts, rng).probs_
 
 
 class Cell:
@@ -197,7 +192,7 @@ class Cell:
         total = 0.0
         for r in range(self.draws):
             rng = np.random.default_rng([23, self.n, r, int(round(eps * 1e6))])
-            probs = noisy_probs(self.counts(grid_key, grid, r), eps1, rng)
+            probs = noisy_probs(self.counts(grid_key, grid, r), grid, eps1, rng)
             total += self.samples[r].loss(RROnBins(eps - eps1).fit(grid, probs))
         return total / self.draws
 

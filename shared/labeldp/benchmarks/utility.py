@@ -386,7 +386,7 @@ def default_plans(
     plans["counts_small"] = DatasetPlan(
         "counts_small",
         lambda: ds.subsample(ds.counts(), SMALL_ROWS, "counts_small"),
-        {"loader": "counts_small", "n": 20_000, "d": 8, "seed": 0, "rows": SMALL_ROWS},
+        {**plans["counts"].params, "loader": "counts_small", "rows": SMALL_ROWS},
         recipe(LIU_HUANG_TRAINING, 10),
         note=f"{SMALL_ROWS:,} rows of `counts` drawn label-independently (2 000 training rows), for a default rule "
         "that may depend on n",

@@ -232,15 +232,23 @@ class LaplaceHistogramPrior:
 
     def fit(self, labels: np.ndarray, rng: np.random.Generator) -> LaplaceHistogramPrior:
         """Release noisy counts of ``labels`` on the grid; sets ``noisy_counts_``, ``probs_``."""
-        epsilon = check_epsilon(self.epsilon)
+        check_epsilon(self.epsilon)
         grid = check_grid(self.grid)
+        return self.fit_counts(np.bincount(snap_to_grid(labels, grid).ravel(), minlength=grid.size), rng)
+
+    def fit_counts(self, counts: np.ndarray, rng: np.random.Generator) -> LaplaceHistogramPrior:
+        """The same release from the labels' counts on the grid (their sum is the public n), for callers
+        that count once and release many times (benchmarks)."""
+        epsilon = check_epsilon(self.epsilon)
         log_alpha = -epsilon / 2.0
-        noisy = np.bincount(snap_to_grid(labels, grid).ravel(), minlength=grid.size).astype(np.int64)
-        noisy += _two_sided_geometric(log_alpha, grid.size, rng)
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != check_grid(self.grid).shape:
+            raise ValueError("counts need one entry per grid point")
+        noisy = counts + _two_sided_geometric(log_alpha, counts.size, rng)
         np.maximum(noisy, 0, out=noisy)
         self.alpha_ = math.exp(log_alpha)
         self.noisy_counts_ = noisy
-        self.probs_ = consistent_probs(noisy, int(np.asarray(labels).size))
+        self.probs_ = consistent_probs(noisy, int(counts.sum()))
         return self
 
     @property
