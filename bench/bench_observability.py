@@ -26,6 +26,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ async def _call(app: FastAPI, path: str) -> int:
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -205,7 +206,7 @@ class Cell:
 
 
 def run(datasets: list[Dataset], ns: list[int], epsilons: list[float], ks: list[int], draws: int):
-    results = []  # one dict per (data, n, eps)
+    results: list[dict[str, Any]] = []  # one dict per (data, n, eps)
     for data in datasets:
         for n in ns:
             if n > data.labels.size:
@@ -216,7 +217,7 @@ def run(datasets: list[Dataset], ns: list[int], epsilons: list[float], ks: list[
             grids = {(kind, k): make_grid(data.domain, kind, k) for kind in KINDS for k in ks}
             for eps in epsilons:
                 t0 = time.perf_counter()
-                row = {"data": data.name, "n": n, "eps": eps, "sweep": {}, "rules": {}}
+                row: dict[str, Any] = {"data": data.name, "n": n, "eps": eps, "sweep": {}, "rules": {}}
                 # Every rule's grid joins the sweep, so "best" is never worse than a rule's.
                 eps_grids = dict(grids)
                 rule_keys = {}

@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             labels = make_labels(n, data_rng)
             fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]] = {"kernel": mech.privatize}
             if reference is not None:
-                fns["numpy"] = lambda y, rng, mech=mech: reference(mech, y, rng)
+                fns["numpy"] = partial(reference, mech)
             t = timed(fns, labels, args.repeats)
             if reference is None:
                 row = f"| {name} | {n:,} | {n / t['kernel'] / 1e6:.1f} M |"

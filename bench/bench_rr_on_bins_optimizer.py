@@ -29,6 +29,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -65,7 +66,7 @@ def prior(name: str, k: int) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- timing
 
 
-def time_call(fn, min_total: float, max_reps: int) -> tuple[float, object]:
+def time_call(fn, min_total: float, max_reps: int) -> tuple[float, Any]:
     """Median wall time (s) over repetitions; at least 3 unless one call exceeds min_total."""
     t0 = time.perf_counter()
     result = fn()

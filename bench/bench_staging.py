@@ -55,7 +55,7 @@ def child(data: Path, work: Path, partition_rows: str) -> dict[str, Any]:
 
     source = pq.read_table(data, columns=["id", "y"])
     order = np.random.default_rng(7).permutation(source.num_rows)
-    ids = source.column("id").combine_chunks().take(pa.array(order))  # the release's ids, in another order
+    ids = source.column("id").combine_chunks().take(order)  # the release's ids, in another order
     labels = source.column("y").to_numpy()[order]
     del source, order
     plan = make_plan(len(labels), TrainingConfig(seed=1, device="cpu"))
