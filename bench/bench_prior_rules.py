@@ -24,7 +24,9 @@ Rules compared, per (data, n, ε) — all label-independent (public domain, n, �
 * ε₁ "bound": min(√(k/n), 0.9·ε) (labeldp.mechanisms.budget_split);
 * ``proposed``: what the library does by default, default_grid(domain, n, ε) +
   prior_epsilon("default", k, n, ε).
-Each is compared with the best (kind, k, ε₁) of the whole sweep (an oracle choice that
+On an integer domain (the ``counts`` set) every grid holds integers only, at most one per
+integer; ``every integer`` is the former integer-domain rule. Each is compared with the
+best (kind, k, ε₁) of the whole sweep (an oracle choice that
 looks at the labels, so not a usable rule). ``oracle`` is RR-on-Bins with the true
 histogram on a 1024-point uniform grid and the full ε (no budget spent on the prior):
 what a free, exact prior would give.
@@ -51,6 +53,7 @@ from labeldp.mechanisms.budget_split import prior_epsilon
 from labeldp.mechanisms.prior import (
     LabelDomain,
     default_grid,
+    integer_grid,
     log_grid,
     real_grid_size,
     snap_to_grid,
@@ -93,6 +96,10 @@ RULES = {
     "k(n, ε), Thm 7 ε₁": (_grid("uniform", lambda n, e: real_grid_size(n, e)), _eps1("thm7")),
     "k = 16, Thm 7 ε₁": (_grid("uniform", lambda n, e: 16), _eps1("thm7")),
     "log k(n, ε), bound ε₁": (_grid("log", lambda n, e: real_grid_size(n, e)), _eps1("bound")),
+    "every integer (the former integer rule), default ε₁": (
+        lambda d, n, e: integer_grid(d, 2**31) if d.kind == "integer" else default_grid(d, n, e),
+        _eps1("default"),
+    ),
     "proposed: default_grid + default ε₁": (lambda d, n, e: default_grid(d, n, e), _eps1("default")),
 }
 PROPOSED = "proposed: default_grid + default ε₁"
@@ -112,6 +119,15 @@ def load_housing(path: str) -> Dataset:
     with open(path, newline="") as fh:
         y = np.array([float(r["median_house_value"]) / 100_000 for r in csv.DictReader(fh)])
     return Dataset("housing", y, LabelDomain("real", 0.0, 5.00001))
+
+
+def load_counts() -> Dataset:
+    """The benchmark's ``counts`` set: 20 000 Poisson counts on the integer domain [0, 30]."""
+    from labeldp.benchmarks.datasets import counts
+
+    data = counts()
+    assert data.domain is not None  # a regression set
+    return Dataset("counts", data.labels, data.domain)
 
 
 def load_conversions(n: int) -> Dataset:
@@ -160,6 +176,9 @@ def self_check() -> None:
 
 
 def make_grid(domain: LabelDomain, kind: str, k: int) -> np.ndarray:
+    """k points of ``kind``; on an integer domain integers only, at most one per integer."""
+    if domain.kind == "integer":
+        return integer_grid(domain, k) if kind == "uniform" else np.unique(np.round(log_grid(domain, k)))
     return uniform_grid(domain, k) if kind == "uniform" else log_grid(domain, k)
 
 
@@ -198,7 +217,7 @@ class Cell:
         return total / self.draws
 
     def oracle(self, eps: float) -> float:
-        grid = uniform_grid(self.data.domain, 1024)
+        grid = make_grid(self.data.domain, "uniform", 1024)
         return self.loss(("uniform", 1024), grid, eps, 0.0)
 
 
@@ -308,6 +327,20 @@ def report(results: list[dict], args, elapsed: float) -> str:
         + " |"
     )
 
+    data_names = list(dict.fromkeys(r["data"] for r in results))
+    lines += [
+        "",
+        "## Summary per data set: geometric mean of loss / best loss over (n, ε)",
+        "",
+        "| rule | " + " | ".join(data_names) + " |",
+        "|---|" + "---:|" * len(data_names),
+    ]
+    for name in rule_names:
+        cells = []
+        for d in data_names:
+            v = np.array([r["rules"][name][1] / best_of(r["sweep"])[0] for r in results if r["data"] == d])
+            cells.append(f"{math.exp(np.mean(np.log(v))):.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Per (data, n, ε)",
@@ -377,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     args.draws = args.draws or (3 if args.quick else 24)
 
     self_check()
-    datasets = [load_conversions(max(ns))]
+    datasets = [load_conversions(max(ns)), load_counts()]
     if args.housing:
         datasets.insert(0, load_housing(args.housing))
     start = time.perf_counter()

@@ -15,7 +15,14 @@ from labeldp.mechanisms import (
     sample_two_sided_geometric,
     snap_to_grid,
 )
-from labeldp.mechanisms.prior import consistent_probs, expected_bins, log_grid, real_grid_size, uniform_grid
+from labeldp.mechanisms.prior import (
+    consistent_probs,
+    expected_bins,
+    integer_grid,
+    log_grid,
+    real_grid_size,
+    uniform_grid,
+)
 from labeldp.schema import NoisyPrior
 from labeldp.specs.base import LabelDomainSpec
 
@@ -41,13 +48,16 @@ def test_label_domain_validates_and_round_trips() -> None:
 
 
 def test_default_grid_rules() -> None:
+    # Integer domains: the real rule's k, on integers; every integer when there are at most k.
     small = default_grid(LabelDomain("integer", -3, 7), 10**6)
     np.testing.assert_array_equal(small, np.arange(-3.0, 8.0))
-    edge = default_grid(LabelDomain("integer", 0, 2047), 5)
-    np.testing.assert_array_equal(edge, np.arange(2048.0))
-    big = default_grid(LabelDomain("integer", 0, 2048), 5)  # 2049 integers: too many
-    assert big.size == 2048 and big[0] == 0 and big[-1] == 2048
-    np.testing.assert_allclose(np.diff(big), 2048 / 2047)
+    edge = default_grid(LabelDomain("integer", 0, 15), 5)  # 16 integers, k = 16
+    np.testing.assert_array_equal(edge, np.arange(16.0))
+    for n, k in [(5, 16), (1000, 40), (10**9, 256)]:
+        big = default_grid(LabelDomain("integer", 0, 2048), n)
+        assert big.size == k and big[0] == 0 and big[-1] == 2048
+        np.testing.assert_array_equal(big, np.round(big))  # integers
+        assert np.all(np.diff(big) >= 1)
 
     real = LabelDomain("real", -1.0, 3.0)
     for n, k in [(0, 16), (1, 16), (1000, 40), (125_000, 200), (10**9, 256)]:
@@ -69,9 +79,16 @@ def test_grid_resolution_follows_n_and_epsilon() -> None:
     for n, eps, k in cases:
         grid = default_grid(real, n, eps)
         np.testing.assert_array_equal(grid, np.linspace(0.0, 5.0, k))
-    # Without ε the n-only rule is unchanged; integer domains ignore ε.
+    # Without ε the n-only rule is unchanged. Integer domains take the same k, on integers: 2 000
+    # counts in [0, 30] get 16 of the 31 integers up to ε = 4 and all 31 at ε = 8 (k = 50).
     np.testing.assert_array_equal(default_grid(real, 1000), np.linspace(0.0, 5.0, 40))
     np.testing.assert_array_equal(default_grid(LabelDomain("integer", 0, 9), 10, 8.0), np.arange(10.0))
+    counts = LabelDomain("integer", 0, 30)
+    for eps in (0.05, 1.0, 4.0):
+        np.testing.assert_array_equal(default_grid(counts, 2000, eps), np.round(np.linspace(0.0, 30.0, 16)))
+    np.testing.assert_array_equal(default_grid(counts, 2000, 8.0), np.arange(31.0))
+    with pytest.raises(ValueError):
+        integer_grid(counts, 1)
     with pytest.raises(ValueError):
         real_grid_size(-1, 1.0)
     with pytest.raises(ValueError):
