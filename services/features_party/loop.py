@@ -394,6 +394,8 @@ def fit_streamed(
     # Batch progress (and a cancel between batches) where the listener lives: the main worker.
     on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
     meter = Throughput()
+    if resume is not None and resume.get("throughput"):  # the rows and seconds of the epochs before the restart
+        meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
     current_lr = optimizer.param_groups[0]["lr"]
     for epoch in range(first, config.epochs + 1):
         started = time.perf_counter()
@@ -436,6 +438,7 @@ def fit_streamed(
                     "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
                     "history": list(history), "world": workers.world,
+                    "throughput": {"rows": meter.rows, "seconds": meter.seconds},
                 })
             if on_epoch is not None:
                 on_epoch(report)

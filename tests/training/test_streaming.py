@@ -237,3 +237,21 @@ def test_the_join_partition_size_of_a_training_reaches_the_join(
                             join_partition_rows=150)
     fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN)
     assert seen == [150]
+
+
+def test_a_training_resumed_after_its_last_epoch_keeps_its_throughput(tmp_path: Path) -> None:
+    """A job restarted after its last checkpoint trains no epoch in the new process; its model card
+    still reports the rows per second of the epochs before the restart (they ride in the checkpoint)."""
+    from features_party.loop import Objective, fit_streamed, squared_error
+    from features_party.networks import MLPRegressor
+
+    staged, _, _ = stage(tmp_path)
+    config = TrainingConfig(epochs=2, batch_size=64, seed=5, device="cpu", row_group_rows=64)
+    plan = make_plan(1000, config)
+    objective = Objective(MLPRegressor, squared_error)
+    saved: list[dict] = []
+    whole = fit_streamed(staged, objective, config, plan, None, checkpoint=saved.append)
+    assert whole.config["rows_per_second"] > 0 and saved[-1]["epoch"] == 2
+    resumed = fit_streamed(staged, objective, config, plan, None, resume=saved[-1])
+    assert resumed.config["resumed_after_epoch"] == 2
+    assert resumed.config["rows_per_second"] == whole.config["rows_per_second"]
