@@ -21,7 +21,7 @@ sets (``bench/results/default_rule.md``), so the bands stay on ε:
   re-fitted on all eight sets does out of set. On the tables at the protocol's 10 trials
   (after the integer grid rule) it scores 0.033 over the eight sets (best or within one SE in
   42 of 64 cells), and a leave-one-out re-fit that may scale ε by n is no better out of set
-  (0.033, 43 of 64) (``bench/results/default_rule.md``). At
+  (0.034, 43 of 64) (``bench/results/default_rule.md``). At
   small ε RR-on-Bins' few bins carry the most signal per unit of noise; in the middle
   RPWithPrior's interval, fitted to the release's DP histogram, does (a reading: its
   noise stays where the labels are); at ε ≥ 6.4 the unbiased randomizer's labels need
