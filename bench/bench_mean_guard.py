@@ -38,7 +38,7 @@ import numpy as np
 import features_party.regression as regression
 from features_party.config import LearningConfig
 from features_party.loop import make_plan
-from features_party.selection import MEAN_FALLBACK_Z
+from features_party.selection import MEAN_FALLBACK_Z, gains_over_anchor, keeps_model, mean_and_se
 from labeldp.benchmarks import utility
 from labeldp.epsilon import to_micro_floor
 from labels_party.randomizer import randomize
@@ -59,9 +59,8 @@ class _Recording(regression.Selection):
 
 
 def keeps_t(gains: np.ndarray) -> bool:
-    """The current rule: mean gain > z·SE."""
-    se = float(gains.std(ddof=1) / math.sqrt(gains.size))
-    return float(gains.mean()) > MEAN_FALLBACK_Z * se
+    """The current rule (``features_party.selection.keeps_model``): mean gain > z·SE."""
+    return keeps_model(*mean_and_se(gains))
 
 
 def keeps_capped(gains: np.ndarray) -> bool:
@@ -88,7 +87,7 @@ def one_cell(trial: utility.Trial, plan_name: str, mech: str, eps: float, domain
     model.postprocessing_ = keep_post
     val_idx = make_plan(trial.fit_table.num_rows, config).val_idx
     predicted = model.predict(trial.fit_table.take(val_idx))
-    gains = (selector.anchor - selector.reference) ** 2 - (predicted - selector.reference) ** 2
+    gains = gains_over_anchor(selector.anchor, predicted, selector.reference)
     if not math.isclose(float(gains.mean()), selector.gain_[0], rel_tol=1e-6, abs_tol=1e-9):
         raise AssertionError(f"recomputed gain {gains.mean()} != the selector's {selector.gain_[0]}")
     model_mse = float(np.mean((model.predict(trial.test_table) - trial.y_test) ** 2))

@@ -97,7 +97,7 @@ RULES = {
     "k = 16, Thm 7 ε₁": (_grid("uniform", lambda n, e: 16), _eps1("thm7")),
     "log k(n, ε), bound ε₁": (_grid("log", lambda n, e: real_grid_size(n, e)), _eps1("bound")),
     "every integer (the former integer rule), default ε₁": (
-        lambda d, n, e: integer_grid(d, 2**31) if d.kind == "integer" else default_grid(d, n, e),
+        lambda d, n, e: integer_grid(d, int(d.width) + 1) if d.kind == "integer" else default_grid(d, n, e),
         _eps1("default"),
     ),
     "proposed: default_grid + default ε₁": (lambda d, n, e: default_grid(d, n, e), _eps1("default")),

@@ -102,6 +102,22 @@ gains where large per-row gains are signal, not noise: Housing's 2 000-row sampl
 ε = 2, 0.71 → 1.02; 8 of 840 decisions differ, 0 cells above the mean either way."""
 
 
+def gains_over_anchor(anchor: float, predicted: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Per validation row, the squared-error improvement of ``predicted`` over the constant ``anchor``."""
+    return (anchor - reference) ** 2 - (predicted - reference) ** 2
+
+
+def mean_and_se(gains: np.ndarray) -> tuple[float, float]:
+    """(mean, standard error) of per-row gains: the paired estimate the guard tests."""
+    se = float(gains.std(ddof=1) / np.sqrt(gains.size)) if gains.size > 1 else 0.0
+    return float(gains.mean()), se
+
+
+def keeps_model(gain: float, se: float) -> bool:
+    """The guard: the model is kept over the mean only when its gain exceeds ``MEAN_FALLBACK_Z`` SEs."""
+    return gain > MEAN_FALLBACK_Z * se
+
+
 @dataclass
 class Selector:
     """Watches a model's validation outputs after every epoch and keeps the best (epoch, λ).
@@ -158,17 +174,14 @@ class Selector:
         assert self.anchor is not None
         plain, debiased = prediction_parts(outputs, self.law, self.debias)
         predicted = toward(self.anchor, shrink(plain, debiased, lam), weight)
-        gains = (self.anchor - self.reference) ** 2 - (predicted - self.reference) ** 2
-        se = float(gains.std(ddof=1) / np.sqrt(gains.size)) if gains.size > 1 else 0.0
-        return float(gains.mean()), se
+        return mean_and_se(gains_over_anchor(self.anchor, predicted, self.reference))
 
     @property
     def mean_fallback_(self) -> bool:
         """Whether the selected predictor's gain over the private mean is within its noise (private only)."""
         if self.anchor is None or self.gain_ is None or self.criterion == "oracle":
             return False
-        gain, se = self.gain_
-        return gain <= MEAN_FALLBACK_Z * se
+        return not keeps_model(*self.gain_)
 
     @property
     def final_weight_(self) -> float:
