@@ -163,6 +163,27 @@ def test_the_cache_key_follows_the_mechanism_and_training_code(tmp_path, monkeyp
     assert "labels_party.randomizer" in utility.CODE_MODULES and "features_party.loop" in utility.CODE_MODULES
 
 
+def test_the_code_fingerprint_ignores_docstrings_comments_and_layout_but_not_code(tmp_path, monkeypatch):
+    pkg = tmp_path / "fake_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = 'def scale(x):\n    """Why."""\n    return 2 * x\n'
+    (pkg / "kernel.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = utility.code_fingerprint(("fake_kernels",))
+    (pkg / "kernel.py").write_text(
+        '"""A module docstring."""\n\n# a comment\ndef scale(x):\n    """Why, said better."""\n\n'
+        '    return 2 * x  # doubled\n\n\n"""A note that is a bare string statement."""\n'
+    )
+    assert utility.code_fingerprint(("fake_kernels",)) == before
+    (pkg / "kernel.py").write_text('def scale(x):\n    """Why."""\n    return 3 * x\n')
+    assert utility.code_fingerprint(("fake_kernels",)) != before
+    (pkg / "kernel.py").write_text('def scale(x):\n    """Why."""\n    return 2 * x\nLIMIT = 3\n')
+    assert utility.code_fingerprint(("fake_kernels",)) != before
+    (pkg / "kernel.py").write_text("def scale(x):\n    return 2 * x\n")
+    assert utility.code_fingerprint(("fake_kernels",)) == before
+
+
 def test_trials_use_new_splits_and_seeds_but_mechanisms_share_them(tmp_path):
     result = _run(_plan(), tmp_path / "cache")
     for m in ("laplace", "rr_on_bins"):

@@ -579,8 +579,12 @@ CODE_MODULES = (
 
 
 def code_fingerprint(modules: tuple[str, ...] = CODE_MODULES) -> str:
-    """SHA-256 over the source of ``modules`` (every .py of a package), so a cache never
-    serves numbers computed by different mechanism or training code."""
+    """SHA-256 over the code of ``modules`` (every .py of a package), so a cache never
+    serves numbers computed by different mechanism or training code.
+
+    The digest is of each file's syntax tree without its string statements (docstrings),
+    comments or layout (:func:`code_digest`): editing an explanation keeps the cache, which
+    holds hours of CPU, while any change a program can execute starts a fresh one."""
     import importlib.util
 
     digest = hashlib.sha256()
@@ -593,8 +597,29 @@ def code_fingerprint(modules: tuple[str, ...] = CODE_MODULES) -> str:
         files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
         for f in files:
             digest.update(f"{name}:{f.name}".encode())
-            digest.update(f.read_bytes())
+            digest.update(code_digest(f.read_text(encoding="utf-8")))
     return digest.hexdigest()[:16]
+
+
+def code_digest(source: str) -> bytes:
+    """What a module executes: its syntax tree, less docstrings and every other statement that
+    is a bare string constant (they do nothing), less line numbers; comments never reach the tree."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for attr in ("body", "orelse", "finalbody"):
+            body = getattr(node, attr, None)
+            if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                continue
+            kept = [
+                stmt
+                for stmt in body
+                if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                        and isinstance(stmt.value.value, str))
+            ]
+            setattr(node, attr, kept or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).digest()
 
 
 def _hash(obj: Any) -> str:
