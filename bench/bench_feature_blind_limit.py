@@ -1,7 +1,8 @@
-"""What no feature-oblivious default can do: the same release, two feature tables, two winners.
+"""What no feature-oblivious default can do: the same releases, other feature tables, other winners.
 
 Usage:
-    python bench/bench_feature_blind_limit.py --housing PATH [--variants full,without=MedInc+Latitude+Longitude]
+    python bench/bench_feature_blind_limit.py --housing PATH
+        [--variants full,noise=1,noise=2,without=MedInc+Latitude+Longitude+ocean_proximity]
         [--mechanisms a,b] [--epsilons 0.5,1,2] [--trials 10] [--threads 1]
         [--out bench/results/feature_blind_limit.md]
 
@@ -97,7 +98,7 @@ def meets(cells: dict[Pair, tuple[float, float]], pair: Pair) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--housing", type=Path, required=True, help="california_housing.csv")
-    parser.add_argument("--variants", default="full,without=MedInc+Latitude+Longitude+ocean_proximity")
+    parser.add_argument("--variants", default="full,noise=1,noise=2,without=MedInc+Latitude+Longitude+ocean_proximity")
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
     parser.add_argument("--epsilons", default="0.5,1,2")
     parser.add_argument("--trials", type=int, default=10)
