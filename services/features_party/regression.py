@@ -134,6 +134,20 @@ def _fit_selected(
     return selection.results(fitted, plan, config.epochs, mean, std)
 
 
+def release_detectability(
+    n_rows: int, privatized_labels: np.ndarray, spec: Any, config: TrainingConfig, learning: LearningConfig
+) -> float:
+    """:func:`features_party.selection.detectable_z` of the validation split that
+    :func:`fit_private_regressor` would hold out of these rows, against the same anchor — computed
+    from the release alone, without training (``inf`` where ``learning`` has no anchor)."""
+    labels = check_targets(privatized_labels, n_rows, "privatized_labels")
+    law = spec if isinstance(spec, LabelLaw) else label_law(spec)
+    plan = make_plan(n_rows, config)
+    mean, std, _ = standardize(training_targets(law, learning, labels), plan.train_idx)
+    selection = Selection(law, learning, labels[plan.val_idx], None, False, mean, std, len(plan.train_idx))
+    return min((s.detectable_z_ for s in selection.selectors), default=float("inf"))
+
+
 def check_validation(learning: LearningConfig, n_validation: int, oracle: bool) -> None:
     """Model selection (select_epoch, shrinkage='auto', the oracle) needs validation rows."""
     if (learning.needs_validation or oracle) and n_validation == 0:

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from features_party import store
 from features_party.app import create_app
+from features_party.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
 from labeldp import __version__
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
@@ -494,6 +495,11 @@ def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> No
     assert learning["selection_estimate"] == pytest.approx(min(losses))
     assert 0.0 <= learning["selected_shrinkage"] <= 1.0
     assert "debiased" in learning["selection_note"]
+    # The guard's verdict, and why: a model kept over the private mean passed both of its tests.
+    assert isinstance(learning["mean_fallback"], bool) and learning["detectable_z"] > 0
+    gain = learning["gain_over_mean"]
+    kept = gain["gain"] > MEAN_FALLBACK_Z * gain["se"] and learning["detectable_z"] >= DETECTABLE_Z
+    assert learning["mean_fallback"] is not kept
 
     predictions = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": ids}, headers=AUTH).json()
     predictions = np.asarray(predictions["predictions"])

@@ -8,6 +8,8 @@ gain is within its noise; these tests fail if either step is removed (planted on
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,19 +17,27 @@ import pytest
 from features_party.config import PLAIN, LearningConfig, TrainingConfig
 from features_party.debiasing import (
     IDENTITY,
+    LabelLaw,
     PostProcessing,
     constant_prediction,
     label_law,
     private_mean,
     toward,
 )
-from features_party.regression import fit_private_regressor
-from features_party.selection import Selector
+from features_party.regression import fit_private_regressor, release_detectability
+from features_party.selection import (
+    DETECTABLE_Z,
+    MEAN_FALLBACK_Z,
+    Selector,
+    detectable_z,
+    gains_over_anchor,
+)
 from labeldp.epsilon import to_micro_floor
 from labeldp.mechanisms import LabelDomain
 from labels_party.randomizer import randomize
 
 DOMAIN = LabelDomain("real", 0.0, 1.0)
+IDENTITY_ON_UNIT = LabelLaw("identity", 1.0, 0.0, 0.0, 1.0)  # labels as given, t in [0, 1]
 FAST = dict(batch_size=64, learning_rate=1e-2, weight_decay=0.0, device="cpu", threads=1)
 
 
@@ -123,3 +133,53 @@ def test_a_clear_signal_is_kept() -> None:
     assert learned.selection_["mean_fallback"] is False and learned.selection_["model_weight"] > 0.8
     mean = private_mean(out.labels, label_law(out.mechanism))
     assert np.mean((learned.predict(test) - y[n:]) ** 2) < 0.3 * np.mean((mean - y[n:]) ** 2)
+
+
+def test_detectable_z_bounds_what_any_predictor_could_show() -> None:
+    """The bound is √n·S/σ: S the largest |t − μ| in the range of t, σ² ≥ Var(ỹ) − S²."""
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0, 1, size=1_600)
+    noisy = truth + rng.normal(scale=20.0, size=truth.size)  # the noise dwarfs the labels' range
+    z = detectable_z(noisy, 0.5, 0.0, 1.0)
+    assert z == pytest.approx(40 * 0.5 / np.sqrt(noisy.var() - 0.25))
+    assert z < MEAN_FALLBACK_Z  # not even the true labels could pass the guard here
+    perfect = gains_over_anchor(0.5, truth, noisy)  # the best conceivable predictor, scored as the guard does
+    assert perfect.mean() / (perfect.std(ddof=1) / np.sqrt(perfect.size)) < z + 3  # within the bound's noise
+    clean = truth + rng.normal(scale=0.1, size=truth.size)
+    assert detectable_z(clean, 0.5, 0.0, 1.0) > 50
+    assert detectable_z(noisy, 0.5, -math.inf, math.inf) == math.inf  # identity law: no range, no bound
+
+
+def test_a_model_chosen_for_its_noise_falls_back_where_no_gain_is_detectable() -> None:
+    """The winner's curse: a candidate that follows the validation noise passes the z test; where the
+    rows could not show a real gain (detectable_z < DETECTABLE_Z) the guard still falls back.
+    (Planted once: without the check in ``keeps_model`` the selector kept it, weight 0.3.)"""
+    rng = np.random.default_rng(5)
+    truth = rng.uniform(0, 1, size=1_600)
+    reference = truth + rng.normal(scale=6.0, size=truth.size)
+    anchor = float(truth.mean())
+    lucky = anchor + 0.2 * (reference - anchor)  # what a selection over many noisy epochs can end up with
+    selector = Selector(IDENTITY_ON_UNIT, "predictions", reference, "auto", True, "private", anchor)
+    selector.observe(1, lucky)
+    gain, se = selector.gain_ or (0.0, 1.0)
+    assert gain > MEAN_FALLBACK_Z * se  # the z test alone would keep it
+    assert selector.detectable_z_ < DETECTABLE_Z
+    assert selector.mean_fallback_ and selector.final_weight_ == 0.0
+    assert selector.summary()["detectable_z"] == pytest.approx(selector.detectable_z_)
+    quiet = truth + rng.normal(scale=0.3, size=truth.size)  # the same rows at a larger ε: a gain is detectable
+    good = Selector(IDENTITY_ON_UNIT, "predictions", quiet, "auto", True, "private", anchor)
+    good.observe(1, truth)
+    assert good.detectable_z_ >= DETECTABLE_Z and not good.mean_fallback_
+
+
+def test_the_bench_replays_the_training_s_detectability_exactly() -> None:
+    """``release_detectability`` (no training) equals what the fitted model's selection reports."""
+    n = 1_200
+    rng = np.random.default_rng(13)
+    y = rng.beta(2, 5, size=n)
+    table = noise_features(n, 5, 14)
+    out = randomize(y, DOMAIN, "laplace", to_micro_floor(0.5), rng)
+    config = TrainingConfig(epochs=2, validation_fraction=0.2, seed=3, **FAST)
+    learned = fit_private_regressor(table, out.labels, out.mechanism, config, LearningConfig())
+    replayed = release_detectability(n, out.labels, out.mechanism, config, LearningConfig())
+    assert learned.selection_["detectable_z"] == pytest.approx(replayed, rel=1e-12)
