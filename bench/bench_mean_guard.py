@@ -1,4 +1,4 @@
-"""The mean-fallback guard: the current paired t test against an upper-winsorized one, side by side.
+"""The mean-fallback guard: the current paired t test against alternatives, side by side.
 
 Usage:
     python bench/bench_mean_guard.py [--housing PATH] [--datasets a,b] [--mechanisms a,b]
@@ -16,7 +16,14 @@ The alternative caps g from above at its 99th percentile before the same test. C
 only lowers g, so under the null (no gain: E[g] ≤ 0) the capped mean has E ≤ 0 as well and
 the test keeps its level; it only stops positive outliers from inflating the standard error.
 
-Both rules are applied to ONE training run per cell (the runner's release, split, seed and
+The third, ``crossfit``, answers the winner's curse instead: the selected epoch is the
+minimum of some 50 noisy estimates, so its gain is biased upward. The validation rows are
+split into two halves (alternate rows); a selector like the training's chooses (epoch, λ,
+w) on each half alone, and each choice is scored on the OTHER half. The concatenated
+per-row gains are free of that selection (each row scores a candidate chosen without it),
+and the same z test runs on them. The model kept is still the one selected on every row.
+
+All rules are applied to ONE training run per cell (the runner's release, split, seed and
 recipe; the default learning), so their difference is the rule alone. Each cell: the test
 MSE of what each rule predicts (the selected model, or the private mean when it falls
 back) and of the private-mean predictor, mean ± SE over trials.
@@ -37,8 +44,9 @@ import numpy as np
 
 import features_party.regression as regression
 from features_party.config import LearningConfig
+from features_party.debiasing import prediction_parts, shrink, toward
 from features_party.loop import make_plan
-from features_party.selection import MEAN_FALLBACK_Z, gains_over_anchor, keeps_model, mean_and_se
+from features_party.selection import MEAN_FALLBACK_Z, Selector, gains_over_anchor, keeps_model, mean_and_se
 from labeldp.benchmarks import utility
 from labeldp.epsilon import to_micro_floor
 from labels_party.randomizer import randomize
@@ -58,6 +66,57 @@ class _Recording(regression.Selection):
         _Recording.seen.append(self)
 
 
+class _RecordingSelector(Selector):
+    """The training's Selector, keeping every epoch's validation outputs (for the cross-fitted rule)."""
+
+    def observe(self, epoch: int, outputs: np.ndarray) -> bool:
+        self.history_outputs = [*getattr(self, "history_outputs", []), np.array(outputs, copy=True)]
+        return super().observe(epoch, outputs)
+
+
+def crossfit_gains(selector: Selector, outputs: list[np.ndarray]) -> np.ndarray:
+    """Per-row gains over the anchor of candidates each chosen on the other half of the validation rows."""
+    assert selector.anchor is not None
+    n = selector.reference.size
+    halves = (np.arange(0, n, 2), np.arange(1, n, 2))
+    parts = []
+    for chosen_on, scored_on in (halves, halves[::-1]):
+        sub = Selector(
+            selector.law, selector.debias, selector.reference[chosen_on], selector.shrinkage, True, "private",
+            selector.anchor,
+        )
+        gains = np.zeros(scored_on.size)
+        for epoch, out in enumerate(outputs, 1):
+            if sub.observe(epoch, out[chosen_on]):
+                assert sub.shrinkage_ is not None
+                plain, debiased = prediction_parts(out[scored_on], selector.law, selector.debias)
+                predicted = toward(selector.anchor, shrink(plain, debiased, sub.shrinkage_), sub.model_weight_)
+                gains = gains_over_anchor(selector.anchor, predicted, selector.reference[scored_on])
+        parts.append(gains)
+    return np.concatenate(parts)
+
+
+def unselected(selector: Selector) -> dict[str, np.ndarray]:
+    """Validation outputs of candidates no epoch selection chose: the last epoch, and every epoch's mean."""
+    outputs = selector.history_outputs  # type: ignore[attr-defined]
+    return {"last": outputs[-1], "average": np.mean(outputs, axis=0)}
+
+
+def unselected_gains(selector: Selector, outputs: np.ndarray) -> np.ndarray:
+    """Per-row gains over the anchor of one fixed candidate, its λ and w chosen as the training's selector does."""
+    assert selector.anchor is not None
+    lam, weight, _ = selector.score(outputs)
+    plain, debiased = prediction_parts(outputs, selector.law, selector.debias)
+    predicted = toward(selector.anchor, shrink(plain, debiased, lam), weight)
+    return gains_over_anchor(selector.anchor, predicted, selector.reference)
+
+
+def z_score(gains: np.ndarray) -> float:
+    """Mean gain over its standard error (0 where every gain is 0: the candidate was the mean itself)."""
+    mean, se = mean_and_se(gains)
+    return mean / se if se > 0 else 0.0
+
+
 def keeps_t(gains: np.ndarray) -> bool:
     """The current rule (``features_party.selection.keeps_model``): mean gain > z·SE."""
     return keeps_model(*mean_and_se(gains))
@@ -68,7 +127,8 @@ def keeps_capped(gains: np.ndarray) -> bool:
     return keeps_t(np.minimum(gains, np.quantile(gains, UPPER_QUANTILE)))
 
 
-RULES = {"t": keeps_t, "capped": keeps_capped}
+RULES = ("t", "capped", "crossfit")
+ALTERNATIVES = RULES[1:]  # each compared with "t", the current guard
 
 
 def one_cell(trial: utility.Trial, plan_name: str, mech: str, eps: float, domain: Any) -> dict[str, Any]:
@@ -90,12 +150,20 @@ def one_cell(trial: utility.Trial, plan_name: str, mech: str, eps: float, domain
     gains = gains_over_anchor(selector.anchor, predicted, selector.reference)
     if not math.isclose(float(gains.mean()), selector.gain_[0], rel_tol=1e-6, abs_tol=1e-9):
         raise AssertionError(f"recomputed gain {gains.mean()} != the selector's {selector.gain_[0]}")
+    crossed = crossfit_gains(selector, selector.history_outputs)  # type: ignore[attr-defined]
     model_mse = float(np.mean((model.predict(trial.test_table) - trial.y_test) ** 2))
     mean_mse = float(np.mean((selection.final_anchor - trial.y_test) ** 2))
     return {
         "mechanism": mech, "epsilon": eps, "trial": trial.index, "model": model_mse, "mean": mean_mse,
-        **{rule: bool(keep(gains)) for rule, keep in RULES.items()},
+        "t": keeps_t(gains), "capped": keeps_capped(gains), "crossfit": keeps_t(crossed),
+        "z_t": z_score(gains), "z_crossfit": z_score(crossed),
+        **{f"z_{name}": z_score(unselected_gains(selector, out)) for name, out in unselected(selector).items()},
     }
+
+
+def rules_in(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The rules these measurements have (a file written before a rule existed lacks it)."""
+    return tuple(r for r in RULES if rows and r in rows[0])
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, tuple[float, float]]]:
@@ -105,73 +173,98 @@ def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, t
     out = {}
     for key, rs in cells.items():
         stats = {}
-        for name in (*RULES, "mean"):
+        for name in (*rules_in(rows), "mean"):
             v = np.array([r["mean"] if name == "mean" or not r[name] else r["model"] for r in rs])
             stats[name] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0)
         out[key] = stats
     return out
 
 
+def predicted(r: dict[str, Any], rule: str) -> float:
+    """Test MSE of what ``rule`` predicts in row ``r``: the model when it keeps it, else the mean."""
+    return float(r["model"] if r[rule] else r["mean"])
+
+
+def better_worse(rows: list[dict[str, Any]], mech: str, eps: float, rule: str) -> int:
+    """-1, +1 or 0: ``rule`` better, worse than ``t`` beyond one SE of the paired difference."""
+    mine = [r for r in rows if r["mechanism"] == mech and r["epsilon"] == eps]
+    diff = np.array([predicted(r, rule) - predicted(r, "t") for r in mine])
+    margin = (float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0) * (1 + 1e-9)
+    if not np.any(diff != 0):
+        return 0  # one changed trial has |mean| = SE exactly: neither better nor worse
+    return -1 if diff.mean() < -margin else (1 if diff.mean() > margin else 0)
+
+
 def render(doc: dict[str, Any]) -> str:
+    first = next(iter(doc["sets"].values()))["rows"]
+    rules = rules_in(first)
+    alternatives = [r for r in ALTERNATIVES if r in rules]
+    described = {
+        "t": f"`t` (the current guard: keep the model iff mean gain > {MEAN_FALLBACK_Z:g} SE)",
+        "capped": f"`capped` (the same test on the per-row gains capped from above at their {UPPER_QUANTILE:g} "
+        "quantile)",
+        "crossfit": "`crossfit` (the same test on gains of candidates chosen on the other half of the validation rows)",
+    }
     lines = [
-        "# The mean-fallback guard: paired t test against an upper-capped one",
+        "# The mean-fallback guard: the paired t test against " + ", ".join(f"`{a}`" for a in alternatives),
         "",
         f"Command: `{doc['command']}`",
         "",
-        f"- Rules: `t` (the current guard: keep the model iff mean gain > {MEAN_FALLBACK_Z:g} SE); `capped` (the "
-        f"same test on the per-row gains capped from above at their {UPPER_QUANTILE:g} quantile). Both on ONE "
-        "training per cell (the runner's release, split and recipe; the default learning).",
+        "- Rules: " + "; ".join(described[r] for r in rules) + ". All on ONE training per cell (the runner's "
+        "release, split and recipe; the default learning).",
         "- Cell: test MSE of what the rule predicts (the model or the private mean), mean ± SE over trials; "
         "`mean`: the private-mean predictor. Over: cells more than one SE above `mean` (issue 12, item 1).",
         f"- Machine: AMD EPYC; {doc['seconds']:.0f} s; measured {doc['written']}.",
         "",
         "## Summary per data set",
         "",
-        "| data set | trials | cells | rule `t`: over the mean | rule `capped`: over the mean "
-        "| cells where `capped` is better, worse (beyond 1 SE of the paired difference) | decisions that differ |",
-        "|---|---|---|---|---|---|---|",
+        "| data set | trials | cells | "
+        + " | ".join(f"rule `{r}`: over the mean" for r in rules)
+        + " | "
+        + " | ".join(f"`{a}` better, worse than `t` (1 SE of the paired difference)" for a in alternatives)
+        + " | "
+        + " | ".join(f"decisions of `{a}` that differ from `t`" for a in alternatives)
+        + " |",
+        "|---|---|---|" + "---|" * (len(rules) + 2 * len(alternatives)),
     ]
     detail: list[str] = []
     for name, part in doc["sets"].items():
         rows = part["rows"]
         summ = summarize(rows)
-        over = dict.fromkeys(RULES, 0)
-        better = worse = 0
+        over = dict.fromkeys(rules, 0)
+        moved = {a: [0, 0] for a in alternatives}
         for (mech, eps), stats in summ.items():
             m = stats["mean"][0]
-            for rule in RULES:
+            for rule in rules:
                 mu, se = stats[rule]
                 over[rule] += mu > m + se
-            diff = np.array(
-                [
-                    (r["mean"] if not r["capped"] else r["model"]) - (r["mean"] if not r["t"] else r["model"])
-                    for r in rows
-                    if r["mechanism"] == mech and r["epsilon"] == eps
-                ]
-            )
-            d_se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0
-            if diff.mean() < -d_se and np.any(diff != 0):
-                better += 1
-            elif diff.mean() > d_se and np.any(diff != 0):
-                worse += 1
-        flips = sum(r["t"] != r["capped"] for r in rows)
+            for a in alternatives:
+                side = better_worse(rows, mech, eps, a)
+                if side:
+                    moved[a][side > 0] += 1
+        flips = {a: sum(r["t"] != r[a] for r in rows) for a in alternatives}
         lines.append(
-            f"| `{name}` | {part['trials']} | {len(summ)} | {over['t']} | {over['capped']} | {better}, {worse} | "
-            f"{flips} of {len(rows)} |"
+            f"| `{name}` | {part['trials']} | {len(summ)} | "
+            + " | ".join(str(over[r]) for r in rules)
+            + " | "
+            + " | ".join(f"{moved[a][0]}, {moved[a][1]}" for a in alternatives)
+            + " | "
+            + " | ".join(f"{flips[a]} of {len(rows)}" for a in alternatives)
+            + " |"
         )
         detail += [
             "",
             f"## `{name}`: test MSE, mean ± SE over {part['trials']} trials",
             "",
-            "| mechanism | ε | rule `t` | rule `capped` | private mean | decisions kept (t / capped) |",
-            "|---|---|---|---|---|---|",
+            "| mechanism | ε | " + " | ".join(f"rule `{r}`" for r in rules) + " | private mean | decisions kept ("
+            + " / ".join(rules) + ") |",
+            "|---|---|" + "---|" * (len(rules) + 2),
         ]
         for (mech, eps), stats in sorted(summ.items(), key=lambda kv: (MECHANISMS.index(kv[0][0]), kv[0][1])):
-            kept_t = sum(r["t"] for r in rows if r["mechanism"] == mech and r["epsilon"] == eps)
-            kept_c = sum(r["capped"] for r in rows if r["mechanism"] == mech and r["epsilon"] == eps)
-            cells = " | ".join(f"{stats[k][0]:.4g} ± {stats[k][1]:.2g}" for k in ("t", "capped", "mean"))
-            mark = " ◆" if kept_t != kept_c else ""
-            detail.append(f"| `{mech}` | {eps:g} | {cells} | {kept_t} / {kept_c}{mark} |")
+            kept = [sum(r[rule] for r in rows if r["mechanism"] == mech and r["epsilon"] == eps) for rule in rules]
+            cells = " | ".join(f"{stats[k][0]:.4g} ± {stats[k][1]:.2g}" for k in (*rules, "mean"))
+            mark = " ◆" if len(set(kept)) > 1 else ""
+            detail.append(f"| `{mech}` | {eps:g} | {cells} | {' / '.join(map(str, kept))}{mark} |")
     return "\n".join(lines + detail) + "\n"
 
 
@@ -194,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     regression.Selection = _Recording  # type: ignore[misc]
+    regression.Selector = _RecordingSelector  # type: ignore[misc]
     plans = utility.default_plans(housing=args.housing)
     names = [s for s in args.datasets.split(",") if s in plans]
     mechanisms = args.mechanisms.split(",")
@@ -211,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = rows[-1]
                     print(
                         f"[{name}] trial {trial.index} {mech} ε={eps:g}: model {r['model']:.4g} mean {r['mean']:.4g} "
-                        f"t {'keep' if r['t'] else 'mean'} capped {'keep' if r['capped'] else 'mean'}",
+                        + " ".join(f"{rule} {'keep' if r[rule] else 'mean'}" for rule in RULES),
                         flush=True,
                     )
         doc["sets"][name] = {"trials": args.trials, "rows": rows}
