@@ -212,9 +212,9 @@ def test_a_killed_worker_is_restarted_and_the_job_resumes_from_the_rank0_checkpo
     assert resumed.selection_ is not None and whole.selection_ is not None
     assert resumed.selection_["selected_epoch"] == whole.selection_["selected_epoch"]
     assert [h["epoch"] for h in resumed.history_] == [1, 2, 3, 4, 5]
-    # Resumed from the checkpoint, not from scratch. 5: the group that trained epochs 3-5 can still die in
-    # gloo's teardown after rank 0 saved the model (seen once: rank 1 "terminate called without an active
-    # exception", exit -6); torchrun then restarts once more and that group resumes after the last epoch.
+    # Resumed from the checkpoint, not from scratch. 5: a group that dies after rank 0 saved the model is
+    # restarted once more and resumes after the last epoch (seen in 1 of 12 runs, rank 1 aborting in gloo's
+    # teardown, before the workers skipped the interpreter's teardown: distributed.exit_without_teardown).
     assert whole.config_["resumed_after_epoch"] == 0 and resumed.config_["resumed_after_epoch"] in (2, 3, 4, 5)
 
 
