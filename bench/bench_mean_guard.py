@@ -44,7 +44,6 @@ import numpy as np
 
 import features_party.regression as regression
 from features_party.config import LearningConfig
-from features_party.debiasing import prediction_parts, shrink, toward
 from features_party.loop import make_plan
 from features_party.selection import MEAN_FALLBACK_Z, Selector, gains_over_anchor, keeps_model, mean_and_se
 from labeldp.benchmarks import utility
@@ -81,17 +80,18 @@ def crossfit_gains(selector: Selector, outputs: list[np.ndarray]) -> np.ndarray:
     halves = (np.arange(0, n, 2), np.arange(1, n, 2))
     parts = []
     for chosen_on, scored_on in (halves, halves[::-1]):
-        sub = Selector(
-            selector.law, selector.debias, selector.reference[chosen_on], selector.shrinkage, True, "private",
-            selector.anchor,
+        sub, scorer = (
+            Selector(
+                selector.law, selector.debias, selector.reference[rows], selector.shrinkage, True, "private",
+                selector.anchor,
+            )
+            for rows in (chosen_on, scored_on)
         )
         gains = np.zeros(scored_on.size)
         for epoch, out in enumerate(outputs, 1):
             if sub.observe(epoch, out[chosen_on]):
                 assert sub.shrinkage_ is not None
-                plain, debiased = prediction_parts(out[scored_on], selector.law, selector.debias)
-                predicted = toward(selector.anchor, shrink(plain, debiased, sub.shrinkage_), sub.model_weight_)
-                gains = gains_over_anchor(selector.anchor, predicted, selector.reference[scored_on])
+                gains = scorer.gains(out[scored_on], sub.shrinkage_, sub.model_weight_)
         parts.append(gains)
     return np.concatenate(parts)
 
@@ -104,11 +104,8 @@ def unselected(selector: Selector) -> dict[str, np.ndarray]:
 
 def unselected_gains(selector: Selector, outputs: np.ndarray) -> np.ndarray:
     """Per-row gains over the anchor of one fixed candidate, its λ and w chosen as the training's selector does."""
-    assert selector.anchor is not None
     lam, weight, _ = selector.score(outputs)
-    plain, debiased = prediction_parts(outputs, selector.law, selector.debias)
-    predicted = toward(selector.anchor, shrink(plain, debiased, lam), weight)
-    return gains_over_anchor(selector.anchor, predicted, selector.reference)
+    return selector.gains(outputs, lam, weight)
 
 
 def z_score(gains: np.ndarray) -> float:

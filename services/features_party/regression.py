@@ -119,19 +119,37 @@ def _fit_selected(
     *,
     pair: bool,
 ) -> list[TrainedRegressor]:
-    labels = check_targets(privatized_labels, table.num_rows, "privatized_labels")
+    plan, selection, standardized = _prepare_selection(
+        table.num_rows, privatized_labels, spec, config, learning, oracle_labels, pair
+    )
+    mean, std = selection.mean, selection.std
+    objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
+    fitted = fit_network(table, standardized, objective, config, plan, on_epoch, selection.inspector())
+    return selection.results(fitted, plan, config.epochs, mean, std)
+
+
+def _prepare_selection(
+    n_rows: int,
+    privatized_labels: np.ndarray,
+    spec: Any,
+    config: TrainingConfig,
+    learning: LearningConfig,
+    oracle_labels: np.ndarray | None,
+    pair: bool,
+) -> tuple[Plan, Selection, np.ndarray]:
+    """The split, the model selection watching it and the standardized training targets: everything a
+    training on these rows decides before it trains."""
+    labels = check_targets(privatized_labels, n_rows, "privatized_labels")
     law = spec if isinstance(spec, LabelLaw) else label_law(spec)
     if oracle_labels is not None:
-        oracle_labels = check_targets(oracle_labels, table.num_rows, "oracle_validation_labels")
-    plan = make_plan(table.num_rows, config)
+        oracle_labels = check_targets(oracle_labels, n_rows, "oracle_validation_labels")
+    plan = make_plan(n_rows, config)
     check_validation(learning, len(plan.val_idx), oracle_labels is not None)
     targets = training_targets(law, learning, labels)
     mean, std, standardized = standardize(targets, plan.train_idx)
     oracle_val = oracle_labels[plan.val_idx] if oracle_labels is not None else None
     selection = Selection(law, learning, labels[plan.val_idx], oracle_val, pair, mean, std, len(plan.train_idx))
-    objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
-    fitted = fit_network(table, standardized, objective, config, plan, on_epoch, selection.inspector())
-    return selection.results(fitted, plan, config.epochs, mean, std)
+    return plan, selection, standardized
 
 
 def release_detectability(
@@ -140,11 +158,7 @@ def release_detectability(
     """:func:`features_party.selection.detectable_z` of the validation split that
     :func:`fit_private_regressor` would hold out of these rows, against the same anchor — computed
     from the release alone, without training (``inf`` where ``learning`` has no anchor)."""
-    labels = check_targets(privatized_labels, n_rows, "privatized_labels")
-    law = spec if isinstance(spec, LabelLaw) else label_law(spec)
-    plan = make_plan(n_rows, config)
-    mean, std, _ = standardize(training_targets(law, learning, labels), plan.train_idx)
-    selection = Selection(law, learning, labels[plan.val_idx], None, False, mean, std, len(plan.train_idx))
+    _, selection, _ = _prepare_selection(n_rows, privatized_labels, spec, config, learning, None, False)
     return min((s.detectable_z_ for s in selection.selectors), default=float("inf"))
 
 

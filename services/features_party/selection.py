@@ -215,13 +215,17 @@ class Selector:
         weight = self._weigh(np.full_like(estimate, self.anchor), estimate)
         return lam, weight, mean_squared_error(toward(self.anchor, estimate, weight), self.reference)
 
-    def gain_over_anchor(self, outputs: np.ndarray, lam: float, weight: float) -> tuple[float, float]:
-        """(gain, se): the estimated MSE improvement of the (λ, w) predictor over the anchor,
-        a paired mean over the validation rows, and its standard error."""
+    def gains(self, outputs: np.ndarray, lam: float, weight: float) -> np.ndarray:
+        """Per validation row, the (λ, w) predictor's squared-error improvement over the anchor."""
         assert self.anchor is not None
         plain, debiased = prediction_parts(outputs, self.law, self.debias)
         predicted = toward(self.anchor, shrink(plain, debiased, lam), weight)
-        return mean_and_se(gains_over_anchor(self.anchor, predicted, self.reference))
+        return gains_over_anchor(self.anchor, predicted, self.reference)
+
+    def gain_over_anchor(self, outputs: np.ndarray, lam: float, weight: float) -> tuple[float, float]:
+        """(gain, se): the estimated MSE improvement of the (λ, w) predictor over the anchor,
+        a paired mean over the validation rows, and its standard error."""
+        return mean_and_se(self.gains(outputs, lam, weight))
 
     @property
     def mean_fallback_(self) -> bool:
@@ -267,7 +271,7 @@ class Selector:
             "private_mean": self.anchor,
             "model_weight": self.final_weight_,
             "gain_over_mean": None if self.gain_ is None else {"gain": self.gain_[0], "se": self.gain_[1]},
-            "detectable_z": None if self.anchor is None else _finite_or_none(self.detectable_z_),
+            "detectable_z": _finite_or_none(self.detectable_z_),
             "mean_fallback": self.mean_fallback_,
             "estimate": self.estimate_,
             "n_validation": int(self.reference.size),
