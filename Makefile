@@ -34,7 +34,7 @@ check: $(STAMP)
 # right only while no database is deployed: afterwards, add revisions instead).
 .PHONY: migrations
 migrations: $(STAMP)
-	$(BIN)/python -m labeldp.migrations regenerate
+	$(BIN)/python -m labeldp_tools.migrations regenerate
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
@@ -43,7 +43,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/labeldp bench utility --data-dir ../shared/data
+	$(BIN)/python -m labeldp_research utility --data-dir ../shared/data
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

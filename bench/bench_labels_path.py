@@ -3,7 +3,7 @@
     python bench/bench_labels_path.py --sizes 1000000,10000000 --out bench/results/labels_path.md
 
 For each n a fresh stack (labels API, outbox, features API as separate processes, SQLite,
-``labeldp.local_stack``) is started; the bench then
+``labeldp_tools.local_stack``) is started; the bench then
 
 1. creates a label set and uploads its n ids as Parquet (``POST /v1/label-sets/{id}/ids``),
 2. uploads n labels as CSV to that set, and as Parquet to a second set over the same ids,
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from labeldp.local_stack import LocalStack
+from labeldp_tools.local_stack import LocalStack
 
 PROCESSES = ("labels", "outbox", "features")
 

@@ -7,9 +7,9 @@ Three builds of the same FastAPI app (one async route, and one that answers a 40
 envelope), called in-process through ASGI with no network, so only the app's own work is timed:
 
 * bare     — the route and the error handlers, nothing else;
-* metrics  — plus ``labeldp.metrics.HttpInstrumentation`` (latency histogram per route
+* metrics  — plus ``labeldp.service.metrics.HttpInstrumentation`` (latency histogram per route
   template, error counter with the envelope's code);
-* full     — plus ``labeldp.logs.RequestContext`` (request id bound, returned in the header,
+* full     — plus ``labeldp.service.logs.RequestContext`` (request id bound, returned in the header,
   one JSON access line per request at INFO, formatted and written to /dev/null).
 
 Time is the thread's CPU time per request (``time.thread_time``: on a shared machine other
@@ -33,9 +33,10 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from labeldp.http_api import ApiError, install_error_handlers
-from labeldp.logs import JsonFormatter, RequestContext
-from labeldp.metrics import HttpInstrumentation, http_metrics
+from labeldp.errors import NotFound
+from labeldp.service.http_api import install_error_handlers
+from labeldp.service.logs import JsonFormatter, RequestContext
+from labeldp.service.metrics import HttpInstrumentation, http_metrics
 
 
 def build(variant: str) -> FastAPI:
@@ -48,7 +49,7 @@ def build(variant: str) -> FastAPI:
 
     @app.get("/v1/missing/{thing_id}")
     async def missing(thing_id: str) -> dict[str, Any]:
-        raise ApiError(404, "thing_not_found", "no such thing")
+        raise NotFound("thing_not_found", "no such thing")
 
     if variant in ("metrics", "full"):
         app.add_middleware(HttpInstrumentation, metrics=http_metrics(CollectorRegistry()))

@@ -1,4 +1,4 @@
-"""Memory of the staging join (features_party.staging): a release joined by id with its feature table.
+"""Memory of the staging join (labeldp.learning.staging): a release joined by id with its feature table.
 
     .venv/bin/python bench/bench_staging.py --sizes 1000000 --partition-rows 0,262144 --out bench/results/staging.md
 
@@ -49,9 +49,9 @@ def rss_mb() -> float:
 
 
 def child(data: Path, work: Path, partition_rows: str) -> dict[str, Any]:
-    from features_party.config import TrainingConfig
-    from features_party.loop import make_plan
-    from features_party.staging import stage_release
+    from labeldp.learning.config import TrainingConfig
+    from labeldp.learning.loop import make_plan
+    from labeldp.learning.staging import stage_release
 
     source = pq.read_table(data, columns=["id", "y"])
     order = np.random.default_rng(7).permutation(source.num_rows)

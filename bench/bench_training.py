@@ -72,12 +72,12 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device:
     """One mode in this process; returns its measurements."""
     import torch
 
-    from features_party.config import DEFAULT_LEARNING, TrainingConfig
-    from features_party.loader import RowGroupLoader
-    from features_party.loop import make_plan
-    from features_party.regression import fit_private_regressor
-    from features_party.staging import stage_release
-    from features_party.streamed import fit_release_streamed
+    from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
+    from labeldp.learning.loader import RowGroupLoader
+    from labeldp.learning.loop import make_plan
+    from labeldp.learning.regression import fit_private_regressor
+    from labeldp.learning.staging import stage_release
+    from labeldp.learning.streamed import fit_release_streamed
 
     torch.set_num_threads(1)
     source = pq.read_table(data, columns=["id", "y"])

@@ -4,7 +4,7 @@
 
 Standard library only, so it runs before anything is installed. Each value is 32 random
 bytes, URL-safe (the ledger password sits inside a database URL), well above the 16
-characters every service demands (labeldp.settings.require_secrets). .env is git- and
+characters every service demands (labeldp.service.settings.require_secrets). .env is git- and
 docker-ignored; rotate a key by listing the new value first, comma-separated, then removing
 the old one (README, "Configuration").
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 
 
 def both_parties(tmp_path: Path, labels_key: str, features_key: str, exchange_secret: str, **extra: Any) -> Settings:

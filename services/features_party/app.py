@@ -27,17 +27,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.background import BackgroundTask
 
 from features_party import feature_tables, inbox, jobs, model_delivery, models, responses, store
-from features_party.device import resolve_device
 from labeldp import __version__
-from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
-from labeldp.health import mount_readiness
-from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
-from labeldp.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
-from labeldp.logs import RequestContext, configure_logging
-from labeldp.metrics import TrainingObserver, features_metrics, instrument
-from labeldp.migrations import SERVICES
-from labeldp.openapi import (
+from labeldp.errors import LabelDPError, Unavailable, UnsupportedMediaType
+from labeldp.learning.device import resolve_device
+from labeldp.schema import SIGNATURE_HEADER
+from labeldp.service.database import make_session_factory
+from labeldp.service.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
+from labeldp.service.health import mount_readiness
+from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.idempotency import IdempotencyKeys, idempotency_key, request_fingerprint
+from labeldp.service.logs import RequestContext, configure_logging
+from labeldp.service.metrics import TrainingObserver, features_metrics, instrument
+from labeldp.service.migrations import open_database
+from labeldp.service.openapi import (
     BINARY,
     CSV_TEXT,
     SIGNATURE,
@@ -48,10 +50,9 @@ from labeldp.openapi import (
     ok,
     request_body,
 )
-from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from labeldp.schema import SIGNATURE_HEADER
-from labeldp.settings import Settings, require_secrets
-from labeldp.spool import spool_body
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.spool import spool_body
 
 log = logging.getLogger("labeldp.features")
 
@@ -89,7 +90,7 @@ class AppContext:
 
 
 def _context(settings: Settings) -> AppContext:
-    engine = open_database(settings.features_database_url, SERVICES["features"], settings)
+    engine = open_database(settings.features_database_url, "features_party.migrations", settings)
     sessions = make_session_factory(engine)
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +213,7 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
         # checked over the file, and only a signed message is parsed; a bounded number at once.
         if slots.locked():
             ctx.inbox_messages.labels(result="inbox_busy").inc()
-            raise ApiError(503, "inbox_busy", "the inbox is receiving other messages", headers={"Retry-After": "2"})
+            raise Unavailable("inbox_busy", "the inbox is receiving other messages", headers={"Retry-After": "2"})
         async with slots:
             body = await spool_body(request, ctx.data_dir / "spool")
             signature = request.headers.get(SIGNATURE_HEADER)
@@ -220,7 +221,7 @@ def _inbox_router(ctx: AppContext) -> APIRouter:
                 result = await run_in_threadpool(
                     inbox.receive_release, ctx.sessions, ctx.settings.exchange_secret, body.path, signature
                 )
-            except ApiError as exc:
+            except LabelDPError as exc:
                 ctx.inbox_messages.labels(result=exc.code).inc()
                 log.info("release message rejected: %s", exc.code)
                 raise
@@ -262,7 +263,7 @@ def _api_router(ctx: AppContext) -> APIRouter:
     ) -> JSONResponse:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type and content_type not in CSV_TYPES:
-            raise ApiError(415, "unsupported_media_type", "send the table as text/csv")
+            raise UnsupportedMediaType("unsupported_media_type", "send the table as text/csv")
         body = await request.body()
         cats, nums = feature_tables.split_names(categorical), feature_tables.split_names(numeric)
         scope = "POST /v1/feature-tables"
@@ -472,7 +473,7 @@ def _model_file_routes(router: APIRouter, ctx: AppContext) -> None:
     ) -> FileResponse:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type not in model_delivery.PARQUET_TYPES:
-            raise ApiError(415, "unsupported_media_type", f"send the rows as {model_delivery.PARQUET}")
+            raise UnsupportedMediaType("unsupported_media_type", f"send the rows as {model_delivery.PARQUET}")
 
         def known() -> None:
             with ctx.sessions() as session:
@@ -498,7 +499,7 @@ Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of
 
 
 def _management_routes(router: APIRouter, ctx: AppContext) -> None:
-    """Lists (labeldp.pagination), cancel and the training event stream (docs/architecture.md,
+    """Lists (labeldp.service.pagination), cancel and the training event stream (docs/architecture.md,
     "Progress and events")."""
 
     @router.get(

@@ -26,10 +26,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import keyset_page
-from labeldp.timestamps import iso, utcnow
+from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
+from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.pagination import keyset_page
+from labeldp.service.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
@@ -61,16 +61,16 @@ def split_names(value: str | None) -> list[str]:
 
 def check_table_name(name: str) -> None:
     if not TABLE_NAME.match(name or ""):
-        raise ApiError(
-            422, "invalid_table_name", "table name must match ^[A-Za-z0-9_.-]{1,64}$"
+        raise InvalidInput(
+            "invalid_table_name", "table name must match ^[A-Za-z0-9_.-]{1,64}$"
         )
 
 
-def _csv_error(exc: Exception) -> ApiError:
+def _csv_error(exc: Exception) -> LabelDPError:
     # pyarrow's message quotes the offending cell; keep only the column number.
     match = re.search(r"column #(\d+)", str(exc))
     details = [{"column_index": int(match.group(1))}] if match else []
-    return ApiError(422, "invalid_csv", "the body is not a CSV this service can read", details)
+    return InvalidInput("invalid_csv", "the body is not a CSV this service can read", details)
 
 
 def parse_csv(
@@ -82,8 +82,7 @@ def parse_csv(
     """Parse and validate a CSV upload; undeclared columns get their kind from pyarrow's type."""
     overlap = (set(categorical) & set(numeric)) | ({id_column} & (set(categorical) | set(numeric)))
     if overlap:
-        raise ApiError(
-            422,
+        raise InvalidInput(
             "invalid_column_declaration",
             "a column is declared twice or the id column is declared as a feature",
             [{"column": name} for name in sorted(overlap)],
@@ -102,26 +101,25 @@ def parse_csv(
     names = table.column_names
     if len(set(names)) != len(names):
         dupes = sorted({n for n in names if names.count(n) > 1})
-        raise ApiError(422, "invalid_csv", "the CSV header repeats a column name", [{"column": n} for n in dupes])
+        raise InvalidInput("invalid_csv", "the CSV header repeats a column name", [{"column": n} for n in dupes])
     if id_column not in names:
-        raise ApiError(422, "missing_id_column", f"the CSV has no id column {id_column!r}")
+        raise InvalidInput("missing_id_column", f"the CSV has no id column {id_column!r}")
     unknown = [n for n in [*categorical, *numeric] if n not in names]
     if unknown:
-        raise ApiError(
-            422, "unknown_column", "declared columns are not in the CSV", [{"column": n} for n in unknown]
+        raise InvalidInput(
+            "unknown_column", "declared columns are not in the CSV", [{"column": n} for n in unknown]
         )
     if table.num_rows == 0:
-        raise ApiError(422, "invalid_csv", "the CSV has no data rows")
+        raise InvalidInput("invalid_csv", "the CSV has no data rows")
 
     ids = table.column(id_column)
     if ids.null_count:
-        raise ApiError(422, "invalid_csv", "some rows have an empty id", [{"count": ids.null_count}])
+        raise InvalidInput("invalid_csv", "some rows have an empty id", [{"count": ids.null_count}])
     counts = pc.value_counts(ids)
     repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1)))
     if len(repeated):
         examples = repeated.field("values").to_pylist()[:MAX_EXAMPLES]
-        raise ApiError(
-            422,
+        raise InvalidInput(
             "duplicate_ids",
             f"{len(repeated)} ids occur more than once",
             [{"count": len(repeated), "examples": examples}],
@@ -217,8 +215,8 @@ def create_feature_table(
     return response
 
 
-def _exists(name: str) -> ApiError:
-    return ApiError(409, "feature_table_exists", f"feature table {name!r} already exists")
+def _exists(name: str) -> LabelDPError:
+    return Conflict("feature_table_exists", f"feature table {name!r} already exists")
 
 
 def _remove(*paths: Path) -> None:
@@ -237,7 +235,7 @@ def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dic
 def get_feature_table(session: Session, name: str) -> store.FeatureTable:
     row = session.get(store.FeatureTable, name)
     if row is None:
-        raise ApiError(404, "feature_table_not_found", "no such feature table")
+        raise NotFound("feature_table_not_found", "no such feature table")
     return row
 
 
@@ -251,7 +249,7 @@ def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTab
         path = f"{TABLES_DIR}/{table_id.removeprefix('ft_')}.parquet"
         row = session.execute(select(store.FeatureTable).where(store.FeatureTable.path == path)).scalar_one_or_none()
     if row is None:
-        raise ApiError(404, "feature_table_not_found", "no such feature table")
+        raise NotFound("feature_table_not_found", "no such feature table")
     return row
 
 
@@ -260,10 +258,9 @@ def read_table(data_dir: Path, row: store.FeatureTable, columns: list[str] | Non
     return pq.read_table(Path(data_dir) / row.path, columns=columns)
 
 
-def unknown_ids_error(missing: int, examples: list[str]) -> ApiError:
+def unknown_ids_error(missing: int, examples: list[str]) -> LabelDPError:
     """422 ``unknown_ids`` with a count and a few examples, never the full list."""
-    return ApiError(
-        422,
+    return InvalidInput(
         "unknown_ids",
         f"{missing} ids are not in the feature table",
         [{"count": missing, "examples": examples[:MAX_EXAMPLES]}],

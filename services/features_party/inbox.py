@@ -29,11 +29,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
-from labeldp.http_api import ApiError
-from labeldp.pagination import keyset_page
+from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unauthorized
 from labeldp.schema import LabelRelease, decode_columns, payload_digest
+from labeldp.service.pagination import keyset_page
+from labeldp.service.timestamps import iso
 from labeldp.signing import verify, verify_file
-from labeldp.timestamps import iso
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
 pc: Any = pa_compute
@@ -58,8 +58,8 @@ class InboxResult:
         return {"id": self.release_id, "status": self.status, "message_sha256": self.message_sha256}
 
 
-def _invalid(message: str) -> ApiError:
-    return ApiError(422, "invalid_message", message)
+def _invalid(message: str) -> LabelDPError:
+    return InvalidInput("invalid_message", message)
 
 
 def parse_release(body: bytes) -> tuple[LabelRelease, pa.Array, np.ndarray]:
@@ -73,14 +73,14 @@ def parse_release(body: bytes) -> tuple[LabelRelease, pa.Array, np.ndarray]:
     except ValidationError as exc:
         # Field locations only: pydantic's input echo could hold a label value.
         details = [{"loc": [str(p) for p in e.get("loc", ())], "type": e.get("type")} for e in exc.errors()]
-        raise ApiError(422, "invalid_message", "the message does not match the LabelRelease schema", details) from None
+        raise InvalidInput("invalid_message", "the message does not match the LabelRelease schema", details) from None
     try:
         ids, labels = decode_columns(release.payload)
         digest = payload_digest(ids, labels)
     except Exception:  # a malformed Arrow payload fails in many ways
         raise _invalid("the payload cannot be decoded into id and label columns") from None
     if digest != release.payload_digest:
-        raise ApiError(422, "digest_mismatch", "payload_digest does not match the payload")
+        raise InvalidInput("digest_mismatch", "payload_digest does not match the payload")
     if len(ids) != release.row_count or len(labels) != len(ids):
         raise _invalid("row_count does not match the payload")
     if ids.null_count or (len(ids) and pc.min(pc.utf8_length(ids)).as_py() == 0):
@@ -98,17 +98,17 @@ def receive_release(
     body: bytes | Path,
     signature: str | None,
 ) -> InboxResult:
-    """Verify, validate, deduplicate and store one message (or raise ApiError).
+    """Verify, validate, deduplicate and store one message (or raise LabelDPError).
 
     ``body`` is the message bytes or the path of a file holding them (the route spools
     the request to disk and verifies the signature there before anything is parsed).
     """
     if isinstance(body, Path):
         if not verify_file(body, secret, signature):
-            raise ApiError(401, "bad_signature", "missing or wrong message signature")
+            raise Unauthorized("bad_signature", "missing or wrong message signature")
         body = body.read_bytes()
     elif not verify(body, secret, signature):
-        raise ApiError(401, "bad_signature", "missing or wrong message signature")
+        raise Unauthorized("bad_signature", "missing or wrong message signature")
     release, _ids, _labels = parse_release(body)
     sha = hashlib.sha256(body).hexdigest()
 
@@ -157,13 +157,13 @@ def _dedupe(session: Session, release_id: str, sha: str) -> InboxResult | None:
     if existing.body_sha256 == sha:
         log.info("release %s received again (duplicate)", release_id)
         return InboxResult(release_id, DUPLICATE, sha)
-    raise ApiError(409, "release_conflict", "a different message with this release_id was already received")
+    raise Conflict("release_conflict", "a different message with this release_id was already received")
 
 
 def get_release(session: Session, release_id: str) -> store.Release:
     row = session.get(store.Release, release_id)
     if row is None:
-        raise ApiError(404, "release_not_found", "no such release")
+        raise NotFound("release_not_found", "no such release")
     return row
 
 

@@ -35,20 +35,21 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, store, streamed
-from features_party.classifier import fit_classifier
-from features_party.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
-from features_party.device import resolve_device
-from features_party.loop import EpochReport
-from features_party.persistence import TrainedModel
+from features_party import feature_tables, inbox, store
 from features_party.progress import ProgressBoard, describe_progress
-from features_party.regression import fit_private_regressor
-from features_party.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
-from labeldp.events import Snapshot
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import keyset_page
-from labeldp.timestamps import iso, utcnow
+from labeldp.errors import Busy, Conflict, InvalidInput, LabelDPError, NotFound
+from labeldp.learning import streamed
+from labeldp.learning.classifier import fit_classifier
+from labeldp.learning.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
+from labeldp.learning.device import resolve_device
+from labeldp.learning.loop import EpochReport
+from labeldp.learning.persistence import TrainedModel
+from labeldp.learning.regression import fit_private_regressor
+from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
+from labeldp.service.events import Snapshot
+from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.pagination import keyset_page
+from labeldp.service.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
@@ -63,7 +64,7 @@ LEARNING_FIELDS = ("debias", "shrinkage", "select_epoch")
 
 class TrainingRequest(TrainingOptions):
     """Body of ``POST /v1/trainings``: the training options (defaults: the benchmarked default
-    configuration, :mod:`features_party.config`), what to train on, and how to learn from it."""
+    configuration, :mod:`labeldp.learning.config`), what to train on, and how to learn from it."""
 
     release_id: str = Field(min_length=1, max_length=256)
     feature_table: str | None = Field(
@@ -120,12 +121,12 @@ def create_training(
         release = inbox.get_release(session, request.release_id)
         table_name = request.feature_table or release.feature_table
         if not table_name:
-            raise ApiError(
-                422, "feature_table_required", "the release names no feature table; send feature_table"
+            raise InvalidInput(
+                "feature_table_required", "the release names no feature table; send feature_table"
             )
         table_row = session.get(store.FeatureTable, table_name)
         if table_row is None:
-            raise ApiError(422, "unknown_feature_table", f"no feature table {table_name!r} is held here")
+            raise InvalidInput("unknown_feature_table", f"no feature table {table_name!r} is held here")
         task = LabelTask.of(release.mechanism)
         if request.forward_correction:
             _check_forward_correction(task)
@@ -178,8 +179,7 @@ def _check_queue(
     queued = session.scalar(select(func.count()).select_from(store.Training).where(store.Training.status == QUEUED))
     if (queued or 0) >= queue_max:
         seconds = retry_after() if retry_after is not None else 30
-        raise ApiError(
-            429,
+        raise Busy(
             "training_queue_full",
             f"{queued} trainings are queued (at most {queue_max}); retry later or cancel one",
             details=[{"queued": queued, "queue_max": queue_max}],
@@ -209,7 +209,7 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
     if task.task == CLASSIFICATION:
         if explicit:
             message = "debias, shrinkage and select_epoch apply to regression releases"
-            raise ApiError(422, "learning_unavailable", message)
+            raise InvalidInput("learning_unavailable", message)
         return None
     learning = request.learning()
     streamed.law_for(spec)
@@ -221,8 +221,8 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
             select_epoch=learning.select_epoch if "select_epoch" in explicit else False,
         )
         if learning.needs_validation:
-            raise ApiError(
-                422, "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
+            raise InvalidInput(
+                "validation_required", "select_epoch and shrinkage='auto' need validation_fraction > 0"
             )
     return learning
 
@@ -230,8 +230,7 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
 def _check_forward_correction(task: LabelTask) -> None:
     """Forward correction needs a categorical release whose spec states its transition matrix."""
     if task.task != CLASSIFICATION or task.transition_matrix is None:
-        raise ApiError(
-            422,
+        raise InvalidInput(
             "forward_correction_unavailable",
             "forward_correction needs a categorical release whose rows all follow one transition matrix "
             "(not a split prior's two stages)",
@@ -241,7 +240,7 @@ def _check_forward_correction(task: LabelTask) -> None:
     except ValueError:
         k = task.n_classes
         message = f"transition_matrix must be {k}x{k} and row-stochastic"
-        raise ApiError(422, "invalid_transition_matrix", message) from None
+        raise InvalidInput("invalid_transition_matrix", message) from None
 
 
 def fit_for_release(
@@ -274,12 +273,12 @@ def classifier_targets(task: LabelTask, labels: np.ndarray, forward_correction: 
     """A categorical release's labels as class indices, and its transition matrix when the training
     asks for forward correction; 422 with a stable code when the release cannot train a classifier."""
     if task.n_classes < 2:
-        raise ApiError(422, "invalid_classes", "a categorical release needs at least two distinct classes")
+        raise InvalidInput("invalid_classes", "a categorical release needs at least two distinct classes")
     try:
         indices = to_class_indices(labels, task.n_classes)
     except ValueError:
         message = f"labels of a categorical release must be class indices 0..{task.n_classes - 1}"
-        raise ApiError(422, "invalid_class_labels", message) from None
+        raise InvalidInput("invalid_class_labels", message) from None
     matrix = None
     if forward_correction:
         _check_forward_correction(task)
@@ -290,7 +289,7 @@ def classifier_targets(task: LabelTask, labels: np.ndarray, forward_correction: 
 def get_training(session: Session, training_id: str) -> store.Training:
     row = session.get(store.Training, training_id)
     if row is None:
-        raise ApiError(404, "training_not_found", "no such training")
+        raise NotFound("training_not_found", "no such training")
     return row
 
 
@@ -367,7 +366,7 @@ def list_trainings(
     """A page of trainings, oldest first (``status``/``release_id`` filter), each as
     ``GET /v1/trainings/{id}`` shows it (the contract's ``Training``)."""
     if status is not None and status not in STATUSES:
-        raise ApiError(422, "invalid_status", f"status must be one of {', '.join(STATUSES)}")
+        raise InvalidInput("invalid_status", f"status must be one of {', '.join(STATUSES)}")
     stmt = select(store.Training)
     if status is not None:
         stmt = stmt.where(store.Training.status == status)
@@ -398,8 +397,8 @@ def cancel_training(
             row = get_training(session, training_id)
             session.refresh(row)
             if row.status != CANCELLING:
-                raise ApiError(
-                    409, "training_finished", f"the training is {row.status}", details=[{"status": row.status}]
+                raise Conflict(
+                    "training_finished", f"the training is {row.status}", details=[{"status": row.status}]
                 )
             code = 202  # asked already: the same answer
         # The answer is the state this request committed: read before the worker is told, which
@@ -471,7 +470,7 @@ class JobContext:
 
 
 class _Listener:
-    """The loop's callbacks for one training (:class:`features_party.loop.BatchListener`): every
+    """The loop's callbacks for one training (:class:`labeldp.learning.loop.BatchListener`): every
     batch moves the live progress and stops the training if it was cancelled; every epoch is
     written to the database, only while the row is still running (a cancel from another
     process is seen there)."""
@@ -661,7 +660,7 @@ def _safe_error(exc: Exception) -> tuple[str, str]:
     """(code, message) written here, not an exception's text (which could quote data)."""
     if isinstance(exc, TrainingInterrupted):
         return INTERRUPTED
-    if isinstance(exc, ApiError):
+    if isinstance(exc, LabelDPError):
         return exc.code, exc.message  # our own messages carry counts, not values
     if isinstance(exc, MemoryError):
         return "out_of_memory", "out of memory"

@@ -1,8 +1,8 @@
 """A model's file and its batch predictions over HTTP: ``GET /v1/models/{id}/export`` and
 ``POST /v1/models/{id}/predictions`` (docs/architecture.md, "Training at scale").
 
-The routes stay thin; this module turns the file tools (:mod:`features_party.export`,
-:mod:`features_party.batch_predict`) into the service's answers: a model file that is
+The routes stay thin; this module turns the file tools (:mod:`labeldp.learning.export`,
+:mod:`labeldp.learning.batch_predict`) into the service's answers: a model file that is
 gone is a 409, an input the tools refuse is a 422 with their stable code. Exports are
 cached under ``<data dir>/exports`` (a model file never changes once written, so neither
 does its export); predictions are written to a file under ``<data dir>/spool`` that the
@@ -18,11 +18,11 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
-from features_party.batch_predict import PredictionError, predict_parquet
-from features_party.export import SUFFIXES, ExportError, export_as
 from features_party.models import ModelCache, get_model
-from features_party.persistence import TrainedModel, load_model
-from labeldp.http_api import ApiError
+from labeldp.errors import Conflict, InvalidInput, LabelDPError
+from labeldp.learning.batch_predict import PredictionError, predict_parquet
+from labeldp.learning.export import SUFFIXES, ExportError, export_as
+from labeldp.learning.persistence import TrainedModel, load_model
 
 EXPORTS_DIR = "exports"
 PARQUET = "application/vnd.apache.parquet"
@@ -30,8 +30,8 @@ PARQUET_TYPES = {PARQUET, "application/x-parquet", "application/octet-stream"}
 """Content types a Parquet upload may be sent with."""
 
 
-def _unavailable() -> ApiError:
-    return ApiError(409, "model_unavailable", "the model's file cannot be read on this server")
+def _unavailable() -> LabelDPError:
+    return Conflict("model_unavailable", "the model's file cannot be read on this server")
 
 
 def export_filename(model_id: str, fmt: str) -> str:
@@ -60,7 +60,7 @@ def exported_file(session_factory: sessionmaker[Session], data_dir: Path, model_
         export_as(model, fmt, tmp, sidecar_file=False)
         os.replace(tmp, target)  # concurrent first requests each write their own file; the last one stays
     except ExportError as exc:
-        raise ApiError(422, exc.code, str(exc)) from None
+        raise InvalidInput(exc.code, str(exc)) from None
     finally:
         tmp.unlink(missing_ok=True)
     return target
@@ -100,5 +100,5 @@ def predict_upload(
             table_id_column=table.id_column if table is not None else None,
         )
     except PredictionError as exc:
-        raise ApiError(422, exc.code, str(exc), exc.details) from None
+        raise InvalidInput(exc.code, str(exc), exc.details) from None
     return output

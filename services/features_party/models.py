@@ -18,11 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
-from features_party.persistence import TrainedClassifier, TrainedModel, load_model
-from features_party.tasks import CLASSIFICATION, LabelTask
-from labeldp.http_api import ApiError
-from labeldp.pagination import after, check_limit, encode_cursor
-from labeldp.timestamps import iso
+from labeldp.errors import InvalidInput, NotFound
+from labeldp.learning.persistence import TrainedClassifier, TrainedModel, load_model
+from labeldp.learning.tasks import CLASSIFICATION, LabelTask
+from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.timestamps import iso
 
 MAX_PREDICT_ROWS = 1_000_000
 
@@ -39,7 +39,7 @@ class PredictRequest(BaseModel):
 def get_model(session: Session, model_id: str) -> store.Model:
     row = session.get(store.Model, model_id)
     if row is None:
-        raise ApiError(404, "model_not_found", "no such model")
+        raise NotFound("model_not_found", "no such model")
     return row
 
 
@@ -189,8 +189,8 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
     known = set(pre.numeric_columns) | set(pre.categorical_columns) | allowed_extra
     unknown = sorted({key for row in rows for key in row} - known)
     if unknown:
-        raise ApiError(
-            422, "unknown_column", "rows name columns the model does not use", [{"column": c} for c in unknown[:20]]
+        raise InvalidInput(
+            "unknown_column", "rows name columns the model does not use", [{"column": c} for c in unknown[:20]]
         )
     arrays: dict[str, pa.Array] = {}
     for name in pre.numeric_columns:
@@ -216,7 +216,7 @@ def _number(value: Any, column: str, index: int) -> float | None:
         except ValueError:
             pass
     # Location only: the value itself is not echoed back.
-    raise ApiError(422, "invalid_rows", "a numeric column has a non-numeric value", [{"row": index, "column": column}])
+    raise InvalidInput("invalid_rows", "a numeric column has a non-numeric value", [{"row": index, "column": column}])
 
 
 def _category(value: Any) -> str | None:
@@ -240,10 +240,10 @@ def predict(
     [class names], "probabilities": [[one per class]], "classes": [names in index order]}``.
     """
     if (request.ids is None) == (request.rows is None):
-        raise ApiError(422, "invalid_request", "give exactly one of ids or rows")
+        raise InvalidInput("invalid_request", "give exactly one of ids or rows")
     n = len(request.ids if request.ids is not None else request.rows or [])
     if n > MAX_PREDICT_ROWS:
-        raise ApiError(422, "too_many_rows", f"at most {MAX_PREDICT_ROWS} rows per request")
+        raise InvalidInput("too_many_rows", f"at most {MAX_PREDICT_ROWS} rows per request")
     with session_factory() as session:
         row = get_model(session, model_id)
         table_row = feature_tables.get_feature_table(session, row.feature_table)

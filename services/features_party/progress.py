@@ -1,6 +1,6 @@
 """Batch-level progress of the running training: where it is, how long it has run, when it ends.
 
-The training loop reports every batch (:class:`features_party.loop.BatchListener`);
+The training loop reports every batch (:class:`labeldp.learning.loop.BatchListener`);
 writing that to the database would cost a transaction per batch, so it lives here,
 in memory, beside the one worker that runs the training (docs/architecture.md,
 "Progress and events"). The database keeps what must survive the process: status,
@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from features_party import store
-from labeldp.timestamps import as_utc
+from labeldp.service.timestamps import as_utc
 
 
 @dataclass

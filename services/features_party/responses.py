@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from labeldp.openapi import ErrorBody
+from labeldp.service.openapi import ErrorBody
 
 Timestamp = str
 """ISO-8601 with a UTC offset."""

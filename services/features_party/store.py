@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from labeldp.idempotency import idempotency_table
-from labeldp.timestamps import utcnow
+from labeldp.service.idempotency import idempotency_table
+from labeldp.service.timestamps import utcnow
 
 
 class Base(DeclarativeBase):

@@ -12,22 +12,23 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry
 
 from labeldp import __version__
-from labeldp.database import make_session_factory, open_database
-from labeldp.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
-from labeldp.health import mount_readiness
-from labeldp.http_api import ApiError, BodySizeLimit, bearer_auth, install_error_handlers
-from labeldp.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
-from labeldp.logs import RequestContext, configure_logging
-from labeldp.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
-from labeldp.migrations import SERVICES
-from labeldp.openapi import BINARY, CSV_TEXT, documented_app, errors, event_stream_ok, ok, request_body
-from labeldp.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from labeldp.settings import Settings, require_secrets
-from labeldp.spool import spool_body
+from labeldp.errors import LabelDPError
+from labeldp.release.randomizer import MECHANISMS
+from labeldp.service.database import make_session_factory
+from labeldp.service.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
+from labeldp.service.health import mount_readiness
+from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.idempotency import Claim, StoredResponse, idempotency_key, request_fingerprint
+from labeldp.service.logs import RequestContext, configure_logging
+from labeldp.service.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
+from labeldp.service.migrations import open_database
+from labeldp.service.openapi import BINARY, CSV_TEXT, documented_app, errors, event_stream_ok, ok, request_body
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.spool import spool_body
 
 from . import label_sets, privacy_domains, releases, responses, uploads
 from .context import LabelsContext
-from .randomizer import MECHANISMS
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
@@ -81,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     require_secrets(settings, "labels_api_key")
     configure_logging(settings.log_level, "labels")
-    engine = open_database(settings.labels_database_url, SERVICES["labels"], settings)
+    engine = open_database(settings.labels_database_url, "labels_party.migrations", settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
     # Files a crash left between writing and committing; young ones may be another replica's.
     swept = sweep_orphans(ctx, min_age_seconds=max(3600.0, 2 * settings.idempotency_lease_seconds))
@@ -357,7 +358,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 request_fingerprint(scope, body.model_dump_json()),
                 lambda claim: releases.create_release(ctx, label_set_id, body, claim),
             )
-        except ApiError as exc:
+        except LabelDPError as exc:
             release_outcomes.labels(_mechanism_label(body.mechanism), exc.code).inc()
             raise
         if not response.replayed:

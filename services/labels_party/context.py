@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from labeldp.idempotency import IdempotencyKeys
-from labeldp.settings import Settings
+from labeldp.service.idempotency import IdempotencyKeys
+from labeldp.service.settings import Settings
 
 from .store import IDEMPOTENCY_KEYS
 

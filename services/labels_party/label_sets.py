@@ -22,10 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import InvalidEpsilon, exact_micro, from_delta_units, from_micro
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
-from labeldp.pagination import after, check_limit, encode_cursor
-from labeldp.timestamps import iso
+from labeldp.errors import Conflict, InvalidInput, NotFound
+from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.timestamps import iso
 
 from . import ledger
 from .columnar import read_array, read_table, release_unused_memory, write_table
@@ -76,21 +76,21 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
     if body.label_type == "categorical":
         classes = body.classes or []
         if not (2 <= len(classes) <= MAX_CLASSES):
-            raise ApiError(422, "invalid_classes", f"a categorical label set needs 2 to {MAX_CLASSES} classes")
+            raise InvalidInput("invalid_classes", f"a categorical label set needs 2 to {MAX_CLASSES} classes")
         if len(set(classes)) != len(classes) or any(not c or len(c) > 200 for c in classes):
-            raise ApiError(422, "invalid_classes", "class names must be unique, non-empty, at most 200 characters")
+            raise InvalidInput("invalid_classes", "class names must be unique, non-empty, at most 200 characters")
         if body.domain is not None:
-            raise ApiError(422, "invalid_domain", "a categorical label set has classes, not a domain")
+            raise InvalidInput("invalid_domain", "a categorical label set has classes, not a domain")
         return 0.0, float(len(classes) - 1), list(classes)
     if body.domain is None:
-        raise ApiError(422, "invalid_domain", "real and integer label sets need a domain {low, high}")
+        raise InvalidInput("invalid_domain", "real and integer label sets need a domain {low, high}")
     if body.classes is not None:
-        raise ApiError(422, "invalid_classes", "classes are only for categorical label sets")
+        raise InvalidInput("invalid_classes", "classes are only for categorical label sets")
     low, high = float(body.domain.low), float(body.domain.high)
     if not (math.isfinite(low) and math.isfinite(high) and low < high and max(abs(low), abs(high)) <= 1e15):
-        raise ApiError(422, "invalid_domain", "domain needs finite low < high, each within ±1e15")
+        raise InvalidInput("invalid_domain", "domain needs finite low < high, each within ±1e15")
     if body.label_type == "integer" and not (low.is_integer() and high.is_integer()):
-        raise ApiError(422, "invalid_domain", "an integer domain needs integer ends")
+        raise InvalidInput("invalid_domain", "an integer domain needs integer ends")
     return low, high, None
 
 
@@ -101,8 +101,7 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     control = pc.fill_null(pc.match_substring_regex(ids, r"[\x00-\x1f]"), True).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
     if bad.size:
-        raise ApiError(
-            422,
+        raise InvalidInput(
             "invalid_ids",
             f"{bad.size} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
             [{"index": int(n)} for n in bad[:MAX_REPORTED]],
@@ -115,7 +114,7 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
         dups = np.flatnonzero(same)
         if dups.size:
             names = ordered.take(dups[:MAX_REPORTED] + 1).to_pylist()
-            raise ApiError(422, "duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
+            raise InvalidInput("duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
     return ordered
 
 
@@ -127,11 +126,11 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         try:
             cap = exact_micro(body.total_epsilon)
         except InvalidEpsilon as exc:
-            raise ApiError(422, "invalid_epsilon", f"total_epsilon: {exc}") from exc
+            raise InvalidInput("invalid_epsilon", f"total_epsilon: {exc}") from exc
     ids = None
     if body.ids is not None:
         if not body.ids:
-            raise ApiError(422, "invalid_ids", "ids must not be empty (or omit them and upload them)")
+            raise InvalidInput("invalid_ids", "ids must not be empty (or omit them and upload them)")
         ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
     if body.privacy_domain == DEFAULT_DOMAIN:
         ensure_default_domain(ctx)
@@ -176,7 +175,7 @@ def set_ids(
 ) -> StoredResponse:
     """Give a label set created without ids its ids (once)."""
     if len(ids) == 0:
-        raise ApiError(422, "invalid_ids", "the upload holds no ids")
+        raise InvalidInput("invalid_ids", "the upload holds no ids")
     ordered = canonical_ids(ids)
     with ctx.sessions() as s:
         domain_id = load_label_set(s, label_set_id).privacy_domain_id
@@ -184,7 +183,7 @@ def set_ids(
         ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
         row = load_label_set(s, label_set_id, for_update=True)
         if row.ids_ready:
-            raise ApiError(409, "ids_already_set", "this label set already has its ids")
+            raise Conflict("ids_already_set", "this label set already has its ids")
         _attach_ids(ctx, s, row, ordered)
         out = StoredResponse(200, describe(ctx, s, row))
         if claim is not None:
@@ -201,7 +200,7 @@ def load_label_set(s: Session, label_set_id: str, for_update: bool = False) -> L
     stmt = select(LabelSetRow).where(LabelSetRow.id == label_set_id)
     row = s.scalar(stmt.with_for_update() if for_update else stmt)
     if row is None:
-        raise ApiError(404, "label_set_not_found", "no such label set")
+        raise NotFound("label_set_not_found", "no such label set")
     if for_update:
         s.refresh(row)
     return row
@@ -221,7 +220,7 @@ def labels_path(ctx: LabelsContext, label_set_id: str, version: int):
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     """float64 labels aligned with the sorted ids; NaN where no label was uploaded yet."""
     if row.labels_version == LABELS_DELETED:
-        raise ApiError(409, "labels_deleted", "this label set's raw labels were deleted")
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
     if row.labels_version == 0:
         return np.full(row.n_ids, np.nan)
     return read_array(labels_path(ctx, row.id, row.labels_version))
@@ -318,7 +317,7 @@ def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
     with ctx.sessions.begin() as s:
         row = load_label_set(s, label_set_id, for_update=True)
         if row.labels_version == LABELS_DELETED:
-            raise ApiError(409, "labels_deleted", "this label set's raw labels were already deleted")
+            raise Conflict("labels_deleted", "this label set's raw labels were already deleted")
         row.labels_version = LABELS_DELETED
         s.flush()
         out = describe(ctx, s, row)

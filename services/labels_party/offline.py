@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from labeldp.epsilon import InvalidEpsilon, exact_micro, from_micro
-from labeldp.http_api import ApiError
+from labeldp.errors import LabelDPError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Prior
 from labeldp.randomness import secure_generator
+from labeldp.release.defaults import AUTO, default_mechanism
+from labeldp.release.randomizer import fit_to_public_prior, randomize, validate_public_prior
 
-from .defaults import AUTO, default_mechanism
-from .randomizer import fit_to_public_prior, randomize, validate_public_prior
 from .uploads import LabelRules, parse_label_upload, row_errors
 
 
@@ -135,7 +135,7 @@ def privatize_csv(
             raise OfflineError("--domain needs finite LOW < HIGH")
     try:
         upload = parse_label_upload(Path(input_path), "text/csv", LabelRules(label_type, low, high, classes))
-    except ApiError as exc:
+    except LabelDPError as exc:
         raise OfflineError(f"{input_path}: {exc.message}") from None
     except OSError as exc:
         raise OfflineError(f"{input_path}: cannot be read") from exc

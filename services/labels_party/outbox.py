@@ -14,7 +14,7 @@ pushed again when the lease ends; the inbox deduplicates on the release id.
 Each attempt sends the request id of the request that created the release
 (``X-Request-ID``) and logs under it, so one id follows a release from the advertiser's
 call to the features party's inbox. The sender's metrics (attempts, their latency, the
-queue) go to a file the labels API serves (:mod:`labeldp.metrics`): it listens on no port.
+queue) go to a file the labels API serves (:mod:`labeldp.service.metrics`): it listens on no port.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ import httpx
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from labeldp.database import backoff_seconds, is_transient, make_session_factory, open_database, retry_transient
-from labeldp.logs import REQUEST_ID_HEADER, bound_request_id
-from labeldp.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
-from labeldp.migrations import SERVICES
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.settings import Settings, require_secrets
+from labeldp.service.database import backoff_seconds, is_transient, make_session_factory, retry_transient
+from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
+from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
+from labeldp.service.migrations import open_database
+from labeldp.service.settings import Settings, require_secrets
 from labeldp.signing import sign_file, signing_secret
 
 from .store import ReleaseRow
@@ -154,7 +154,7 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
     stop = stop or threading.Event()
     try:
         engine = open_database(
-            settings.labels_database_url, SERVICES["labels"], settings, wait_seconds=float("inf"), stop=stop
+            settings.labels_database_url, "labels_party.migrations", settings, wait_seconds=float("inf"), stop=stop
         )
     except Exception:
         if stop.is_set():

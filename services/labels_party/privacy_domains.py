@@ -23,9 +23,9 @@ from labeldp.epsilon import (
     from_delta_units,
     from_micro,
 )
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
-from labeldp.timestamps import iso
+from labeldp.errors import Conflict, InvalidInput, NotFound
+from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.timestamps import iso
 
 from . import ledger
 from .context import LabelsContext
@@ -47,12 +47,12 @@ def budget_of(epsilon: object, delta: object) -> tuple[int, int]:
     try:
         return exact_micro(epsilon), delta_units_ceil(delta)  # type: ignore[arg-type]
     except InvalidEpsilon as exc:
-        raise ApiError(422, "invalid_epsilon", str(exc)) from exc
+        raise InvalidInput("invalid_epsilon", str(exc)) from exc
 
 
 def create_privacy_domain(ctx: LabelsContext, body: PrivacyDomainCreate, claim: Claim | None) -> StoredResponse:
     if not _NAME.match(body.name):
-        raise ApiError(422, "invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
+        raise InvalidInput("invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
     eps, delta = budget_of(body.epsilon, body.delta)
     row = PrivacyDomainRow(
         id="pd_" + uuid.uuid4().hex, name=body.name, epsilon_budget_micro=eps, delta_budget_units=delta,
@@ -61,14 +61,14 @@ def create_privacy_domain(ctx: LabelsContext, body: PrivacyDomainCreate, claim: 
     try:
         with ctx.sessions.begin() as s:
             if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == body.name)) is not None:
-                raise ApiError(409, "privacy_domain_exists", "a privacy domain with this name exists")
+                raise Conflict("privacy_domain_exists", "a privacy domain with this name exists")
             s.add(row)
             s.flush()
             out = StoredResponse(201, describe(ctx, row), {"Location": f"/v1/privacy-domains/{body.name}"})
             if claim is not None:
                 claim.complete(s, out)
     except IntegrityError as exc:
-        raise ApiError(409, "privacy_domain_exists", "a privacy domain with this name exists") from exc
+        raise Conflict("privacy_domain_exists", "a privacy domain with this name exists") from exc
     return out
 
 
@@ -91,7 +91,7 @@ def ensure_default_domain(ctx: LabelsContext) -> None:
 def find_domain(s: Session, name: str) -> PrivacyDomainRow:
     row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == name))
     if row is None:
-        raise ApiError(404, "privacy_domain_not_found", "no such privacy domain")
+        raise NotFound("privacy_domain_not_found", "no such privacy domain")
     return row
 
 

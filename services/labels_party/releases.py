@@ -23,22 +23,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
-from labeldp.events import Snapshot
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
-from labeldp.logs import current_request_id
+from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
 from labeldp.mechanisms import LabelDomain
-from labeldp.pagination import keyset_page
 from labeldp.randomness import secure_generator
+from labeldp.release.defaults import AUTO, default_mechanism
+from labeldp.release.randomizer import RandomizerError, randomize, validate_public_prior
 from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
-from labeldp.timestamps import iso
+from labeldp.service.events import Snapshot
+from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.logs import current_request_id
+from labeldp.service.pagination import keyset_page
+from labeldp.service.timestamps import iso
 
 from . import ledger
 from .columnar import atomic_write, file_sha256, release_unused_memory
 from .context import LabelsContext
-from .defaults import AUTO, default_mechanism
 from .label_sets import class_names, load_label_set, read_ids, read_labels
-from .randomizer import RandomizerError, randomize, validate_public_prior
 from .store import PrivacyDomainRow, ReleaseRow
 
 MAX_PRIOR_POINTS = 100_000
@@ -78,15 +78,15 @@ def _micro(value: object, field: str, allow_zero: bool = False) -> int:
     try:
         return exact_micro(value, allow_zero=allow_zero)
     except InvalidEpsilon as exc:
-        raise ApiError(422, "invalid_epsilon", f"{field}: {exc}") from exc
+        raise InvalidInput("invalid_epsilon", f"{field}: {exc}") from exc
 
 
-def _exhausted(needed: str, left: str) -> ApiError:
-    return ApiError(409, "budget_exhausted", f"release needs {needed} but {left} remains")
+def _exhausted(needed: str, left: str) -> LabelDPError:
+    return Conflict("budget_exhausted", f"release needs {needed} but {left} remains")
 
 
 def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, claim: Claim | None) -> StoredResponse:
-    """Privatize a label set and store the charged message; raises ApiError on any problem."""
+    """Privatize a label set and store the charged message; raises LabelDPError on any problem."""
     charge = _micro(body.epsilon, "epsilon")
     prior_micro = None if body.epsilon_prior is None else _micro(body.epsilon_prior, "epsilon_prior", True)
 
@@ -101,7 +101,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         else LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
     )
     if not ls.ids_ready:
-        raise ApiError(409, "ids_missing", "the label set has no ids yet")
+        raise Conflict("ids_missing", "the label set has no ids yet")
     ids_table = read_ids(ctx, ls)
     positions = ids_table.column("pos").to_numpy()
     if charge > ls.cap_micro - ls.spent_micro:
@@ -116,7 +116,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     labels = read_labels(ctx, ls)
     missing = int(np.count_nonzero(np.isnan(labels)))
     if missing:
-        raise ApiError(409, "labels_incomplete", f"{missing} ids of the label set have no label yet")
+        raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
 
     mechanism = body.mechanism
     if mechanism == AUTO:
@@ -139,7 +139,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
             params=body.params,
         )
     except RandomizerError as exc:
-        raise ApiError(422, exc.code, str(exc)) from exc
+        raise InvalidInput(exc.code, str(exc)) from exc
     del labels  # raw labels go no further than this function
     if out.accounting.total_epsilon_micro != charge:
         raise RuntimeError("the randomizer's accounting does not add up to the charge")
@@ -175,8 +175,8 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
             try:
                 ledger.charge(ctx.data_dir, domain_row, positions, charge, delta_units)
             except ledger.BudgetExhausted as exc:
-                raise ApiError(
-                    409, "budget_exhausted", f"{exc.ids_over} ids of the label set lack the {exc.resource} budget"
+                raise Conflict(
+                    "budget_exhausted", f"{exc.ids_over} ids of the label set lack the {exc.resource} budget"
                 ) from None
             ls.spent_micro = ls.spent_micro + charge
             row = ReleaseRow(
@@ -253,7 +253,7 @@ def describe(r: ReleaseRow) -> dict[str, Any]:
 def _load(s: Session, release_id: str) -> ReleaseRow:
     r = s.get(ReleaseRow, release_id)
     if r is None:
-        raise ApiError(404, "release_not_found", "no such release")
+        raise NotFound("release_not_found", "no such release")
     return r
 
 
@@ -268,7 +268,7 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
     with ctx.sessions.begin() as s:
         r = _load(s, release_id)
         if r.status == "delivered":
-            raise ApiError(409, "already_delivered", "release was already delivered")
+            raise Conflict("already_delivered", "release was already delivered")
         r.status = "pending"
         r.next_attempt_at = 0.0
         s.flush()

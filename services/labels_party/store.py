@@ -11,8 +11,8 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from labeldp.idempotency import idempotency_table
-from labeldp.timestamps import utcnow
+from labeldp.service.idempotency import idempotency_table
+from labeldp.service.timestamps import utcnow
 
 
 class Base(DeclarativeBase):

@@ -27,9 +27,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
 from sqlalchemy import update
 
-from labeldp.http_api import ApiError
-from labeldp.idempotency import Claim, StoredResponse
+from labeldp.errors import Conflict, InvalidInput, LabelDPError, UnsupportedMediaType
 from labeldp.parquet_batches import open_for_batches
+from labeldp.service.idempotency import Claim, StoredResponse
 
 from . import id_lookup
 from .columnar import release_unused_memory, write_array
@@ -80,8 +80,7 @@ class LabelRules:
 def media_type(content_type: str) -> str:
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind not in MEDIA_TYPES:
-        raise ApiError(
-            415,
+        raise UnsupportedMediaType(
             "unsupported_media_type",
             "send text/csv, application/json, application/vnd.apache.parquet or application/vnd.apache.arrow.stream",
         )
@@ -106,17 +105,17 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
     try:
         header_text = first.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ApiError(422, "invalid_csv", "CSV must be UTF-8") from exc
+        raise InvalidInput("invalid_csv", "CSV must be UTF-8") from exc
     try:
         header = next(csv.reader(io.StringIO(header_text)), None)
     except csv.Error:  # e.g. a lone carriage return inside the header (found by schemathesis)
-        raise ApiError(422, "invalid_csv", "CSV header could not be parsed") from None
+        raise InvalidInput("invalid_csv", "CSV header could not be parsed") from None
     if not header:
-        raise ApiError(422, "invalid_csv", "empty CSV")
+        raise InvalidInput("invalid_csv", "empty CSV")
     names = [h.strip().lower() for h in header]
     missing = [c for c in columns if c not in names]
     if missing:
-        raise ApiError(422, "invalid_csv", f"CSV header must have columns {' and '.join(columns)}")
+        raise InvalidInput("invalid_csv", f"CSV header must have columns {' and '.join(columns)}")
     generated = [f"c{i}" for i in range(len(names))]
     wanted = {c: f"c{names.index(c)}" for c in columns}
     try:
@@ -134,15 +133,15 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
             yield {c: batch.column(g) for c, g in wanted.items()}
     except (pa.ArrowInvalid, UnicodeDecodeError):
         # pyarrow's message quotes the offending row, which may hold a label: never pass it on.
-        raise ApiError(
-            422, "invalid_csv", "CSV could not be parsed (UTF-8, one header row, the same number of cells per row)"
+        raise InvalidInput(
+            "invalid_csv", "CSV could not be parsed (UTF-8, one header row, the same number of cells per row)"
         ) from None
 
 
 def _pick(names: list[str], columns: tuple[str, ...], kind: str) -> list[str]:
     lower = {n.strip().lower(): n for n in names}
     if any(c not in lower for c in columns):
-        raise ApiError(422, f"invalid_{kind}", f"the {kind} file must have columns {' and '.join(columns)}")
+        raise InvalidInput(f"invalid_{kind}", f"the {kind} file must have columns {' and '.join(columns)}")
     return [lower[c] for c in columns]
 
 
@@ -152,10 +151,10 @@ def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str,
         picked = _pick(pf.schema_arrow.names, columns, "parquet")
         for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
             yield {c: batch.column(name) for c, name in zip(columns, picked)}
-    except ApiError:
+    except LabelDPError:
         raise
     except Exception:  # pyarrow raises several types for a damaged file
-        raise ApiError(422, "invalid_parquet", "body is not a readable Parquet file") from None
+        raise InvalidInput("invalid_parquet", "body is not a readable Parquet file") from None
 
 
 def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
@@ -171,17 +170,17 @@ def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, p
             picked = _pick(reader.schema.names, columns, "arrow")
             for batch in batches:
                 yield {c: batch.column(name) for c, name in zip(columns, picked)}
-    except ApiError:
+    except LabelDPError:
         raise
     except Exception:
-        raise ApiError(422, "invalid_arrow", "body is not a readable Arrow IPC file or stream") from None
+        raise InvalidInput("invalid_arrow", "body is not a readable Arrow IPC file or stream") from None
 
 
 def _json_columns(path: Path, columns: tuple[str, ...]) -> dict[str, pa.Array]:
     try:
         doc = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ApiError(422, "invalid_json", "body is not valid JSON") from None
+        raise InvalidInput("invalid_json", "body is not valid JSON") from None
     plural = {"id": "ids", "label": "labels"}
     if isinstance(doc, dict) and isinstance(doc.get("rows"), list):
         rows = [r if isinstance(r, dict) else {} for r in doc["rows"]]
@@ -189,10 +188,10 @@ def _json_columns(path: Path, columns: tuple[str, ...]) -> dict[str, pa.Array]:
     elif isinstance(doc, dict) and all(isinstance(doc.get(plural[c]), list) for c in columns):
         values = {c: doc[plural[c]] for c in columns}
         if len({len(v) for v in values.values()}) != 1:
-            raise ApiError(422, "invalid_json", "ids and labels must have the same length")
+            raise InvalidInput("invalid_json", "ids and labels must have the same length")
     else:
         shape = '{"ids": [...]}' if columns == ("id",) else '{"rows": [{"id", "label"}]} or {"ids": [], "labels": []}'
-        raise ApiError(422, "invalid_json", f"JSON must be {shape}")
+        raise InvalidInput("invalid_json", f"JSON must be {shape}")
     out: dict[str, pa.Array] = {"id": pa.array([_id_text(v) for v in values["id"]], pa.string())}
     if "label" in columns:
         out["label"] = pa.array([_json_label(v) for v in values["label"]], pa.string())
@@ -366,15 +365,15 @@ def upload_labels(
     with ctx.sessions() as s:
         row = load_label_set(s, label_set_id)
     if not row.ids_ready:
-        raise ApiError(409, "ids_missing", "upload the label set's ids first")
+        raise Conflict("ids_missing", "upload the label set's ids first")
     labels = read_labels(ctx, row)  # 409 labels_deleted before any parsing
     upload = parse_label_upload(body, kind, rules_of(row))
     if len(upload.ids) == 0:
-        raise ApiError(422, "empty_upload", "upload has no rows")
+        raise InvalidInput("empty_upload", "upload has no rows")
     positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
     if n_bad:
-        raise ApiError(
-            422, "invalid_labels", f"{n_bad} of {len(upload.ids)} rows are invalid; nothing was stored", errors
+        raise InvalidInput(
+            "invalid_labels", f"{n_bad} of {len(upload.ids)} rows are invalid; nothing was stored", errors
         )
     labeled_after = row.labeled + (0 if validate_only else len(positions))
     response = {
@@ -399,8 +398,8 @@ def upload_labels(
             .values(labels_version=version, labeled=labeled_after)
         )
         if moved.rowcount != 1:  # type: ignore[attr-defined]
-            raise ApiError(
-                409, "concurrent_upload", "another upload to this label set finished first; retry",
+            raise Conflict(
+                "concurrent_upload", "another upload to this label set finished first; retry",
                 headers={"Retry-After": "1"},
             )
         if claim is not None:

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from tests.local_settings import both_parties
 
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 
 if TYPE_CHECKING:
     from tests.contract.flow import Flow

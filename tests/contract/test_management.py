@@ -12,7 +12,7 @@ from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, features_app, la
 from tests.contract.flow import run_flow
 
 from features_party import responses as fr
-from labeldp.events import Event, parse_events
+from labeldp.service.events import Event, parse_events
 from labels_party import responses as lr
 
 

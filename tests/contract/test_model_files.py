@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 from tests.contract.conftest import FEATURES_AUTH, Parties, contract_settings
 from tests.contract.flow import IDS
 
-from features_party.debiasing import PostProcessing
-from features_party.persistence import TrainedRegressor, load_model
-from features_party.preprocessing import Preprocessor
+from labeldp.learning.debiasing import PostProcessing
+from labeldp.learning.persistence import TrainedRegressor, load_model
+from labeldp.learning.preprocessing import Preprocessor
 
 PARQUET = {**FEATURES_AUTH, "content-type": "application/vnd.apache.parquet"}
 

@@ -119,7 +119,7 @@ def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: 
 
 def test_every_response_example_is_a_valid_body_of_its_model(app: FastAPI) -> None:
     from features_party import responses as fr
-    from labeldp.openapi import ErrorBody
+    from labeldp.service.openapi import ErrorBody
     from labels_party import responses as lr
 
     spec = app.openapi()

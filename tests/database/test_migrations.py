@@ -16,8 +16,9 @@ import pytest
 from sqlalchemy import Engine, MetaData, inspect, text
 
 from features_party.store import Base as FeaturesBase
-from labeldp.database import make_engine
-from labeldp.migrations import SERVICES, head_revision, schema_differences, upgrade_schema
+from labeldp.service.database import make_engine
+from labeldp.service.migrations import head_revision, schema_differences, upgrade_schema
+from labeldp_tools.migrations import SERVICES
 from labels_party.store import Base as LabelsBase
 
 MODELS: dict[str, MetaData] = {"labels": LabelsBase.metadata, "features": FeaturesBase.metadata}
@@ -77,7 +78,7 @@ def test_concurrent_starters_upgrade_once(database_url: str) -> None:
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_the_cli_upgrades_the_configured_database(database_url: str, service: str, tmp_path: Path) -> None:
     env = {**os.environ, f"LABELDP_{service.upper()}_DATABASE_URL": database_url}
-    done = subprocess.run([sys.executable, "-m", "labeldp.cli", "db", "upgrade", service], env=env, cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "labeldp_tools.cli", "db", "upgrade", service], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     engine = make_engine(database_url)

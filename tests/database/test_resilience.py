@@ -15,10 +15,10 @@ from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa_exc
 from tests.postgres_server import PostgresServer
 
-from labeldp.database import is_transient, make_engine, retry_transient
-from labeldp.health import mount_readiness
-from labeldp.http_api import install_error_handlers
-from labeldp.local_stack import free_port
+from labeldp.service.database import is_transient, make_engine, retry_transient
+from labeldp.service.health import mount_readiness
+from labeldp.service.http_api import install_error_handlers
+from labeldp_tools.local_stack import free_port
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
-from labeldp.local_stack import LocalStack
 from labeldp.synthetic import make_conversions
+from labeldp_tools.local_stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -99,7 +99,7 @@ def test_categorical_label_set_release_and_classifier(stack, tmp_path):
 
 
 def test_auto_is_the_default_mechanism_and_resolves_from_public_facts(stack, real_label_set, feature_table):
-    from labels_party.defaults import default_mechanism
+    from labeldp.release.defaults import default_mechanism
 
     with stack.labels_client() as labels:
         for eps in (0.1, 0.5, 8.0):

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from tests.postgres_server import PostgresServer
 
-from labeldp.local_stack import LocalStack
 from labeldp.synthetic import ConversionData, make_conversions
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from labeldp.local_stack import LocalStack
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import upload_csv
 

@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import pytest
 
-from features_party.config import DEFAULT_LEARNING
-from labeldp.local_stack import LocalStack
+from labeldp.learning.config import DEFAULT_LEARNING
 from labeldp.mechanisms.registry import ENTRIES, Entry
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from labeldp.local_stack import LocalStack
+from labeldp_tools.local_stack import LocalStack
 
 CHECKS = ",".join(
     [
@@ -83,6 +83,6 @@ def test_no_server_error_and_no_answer_outside_the_contract(stack: LocalStack, p
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
         assert f"✅ {phase}" in summary, summary
     log = stack.log_path(party).read_text(errors="replace")
-    # Log lines are JSON (labeldp.logs): an exception logged with its stack carries "error_type"
+    # Log lines are JSON (labeldp.service.logs): an exception logged with its stack carries "error_type"
     # (the access line of a request that raised too); a traceback printed outside logging reads "Traceback".
     assert "unhandled error" not in log and "Traceback" not in log and '"error_type"' not in log, log[-4000:]

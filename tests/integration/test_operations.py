@@ -8,7 +8,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from labeldp.local_stack import LocalStack
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from labeldp.local_stack import LocalStack
 from labeldp.synthetic import make_conversions
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import create_label_set, upload_csv, wait_for_status
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from labeldp.events import Event, parse_events
-from labeldp.local_stack import LocalStack
+from labeldp.service.events import Event, parse_events
 from labeldp.synthetic import make_conversions
+from labeldp_tools.local_stack import LocalStack
 
 from .conftest import create_label_set, upload_csv
 
@@ -178,7 +178,8 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
 
     # `labeldp watch` draws the bar from the same streams; its exit status says how the job ended.
     def watch(kind: str, job: str, url: str, key: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "labeldp.cli", "watch", kind, job, "--url", url, "--key", key],
+        command = [sys.executable, "-m", "labeldp_tools.cli", "watch", kind, job, "--url", url, "--key", key]
+        return subprocess.run(command,
                               capture_output=True, text=True, timeout=120)
 
     done = watch("training", c, stack.features_url, stack.features_key)

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from labeldp.database import make_engine, make_session_factory
-from labeldp.http_api import ApiError
-from labeldp.settings import Settings
+from labeldp.errors import LabelDPError
+from labeldp.service.database import make_engine, make_session_factory
+from labeldp.service.settings import Settings
 from labels_party import ledger
 from labels_party.context import LabelsContext
 from labels_party.label_sets import LabelSetCreate, create_label_set, read_ids
@@ -90,7 +90,7 @@ def test_label_sets_over_the_same_ids_share_one_budget(database_url: str, tmp_pa
     sets = [labeled_set(ctx, tmp_path, "conversions", ids) for _ in range(3)]
     release(ctx, sets[0], 1)
     release(ctx, sets[1], 1)
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         release(ctx, sets[2], 1)
     assert (exc.value.status_code, exc.value.code) == (409, "budget_exhausted")
     assert spent_per_id(ctx, "conversions") == dict.fromkeys(ids, 2_000_000)
@@ -98,7 +98,7 @@ def test_label_sets_over_the_same_ids_share_one_budget(database_url: str, tmp_pa
         assert len(s.scalars(select(ReleaseRow)).all()) == 2
     # A fourth set over some of these ids and one new id starts from what they spent.
     fourth = labeled_set(ctx, tmp_path, "conversions", ["u0", "new"])
-    with pytest.raises(ApiError):
+    with pytest.raises(LabelDPError):
         release(ctx, fourth, 0.5)
     other = labeled_set(ctx, tmp_path, "conversions", ["new", "other"])
     release(ctx, other, 0.5)
@@ -110,7 +110,7 @@ def test_a_label_set_cap_and_the_per_id_budget_both_bind(database_url: str, tmp_
     new_domain(ctx, "d", epsilon=5)
     capped = labeled_set(ctx, tmp_path, "d", ["a", "b"], cap=1)
     release(ctx, capped, 0.6)
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         release(ctx, capped, 0.6)
     assert exc.value.code == "budget_exhausted"
     assert spent_per_id(ctx, "d") == {"a": 600_000, "b": 600_000}
@@ -123,7 +123,7 @@ def test_delta_is_budgeted_per_id(database_url: str, tmp_path: Path) -> None:
     for _ in range(2):
         out = release(ctx, ls, 1, "gaussian", params={"delta": 1e-6})
         assert out["delta"] == pytest.approx(1e-6)
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         release(ctx, ls, 1, "gaussian", params={"delta": 1e-6})
     assert exc.value.code == "budget_exhausted" and "delta" in exc.value.message
     release(ctx, ls, 1, "laplace")  # pure ε releases still fit
@@ -144,7 +144,7 @@ def test_concurrent_releases_never_overspend_any_id(database_url: str, tmp_path:
         try:
             release(ctx, sets[k % 3], 0.1)
             result = "accepted"
-        except ApiError as exc:
+        except LabelDPError as exc:
             result = exc.code
         with lock:
             outcomes.append(result)

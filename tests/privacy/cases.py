@@ -27,7 +27,7 @@ Fields:
   sample is drawn — from the exact output law (``law_events`` wraps ``events_from_law`` for
   mechanisms with ``output_probabilities(label)``; ``additive_events`` / ``blocked_law_events``
   for laws with 10⁴–10⁶ atoms, merged into ≤ 2048 blocks of consecutive outputs first) or from
-  a pilot sample on an independent generator (``labeldp.audit.events_from_pilot``).
+  a pilot sample on an independent generator (``tests.privacy.audit.events_from_pilot``).
 * ``sample(mech, x, n, rng) -> outputs`` (optional): n independent outputs on input x; the
   default privatizes n copies of x with the real ``privatize``.
 * ``output_lattice(mech) -> array`` (optional): every float the mechanism may output, computed
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tests.privacy.audit import Event, events_from_law
 
-from labeldp.audit import Event, events_from_law
 from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, RROnBins
 from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
 from labeldp.mechanisms.categorical import BlockRR, RandomizedResponse, RRWithPrior

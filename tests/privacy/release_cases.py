@@ -18,7 +18,7 @@ import numpy as np
 from labeldp.epsilon import exact_micro, from_micro, split_budget
 from labeldp.mechanisms import LabelDomain, default_grid
 from labeldp.mechanisms.prior import snap_to_grid
-from labels_party.randomizer import PublicPrior, fit_to_public_prior
+from labeldp.release.randomizer import PublicPrior, fit_to_public_prior
 
 from .whole_release import ReleasePair
 

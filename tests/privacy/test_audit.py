@@ -19,8 +19,7 @@ import zlib
 import numpy as np
 import pytest
 from scipy.stats import binomtest
-
-from labeldp.audit import (
+from tests.privacy.audit import (
     AuditResult,
     Event,
     audit_epsilon_lower_bound,
@@ -31,6 +30,7 @@ from labeldp.audit import (
     events_from_pilot,
     off_lattice,
 )
+
 from labeldp.mechanisms.categorical import max_privacy_loss
 
 from .cases import CASES, AuditCase, blocked_law_events, lattice_inputs, worst_class_pair

@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.privacy.audit import AuditResult, audit_summary
 
-from labeldp.audit import AuditResult, audit_summary
 from labeldp.epsilon import exact_micro
 from labeldp.mechanisms import LaplaceHistogramPrior
 from labeldp.mechanisms.categorical import SplitPriorRandomizer, check_class_labels
 from labeldp.mechanisms.checks import check_grid
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import snap_to_grid
-from labels_party import randomizer
+from labeldp.release import randomizer
 
 from .release_cases import CLASS_LABELS, CLASSES, ENDS, UNIT, release_pairs
 from .whole_release import ReleasePair, audit_release, released_count_difference

@@ -3,7 +3,7 @@
 What a user is promised is that the *whole release* — private prior, the bins, interval,
 partition or grid fitted to it, and every privatized label — is ε-DP. Each
 :class:`ReleasePair` names two label sets that differ in one row (``changed``) and
-runs the labels party's real release (``labels_party.randomizer.randomize``) on each,
+runs the labels party's real release (``labeldp.release.randomizer.randomize``) on each,
 many times. The audit then works on one integer per release, the *joint key*: a function
 of the public release only (the prior spec, the mechanism spec, the changed row's
 privatized label), so every event on it is an event on the release itself.
@@ -47,15 +47,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tests.privacy.audit import AuditResult, audit_epsilon_lower_bound, events_from_pilot
 
-from labeldp.audit import AuditResult, audit_epsilon_lower_bound, events_from_pilot
 from labeldp.epsilon import exact_micro
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.categorical import release_laws
 from labeldp.mechanisms.prior import snap_to_grid
 from labeldp.mechanisms.registry import entry_for_spec
-from labels_party import randomizer
-from labels_party.randomizer import PublicPrior, Randomized
+from labeldp.release import randomizer
+from labeldp.release.randomizer import PublicPrior, Randomized
 
 ALPHA = 0.05
 LLR_STEPS = 8  # the changed row's log-likelihood ratio is rounded to 1/LLR_STEPS of ε

@@ -18,16 +18,16 @@ import torch
 from tests.training.data import write_table
 
 from features_party import jobs, models, store
-from features_party.config import DEFAULT_LEARNING, TrainingConfig
-from features_party.debiasing import label_law
-from features_party.distributed import CHECKPOINT_FILE, PROGRESS_FILE, TorchrunFailed, run_torchrun
-from features_party.loop import EpochReport, make_plan
-from features_party.persistence import TrainedRegressor
-from features_party.regression import fit_staged_regressor
-from features_party.staging import stage_release
-from features_party.streamed import fit_release_streamed
-from labeldp.database import make_engine, make_session_factory
+from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
+from labeldp.learning.debiasing import label_law
+from labeldp.learning.distributed import CHECKPOINT_FILE, PROGRESS_FILE, TorchrunFailed, run_torchrun
+from labeldp.learning.loop import EpochReport, make_plan
+from labeldp.learning.persistence import TrainedRegressor
+from labeldp.learning.regression import fit_staged_regressor
+from labeldp.learning.staging import stage_release
+from labeldp.learning.streamed import fit_release_streamed
 from labeldp.schema import EpsilonPart, LabelRelease, LaplaceSpec, PrivacyAccounting, encode_payload, payload_digest
+from labeldp.service.database import make_engine, make_session_factory
 from labeldp.specs.base import LabelDomainSpec
 
 N = 4000
@@ -232,8 +232,8 @@ def _class_stage(tmp_path: Path, n: int) -> tuple[Any, np.ndarray, Any, Any]:
 def test_one_torchrun_worker_trains_the_in_process_classifier_exactly(tmp_path: Path) -> None:
     """A categorical release through the worker code path (world size 1): the in-process classifier's
     probabilities, with forward correction through a transition matrix."""
-    from features_party.classifier import fit_staged_classifier
-    from features_party.distributed import run_torchrun_classifier
+    from labeldp.learning.classifier import fit_staged_classifier
+    from labeldp.learning.distributed import run_torchrun_classifier
 
     _, _, features, staged = _class_stage(tmp_path, 2000)
     matrix = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]
@@ -250,7 +250,7 @@ def test_one_torchrun_worker_trains_the_in_process_classifier_exactly(tmp_path: 
 def test_two_torchrun_workers_train_a_classifier_as_well_as_one_process(tmp_path: Path) -> None:
     """2 gloo processes on a categorical release: every epoch relayed with its accuracies, and the
     classifier as accurate as one streamed process on the same seed and data (within 3 points)."""
-    from features_party.streamed import fit_classifier_streamed
+    from labeldp.learning.streamed import fit_classifier_streamed
 
     ids, classes, features, _ = _class_stage(tmp_path, N)
     config = CONFIG.replace(epochs=6)

@@ -15,13 +15,13 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party.batch_predict import UnknownIds, predict_parquet
-from features_party.classifier import fit_classifier
-from features_party.config import DEFAULT_LEARNING, TrainingConfig
-from features_party.debiasing import PostProcessing
-from features_party.export import export_onnx, export_torchscript
-from features_party.persistence import TrainedModel, TrainedRegressor
-from features_party.regression import fit_private_regressor
+from labeldp.learning.batch_predict import UnknownIds, predict_parquet
+from labeldp.learning.classifier import fit_classifier
+from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
+from labeldp.learning.debiasing import PostProcessing
+from labeldp.learning.export import export_onnx, export_torchscript
+from labeldp.learning.persistence import TrainedModel, TrainedRegressor
+from labeldp.learning.regression import fit_private_regressor
 from labeldp.schema import LaplaceSpec
 from labeldp.specs.base import LabelDomainSpec
 
@@ -117,7 +117,7 @@ def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, re
     table_path, ids, _, features = data
     regressor.save(tmp_path / "model.pt")
     pq.write_table(pa.table({"id": ids.slice(0, 10)}), tmp_path / "ids.parquet")
-    labeldp = [sys.executable, "-m", "labeldp.cli"]
+    labeldp = [sys.executable, "-m", "labeldp_tools.cli"]
     done = subprocess.run([*labeldp, "export", str(tmp_path / "model.pt"), str(tmp_path / "out" / "m"),
                            "--format", "onnx"], check=True, capture_output=True, text=True)
     assert json.loads(done.stdout) == {"onnx": str(tmp_path / "out" / "m.onnx"),
@@ -138,10 +138,10 @@ def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, re
     predicted = pq.read_table(tmp_path / "p.parquet").column("prediction").to_numpy()
     assert np.allclose(predicted, regressor.predict(features.slice(0, 10)))
 
-    subprocess.run([sys.executable, "-m", "features_party.export", str(tmp_path / "model.pt"),
+    subprocess.run([sys.executable, "-m", "labeldp.learning.export", str(tmp_path / "model.pt"),
                     str(tmp_path / "alias" / "m")], check=True, capture_output=True)
     assert (tmp_path / "alias" / "m.onnx").exists() and (tmp_path / "alias" / "m.torchscript.pt").exists()
-    subprocess.run([sys.executable, "-m", "features_party.batch_predict", str(tmp_path / "model.pt"),
+    subprocess.run([sys.executable, "-m", "labeldp.learning.batch_predict", str(tmp_path / "model.pt"),
                     str(tmp_path / "ids.parquet"), str(tmp_path / "q.parquet"), "--feature-table", str(table_path)],
                    check=True, capture_output=True)
     assert pq.read_table(tmp_path / "q.parquet").equals(pq.read_table(tmp_path / "p.parquet"))
@@ -150,7 +150,7 @@ def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, re
 def test_labeldp_model_commands_refuse_bad_input_with_one_line_and_status_2(
     tmp_path: Path, data, regressor: TrainedRegressor, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from labeldp.cli import main
+    from labeldp_tools.cli import main
 
     table_path, _, _, features = data
     model = tmp_path / "model.pt"

@@ -14,13 +14,13 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party.config import PLAIN, TrainingConfig
-from features_party.device import resolve_device
-from features_party.loader import RowGroupLoader
-from features_party.persistence import TrainedRegressor
-from features_party.regression import fit_regressor
-from features_party.staging import StagedRelease
-from features_party.streamed import fit_release_streamed
+from labeldp.learning.config import PLAIN, TrainingConfig
+from labeldp.learning.device import resolve_device
+from labeldp.learning.loader import RowGroupLoader
+from labeldp.learning.persistence import TrainedRegressor
+from labeldp.learning.regression import fit_regressor
+from labeldp.learning.staging import StagedRelease
+from labeldp.learning.streamed import fit_release_streamed
 
 pytestmark = [
     pytest.mark.gpu,

@@ -7,10 +7,10 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party.config import PLAIN, TrainingConfig
 from features_party.jobs import TrainingRequest
-from features_party.precision import MixedPrecision
-from features_party.regression import fit_private_regressor, fit_regressor
+from labeldp.learning.config import PLAIN, TrainingConfig
+from labeldp.learning.precision import MixedPrecision
+from labeldp.learning.regression import fit_private_regressor, fit_regressor
 
 CONFIG = TrainingConfig(epochs=4, batch_size=64, seed=8, device="cpu")
 

@@ -15,13 +15,13 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party.config import PLAIN, TrainingConfig
-from features_party.loader import RowGroupLoader
-from features_party.loop import make_plan
-from features_party.preprocessing import Preprocessor, PreprocessorBuilder
-from features_party.regression import fit_regressor
-from features_party.staging import TARGET, StagedRelease, stage_release
-from features_party.streamed import fit_release_streamed
+from labeldp.learning.config import PLAIN, TrainingConfig
+from labeldp.learning.loader import RowGroupLoader
+from labeldp.learning.loop import make_plan
+from labeldp.learning.preprocessing import Preprocessor, PreprocessorBuilder
+from labeldp.learning.regression import fit_regressor
+from labeldp.learning.staging import TARGET, StagedRelease, stage_release
+from labeldp.learning.streamed import fit_release_streamed
 
 
 def stage(
@@ -117,7 +117,7 @@ def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: P
 
 
 def test_id_hash_partitions_agree_across_chunkings_and_spread_ids() -> None:
-    from features_party.id_partitions import id_hash
+    from labeldp.learning.id_partitions import id_hash
 
     ids = pa.array([f"user-{i}" for i in range(20_000)] + ["", "é", "a" * 300])
     whole = id_hash(ids)
@@ -192,9 +192,9 @@ def test_a_consumer_that_stops_early_does_not_leave_the_prefetch_thread_blocked(
 def test_a_streamed_classifier_learns_what_the_in_memory_one_learns(tmp_path: Path) -> None:
     """A categorical release streamed from row groups (class indices staged as int64 targets, never
     standardized) trains a classifier as accurate as the in-memory one, on the same split."""
-    from features_party.classifier import fit_classifier
-    from features_party.persistence import TrainedClassifier
-    from features_party.streamed import fit_classifier_streamed
+    from labeldp.learning.classifier import fit_classifier
+    from labeldp.learning.persistence import TrainedClassifier
+    from labeldp.learning.streamed import fit_classifier_streamed
 
     ids, y, features = write_table(tmp_path / "f.parquet", 1500, extra=50)
     classes = np.digitize(y, [-1.0, 1.0]).astype(np.float64)
@@ -222,7 +222,7 @@ def test_the_join_partition_size_of_a_training_reaches_the_join(
 ) -> None:
     """``TrainingConfig.join_partition_rows`` (LABELDP_TRAINING_JOIN_PARTITION_ROWS) is what the staging join
     cuts by: the real join, wrapped to record its argument."""
-    import features_party.staging as staging
+    import labeldp.learning.staging as staging
 
     seen: list[int] = []
     real = staging.join_partitioned
@@ -242,8 +242,8 @@ def test_the_join_partition_size_of_a_training_reaches_the_join(
 def test_a_training_resumed_after_its_last_epoch_keeps_its_throughput(tmp_path: Path) -> None:
     """A job restarted after its last checkpoint trains no epoch in the new process; its model card
     still reports the rows per second of the epochs before the restart (they ride in the checkpoint)."""
-    from features_party.loop import Objective, fit_streamed, squared_error
-    from features_party.networks import MLPRegressor
+    from labeldp.learning.loop import Objective, fit_streamed, squared_error
+    from labeldp.learning.networks import MLPRegressor
 
     staged, _, _ = stage(tmp_path)
     config = TrainingConfig(epochs=2, batch_size=64, seed=5, device="cpu", row_group_rows=64)

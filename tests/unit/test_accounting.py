@@ -8,7 +8,7 @@ import pytest
 from labeldp.accounting import AccountingError, compose
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
-from labels_party.randomizer import randomize
+from labeldp.release.randomizer import randomize
 
 
 def test_basic_composition_of_allotments_and_deltas() -> None:

@@ -1,4 +1,4 @@
-"""`labeldp bench utility --data FILE`, the paper-matched Housing configuration and
+"""`python -m labeldp_research utility --data FILE`, the paper-matched Housing configuration and
 `labeldp privatize --mechanism auto` (issue 11 item 6, issue 12 item 3)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from labeldp.benchmarks import data_file, utility
-from labeldp.benchmarks import datasets as ds
-from labeldp.cli import main
-from labels_party.defaults import default_mechanism
+from labeldp.release.defaults import default_mechanism
+from labeldp_research import data_file, utility
+from labeldp_research import datasets as ds
+from labeldp_research.cli import main as bench_main
+from labeldp_tools.cli import main
 
 SECRET = 7.123456789  # a label value that must never appear in a message
 
@@ -104,7 +105,6 @@ def test_unreadable_short_and_unknown_files_are_refused(tmp_path):
 
 def _bench(tmp_path, *extra: str) -> list[str]:
     return [
-        "bench",
         "utility",
         *extra,
         "--trials",
@@ -133,7 +133,7 @@ def test_cli_runs_the_protocol_on_a_users_file_and_resumes(tmp_path, capsys):
     _write_csv(path, _rows())
     args = _bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--id", "user",
                   "--categorical", "zip", "--drop", "note")
-    assert main(args) == 0
+    assert bench_main(args) == 0
     printed = capsys.readouterr().out
     assert "[sales] 4 cells computed, 0 cached" in printed
     md = (tmp_path / "results" / "utility_sales.md").read_text()
@@ -147,18 +147,19 @@ def test_cli_runs_the_protocol_on_a_users_file_and_resumes(tmp_path, capsys):
     assert main(args) == 0
     assert "[sales] 0 cells computed, 4 cached" in capsys.readouterr().out
     # the re-render of its JSON works like the built-in sets'
-    assert main(["bench", "report", str(tmp_path / "results" / "utility_sales.json")]) == 0
+    assert bench_main(["report", str(tmp_path / "results" / "utility_sales.json")]) == 0
 
 
 def test_cli_own_data_arguments_go_together(tmp_path, capsys):
     path = tmp_path / "d.csv"
     _write_csv(path, _rows())
-    assert main(_bench(tmp_path, "--data", str(path), "--domain", "0,5")) == 2
+    assert bench_main(_bench(tmp_path, "--data", str(path), "--domain", "0,5")) == 2
     assert "--target COLUMN and --domain" in capsys.readouterr().err
-    assert main(_bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--datasets", "linear")) == 2
-    assert main(_bench(tmp_path, "--target", "y")) == 2
+    both = _bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--datasets", "linear")
+    assert bench_main(both) == 2
+    assert bench_main(_bench(tmp_path, "--target", "y")) == 2
     assert "only go with --data" in capsys.readouterr().err
-    assert main(_bench(tmp_path, "--data", str(path), "--target", "nope", "--domain", "0,5")) == 2
+    assert bench_main(_bench(tmp_path, "--data", str(path), "--target", "nope", "--domain", "0,5")) == 2
     assert "no column(s) 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
 

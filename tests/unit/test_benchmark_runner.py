@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labeldp.benchmarks import datasets as ds
-from labeldp.benchmarks import references, report, utility
-from labeldp.benchmarks.utility import DatasetPlan, PlainRegressor, TrainingRecipe
+from labeldp_research import datasets as ds
+from labeldp_research import references, report, utility
+from labeldp_research.utility import DatasetPlan, PlainRegressor, TrainingRecipe
 
 
 @pytest.fixture(autouse=True)
@@ -89,9 +89,10 @@ def test_tiny_run_writes_tables_plot_and_resumes_from_the_cache(tmp_path):
     assert len(first.calls) == 10
     assert set(first.calls) == {192}  # every training row (80 % of 240)
 
-    md, png, js = report.write_all(result, tmp_path / "out", command="labeldp bench utility --test", quick=True)
+    command = "python -m labeldp_research utility --test"
+    md, png, js = report.write_all(result, tmp_path / "out", command=command, quick=True)
     text = md.read_text()
-    assert "QUICK RUN" in text and "labeldp bench utility --test" in text
+    assert "QUICK RUN" in text and "python -m labeldp_research utility --test" in text
     assert "device **cpu**" in text
 
     for heading in ("Mechanism MSE", "Test MSE — learner `plain`"):
@@ -160,7 +161,7 @@ def test_the_cache_key_follows_the_mechanism_and_training_code(tmp_path, monkeyp
     assert utility.code_fingerprint(("fake_mechs",)) == before
     (pkg / "kernel.py").write_text("SCALE = 1.5\n")  # a planted change in a package's module
     assert utility.code_fingerprint(("fake_mechs",)) != before
-    assert "labels_party.randomizer" in utility.CODE_MODULES and "features_party.loop" in utility.CODE_MODULES
+    assert "labeldp.release.randomizer" in utility.CODE_MODULES and "labeldp.learning.loop" in utility.CODE_MODULES
 
 
 def test_the_code_fingerprint_ignores_docstrings_comments_and_layout_but_not_code(tmp_path, monkeypatch):
@@ -349,11 +350,10 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
 
 
 def test_cli_bench_utility_end_to_end(tmp_path, capsys):
-    from labeldp.cli import main
+    from labeldp_research.cli import main
 
     out, cache = tmp_path / "results", tmp_path / "cache"
     args = [
-        "bench",
         "utility",
         "--datasets",
         "linear",
@@ -389,11 +389,11 @@ def test_cli_bench_utility_end_to_end(tmp_path, capsys):
 
 
 def test_cli_rejects_bad_epsilons_and_unknown_data_sets(tmp_path, capsys):
-    from labeldp.cli import main
+    from labeldp_research.cli import main
 
     with pytest.raises(SystemExit):
-        main(["bench", "utility", "--epsilons", "1,-2"])
-    assert main(["bench", "utility", "--datasets", "nope", "--out", str(tmp_path)]) == 2
+        main(["utility", "--epsilons", "1,-2"])
+    assert main(["utility", "--datasets", "nope", "--out", str(tmp_path)]) == 2
 
 
 def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
@@ -417,8 +417,8 @@ def test_private_and_oracle_learners_run_through_the_same_cells(tmp_path):
 
 
 def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
-    from labeldp.benchmarks.utility import DEFAULT, Cell, default_cells
-    from labels_party.defaults import default_mechanism
+    from labeldp.release.defaults import default_mechanism
+    from labeldp_research.utility import DEFAULT, Cell, default_cells
 
     cells = [
         Cell(m, eps, t, {"mechanism_mse": 1.0 + i}, {"private": {"test_mse": 2.0 + i}}, 0.1)
@@ -451,7 +451,7 @@ def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
         threads=1,
         progress=None,
     )
-    md, _, js = report.write_all(result, tmp_path / "a", command="labeldp bench utility --tiny")
+    md, _, js = report.write_all(result, tmp_path / "a", command="python -m labeldp_research utility --tiny")
     doc = json.loads(js.read_text())
     rebuilt = report.result_from_summary(doc, source="a/utility_tiny_linear.json")
     computed = [c for c in result.cells if c.mechanism != utility.DEFAULT]
@@ -468,7 +468,8 @@ def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
     text, text2 = md.read_text(), md2.read_text()
     for heading in ("Mechanism MSE", "Test MSE — learner `private`", "Private vs oracle", "The default configuration"):
         assert _block(text, heading) == _block(text2, heading)
-    assert "labeldp bench utility --tiny" in text2 and "Re-rendered by `labeldp bench report" in text2
+    assert "python -m labeldp_research utility --tiny" in text2
+    assert "Re-rendered by `python -m labeldp_research report" in text2
 
     # A format-1 summary (per-trial lists only, as session-1 runs wrote) rebuilds to the same numbers.
     old = {
@@ -496,7 +497,7 @@ def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
 
 
 def test_the_goal_block_compares_the_default_with_every_deployable_learner():
-    from labeldp.benchmarks.utility import Cell
+    from labeldp_research.utility import Cell
 
     def cells(mech, eps, plain, private, oracle):
         return [
@@ -562,11 +563,10 @@ def _fake_result():
 
 
 def test_cli_bench_report_re_renders_without_recomputing(tmp_path, capsys):
-    from labeldp.cli import main
+    from labeldp_research.cli import main
 
     out, cache = tmp_path / "results", tmp_path / "cache"
     args = [
-        "bench",
         "utility",
         "--datasets",
         "linear",
@@ -594,18 +594,18 @@ def test_cli_bench_report_re_renders_without_recomputing(tmp_path, capsys):
     assert main(args) == 0
     before = (out / "utility_simulated_linear.md").read_text()
     capsys.readouterr()
-    assert main(["bench", "report", str(out / "utility_simulated_linear.json"), "--out", str(tmp_path / "re")]) == 0
+    assert main(["report", str(out / "utility_simulated_linear.json"), "--out", str(tmp_path / "re")]) == 0
     assert "re-rendered 4 cells" in capsys.readouterr().out
     after = (tmp_path / "re" / "utility_simulated_linear.md").read_text()
     assert _block(after, "Test MSE — learner `private`") == _block(before, "Test MSE — learner `private`")
     (tmp_path / "bad.json").write_text("{}")
-    assert main(["bench", "report", str(tmp_path / "bad.json")]) == 2
+    assert main(["report", str(tmp_path / "bad.json")]) == 2
     assert "not a utility summary" in capsys.readouterr().err
 
 
 def _housing_like(values: dict[tuple[str, float], list[float]], learners=("plain", "private")) -> utility.RunResult:
     """A run on Housing's reference table from given per-trial test MSEs (same for every learner)."""
-    from labeldp.benchmarks.utility import NON_PRIVATE, Cell
+    from labeldp_research.utility import NON_PRIVATE, Cell
 
     raw = [
         Cell(m, eps, t, {"mechanism_mse": 1.0 + t}, {lr: {"test_mse": v} for lr in learners}, 0.1)
@@ -630,7 +630,7 @@ def _housing_like(values: dict[tuple[str, float], list[float]], learners=("plain
 
 
 def test_the_fair_comparison_sets_the_papers_relative_excess_beside_ours():
-    from labeldp.benchmarks.utility import NON_PRIVATE
+    from labeldp_research.utility import NON_PRIVATE
 
     result = _housing_like(
         {
@@ -681,7 +681,7 @@ def test_clip_top_and_the_grid():
 
 
 def test_the_plot_labels_clips_marks_the_paper_and_shares_one_legend():
-    from labeldp.benchmarks.utility import NON_PRIVATE
+    from labeldp_research.utility import NON_PRIVATE
 
     values = {(NON_PRIVATE, math.inf): [0.30, 0.28]}
     for eps in (0.1, 1.0, 4.0):
@@ -727,8 +727,8 @@ def test_the_plot_labels_clips_marks_the_paper_and_shares_one_legend():
 
 
 def test_the_paper_learner_trains_on_unscaled_features_through_the_runner(tmp_path):
-    from labeldp.benchmarks.paper_learner import PAPER, RawFeatureMLP
-    from labeldp.cli import _learners
+    from labeldp_research.paper_learner import PAPER, RawFeatureMLP
+    from labeldp_tools.cli import _learners
 
     assert [lr.name for lr in _learners("regression", ["plain", "paper"])] == ["plain", PAPER]
     assert [lr.name for lr in _learners("regression", ["paper"])] == [PAPER]
@@ -781,7 +781,7 @@ def test_git_commit_is_read_in_a_worktree_too(tmp_path):
 def test_every_release_has_its_private_mean_beside_the_learners_and_misses_are_listed(tmp_path):
     """Issue 12 item 1: the private-mean predictor is recorded per cell, tabled, and a learner cell
     above it by more than one SE is named under the learner's table."""
-    from labeldp.benchmarks.utility import Cell, mean_predictors
+    from labeldp_research.utility import Cell, mean_predictors
 
     result = utility.run_utility(
         _plan(), trials=2, epsilons=[0.5, math.inf], mechanisms=["laplace"], learners=[PlainRegressor()],

@@ -9,7 +9,7 @@ COMMANDS = [[], ["demo"], ["serve"], ["outbox"], ["watch"], ["export"], ["predic
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "labeldp")
 def test_every_command_has_help(args):
     out = subprocess.run(
-        [sys.executable, "-m", "labeldp.cli", *args, "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "labeldp_tools.cli", *args, "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     assert "usage: labeldp" in out.stdout
@@ -17,13 +17,14 @@ def test_every_command_has_help(args):
 
 def test_unknown_party_is_a_usage_error():
     out = subprocess.run(
-        [sys.executable, "-m", "labeldp.cli", "serve", "nobody"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "labeldp_tools.cli", "serve", "nobody"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labeldp.cli", *args], capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "labeldp_tools.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("command", ["optimize", "privatize"])

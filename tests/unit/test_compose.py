@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from labeldp.settings import Settings, require_secrets
+from labeldp.service.settings import Settings, require_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS_SERVICES = {"labels-party-api", "labels-party-outbox"}
@@ -181,7 +181,7 @@ def test_every_service_has_a_healthcheck_and_the_outbox_reports_its_heartbeat():
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), name
     probe = services["labels-party-outbox"]["healthcheck"]["test"]
-    assert probe[:4] == ["CMD", "python", "-m", "labeldp.metrics"] and "heartbeat" in probe
+    assert probe[:4] == ["CMD", "python", "-m", "labeldp.service.metrics"] and "heartbeat" in probe
 
 
 def test_images_leave_local_state_out():

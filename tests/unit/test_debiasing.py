@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from features_party.config import PLAIN, LearningConfig, TrainingConfig
-from features_party.debiasing import (
+from labeldp.learning.config import PLAIN, LearningConfig, TrainingConfig
+from labeldp.learning.debiasing import (
     IDENTITY,
     LabelLaw,
     MonotoneLaw,
@@ -21,10 +21,10 @@ from features_party.debiasing import (
     prediction_parts,
     shrink,
 )
-from features_party.loop import _split, learning_rate_at
-from features_party.persistence import TrainedRegressor, load_model
-from features_party.regression import fit_private_and_oracle, fit_private_regressor, fit_regressor
-from features_party.selection import Selector, private_reference
+from labeldp.learning.loop import _split, learning_rate_at
+from labeldp.learning.persistence import TrainedRegressor, load_model
+from labeldp.learning.regression import fit_private_and_oracle, fit_private_regressor, fit_regressor
+from labeldp.learning.selection import Selector, private_reference
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.additive import Exponential, Laplace
 from labeldp.mechanisms.rp_with_prior import RPWithPrior

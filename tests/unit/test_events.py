@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 
-from labeldp.events import Snapshot, encode_event, event_stream, parse_events
-from labeldp.watch import Bar, bar, clock, release_line, training_line
+from labeldp.service.events import Snapshot, encode_event, event_stream, parse_events
+from labeldp_tools.watch import Bar, bar, clock, release_line, training_line
 
 
 def test_frames_round_trip_through_the_parser() -> None:

@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 
 from features_party import store
 from features_party.app import create_app
-from features_party.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
 from labeldp import __version__
+from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
     SIGNATURE_HEADER,
@@ -26,7 +26,7 @@ from labeldp.schema import (
     encode_payload,
     payload_digest,
 )
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 from labeldp.signing import sign
 from labeldp.specs.base import LabelDomainSpec
 

@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import jobs, store
 from features_party.app import create_app
-from features_party.classifier import cross_entropy, fit_classifier, forward_corrected
-from features_party.config import TrainingConfig
-from features_party.networks import MLPClassifier, MLPRegressor
-from features_party.persistence import TrainedClassifier, TrainedRegressor, load_model
-from features_party.regression import fit_regressor
-from features_party.tasks import CLASSIFICATION, REGRESSION, LabelTask, check_transition_matrix, to_class_indices
-from labeldp.http_api import ApiError
+from labeldp.errors import LabelDPError
+from labeldp.learning.classifier import cross_entropy, fit_classifier, forward_corrected
+from labeldp.learning.config import TrainingConfig
+from labeldp.learning.networks import MLPClassifier, MLPRegressor
+from labeldp.learning.persistence import TrainedClassifier, TrainedRegressor, load_model
+from labeldp.learning.regression import fit_regressor
+from labeldp.learning.tasks import CLASSIFICATION, REGRESSION, LabelTask, check_transition_matrix, to_class_indices
 from labeldp.mechanisms.categorical import RandomizedResponse, RRWithPrior, SplitPriorRandomizer
 from labeldp.schema import (
     EpsilonPart,
@@ -38,7 +38,7 @@ from labeldp.schema import (
     encode_payload,
     payload_digest,
 )
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 API_KEY = "test-features-key"
@@ -216,10 +216,10 @@ def test_fit_for_release_picks_the_task() -> None:
     task = LabelTask.of(split_spec(1.0, 200))
     assert isinstance(jobs.fit_for_release(task, table, y.astype(float), config), TrainedClassifier)
     assert isinstance(jobs.fit_for_release(LabelTask(REGRESSION), table, y.astype(float), config), TrainedRegressor)
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(LabelDPError) as info:
         jobs.fit_for_release(task, table, y.astype(float) + 0.5, config)
     assert info.value.code == "invalid_class_labels"
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(LabelDPError) as info:
         jobs.fit_for_release(task, table, y.astype(float), config, forward_correction=True)
     assert info.value.code == "forward_correction_unavailable"
 

@@ -16,7 +16,7 @@ from tests.unit.test_features_app import API_KEY, AUTH, SECRET, SMALL_CSV, post_
 
 from features_party import store
 from features_party.app import create_app
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 
 TRAINING = {"release_id": "rel-1", "epochs": 1, "batch_size": 8, "seed": 0}
 

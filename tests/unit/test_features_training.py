@@ -12,13 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from features_party import jobs, store
-from features_party.config import TrainingConfig
-from features_party.device import resolve_device
-from features_party.networks import MLPRegressor
-from features_party.persistence import TrainedRegressor
-from features_party.preprocessing import Preprocessor
-from features_party.regression import fit_regressor
-from labeldp.database import make_engine, make_session_factory
+from labeldp.learning.config import TrainingConfig
+from labeldp.learning.device import resolve_device
+from labeldp.learning.networks import MLPRegressor
+from labeldp.learning.persistence import TrainedRegressor
+from labeldp.learning.preprocessing import Preprocessor
+from labeldp.learning.regression import fit_regressor
 from labeldp.schema import (
     EpsilonPart,
     LabelRelease,
@@ -27,6 +26,7 @@ from labeldp.schema import (
     encode_payload,
     payload_digest,
 )
+from labeldp.service.database import make_engine, make_session_factory
 from labeldp.specs.base import LabelDomainSpec
 
 

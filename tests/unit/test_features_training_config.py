@@ -14,10 +14,10 @@ from tests.unit.test_features_app import API_KEY, AUTH, SECRET, SMALL_CSV, post_
 
 from features_party import store
 from features_party.app import create_app
-from features_party.config import DEFAULT_OPTIONS, LearningConfig, TrainingConfig, TrainingOptions
 from features_party.jobs import TrainingRequest
-from labeldp.benchmarks import utility
-from labeldp.settings import Settings
+from labeldp.learning.config import DEFAULT_OPTIONS, LearningConfig, TrainingConfig, TrainingOptions
+from labeldp.service.settings import Settings
+from labeldp_research import utility
 
 
 def benchmark_default(seed: int) -> tuple[TrainingConfig, LearningConfig]:

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from labeldp.database import make_engine, make_session_factory
-from labeldp.http_api import ApiError
-from labeldp.idempotency import (
+from labeldp.errors import InvalidInput, LabelDPError
+from labeldp.service.database import make_engine, make_session_factory
+from labeldp.service.idempotency import (
     Claim,
     IdempotencyKeys,
     StoredResponse,
@@ -72,7 +72,7 @@ def test_without_a_key_every_request_has_its_effect(sessions: sessionmaker[Sessi
 def test_a_different_body_under_the_same_key_is_refused(sessions: sessionmaker[Session]) -> None:
     keys = IdempotencyKeys(KEYS, sessions)
     keys.execute("POST /x", "k1", request_fingerprint("a"), make_work(sessions))
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         keys.execute("POST /x", "k1", request_fingerprint("b"), make_work(sessions))
     assert exc.value.status_code == 422 and exc.value.code == "idempotency_key_reused"
     assert effects(sessions) == 1
@@ -89,9 +89,9 @@ def test_a_failed_request_leaves_the_key_free(sessions: sessionmaker[Session]) -
     keys = IdempotencyKeys(KEYS, sessions)
 
     def failing(claim: Claim | None) -> StoredResponse:
-        raise ApiError(422, "bad", "bad input")
+        raise InvalidInput("bad", "bad input")
 
-    with pytest.raises(ApiError):
+    with pytest.raises(LabelDPError):
         keys.execute("POST /x", "k1", "fp", failing)
     keys.execute("POST /x", "k1", "fp", make_work(sessions))
     assert effects(sessions) == 1
@@ -110,7 +110,7 @@ def test_a_concurrent_duplicate_gets_409_while_the_first_runs(sessions: sessionm
     t = threading.Thread(target=keys.execute, args=("POST /x", "k1", "fp", slow))
     t.start()
     assert started.wait(10)
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         keys.execute("POST /x", "k1", "fp", work)
     assert exc.value.status_code == 409 and exc.value.code == "idempotency_in_progress"
     assert exc.value.headers and "Retry-After" in exc.value.headers
@@ -129,7 +129,7 @@ def test_an_expired_claim_is_taken_over_and_the_loser_cannot_commit(sessions: se
     time.sleep(0.1)
     retry = keys.execute("POST /x", "k1", "fp", make_work(sessions, 2))
     assert not retry.replayed and retry.body == {"answer": 2}
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         make_work(sessions, 1)(stale)  # the effect and the completion share one transaction
     assert exc.value.status_code == 409
     assert effects(sessions) == 1
@@ -138,7 +138,7 @@ def test_an_expired_claim_is_taken_over_and_the_loser_cannot_commit(sessions: se
 
 @pytest.mark.parametrize("bad", ["", "x" * 201, "schlüssel", "tab\there"])
 def test_malformed_keys_are_refused(bad: str) -> None:
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(LabelDPError) as exc:
         idempotency_key(bad)
     assert exc.value.code == "invalid_idempotency_key"
 

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from tests.unit.test_features_app import API_KEY, SECRET, post_release, release_body, release_count, upload
 
 from features_party.app import create_app
-from labeldp.settings import Settings
+from labeldp.service.settings import Settings
 
 
 @pytest.fixture

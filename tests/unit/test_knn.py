@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
-from labeldp.benchmarks import knn
-from labeldp.benchmarks.knn import (
+from labeldp.mechanisms import LabelDomain, Laplace
+from labeldp_research import knn
+from labeldp_research.knn import (
     LaplaceKNNRegressor,
     knn_average,
     knn_average_reference,
@@ -18,7 +19,6 @@ from labeldp.benchmarks.knn import (
     theorem10_k,
     theorem10_threshold,
 )
-from labeldp.mechanisms import LabelDomain, Laplace
 
 UNIT = LabelDomain("real", -1.0, 1.0)
 

@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from features_party.config import PLAIN, LearningConfig, TrainingConfig
-from features_party.debiasing import (
+from labeldp.epsilon import to_micro_floor
+from labeldp.learning.config import PLAIN, LearningConfig, TrainingConfig
+from labeldp.learning.debiasing import (
     IDENTITY,
     LabelLaw,
     PostProcessing,
@@ -24,17 +25,16 @@ from features_party.debiasing import (
     private_mean,
     toward,
 )
-from features_party.regression import fit_private_regressor, release_detectability
-from features_party.selection import (
+from labeldp.learning.regression import fit_private_regressor, release_detectability
+from labeldp.learning.selection import (
     DETECTABLE_Z,
     MEAN_FALLBACK_Z,
     Selector,
     detectable_z,
     gains_over_anchor,
 )
-from labeldp.epsilon import to_micro_floor
 from labeldp.mechanisms import LabelDomain
-from labels_party.randomizer import randomize
+from labeldp.release.randomizer import randomize
 
 DOMAIN = LabelDomain("real", 0.0, 1.0)
 IDENTITY_ON_UNIT = LabelLaw("identity", 1.0, 0.0, 0.0, 1.0)  # labels as given, t in [0, 1]

@@ -20,16 +20,16 @@ from pydantic import BaseModel, TypeAdapter
 from tests.privacy.cases import CASES
 from tests.privacy.release_cases import release_pairs
 
-from features_party.debiasing import label_law
-from features_party.tasks import LabelTask
-from labeldp.benchmarks.utility import CLASSIFICATION_MECHANISMS, REGRESSION_MECHANISMS
+from labeldp.learning.debiasing import label_law
+from labeldp.learning.tasks import LabelTask
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.registry import ENTRIES, LABEL_TYPES, NAMES, REGISTRY, Entry, entry_for_spec, serving
+from labeldp.release.defaults import default_mechanism
+from labeldp.release.randomizer import MECHANISMS
 from labeldp.schema import CATEGORICAL_SPECS, MechanismSpec
-from labels_party.defaults import default_mechanism
-from labels_party.randomizer import MECHANISMS
+from labeldp_research.utility import CLASSIFICATION_MECHANISMS, REGRESSION_MECHANISMS
 
 EPSILON = 1.5
 DOMAIN = LabelDomain("real", 0.0, 5.0)

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.local_settings import both_parties
 
 from features_party.app import create_app as create_features_app
-from labeldp.logs import JsonFormatter, accepted_request_id, bound_request_id, current_request_id
-from labeldp.metrics import OUTBOX_METRICS_DIR, OUTBOX_STALE_SECONDS, OutboxMetricsFile, outbox_metrics
-from labeldp.settings import Settings
+from labeldp.service.logs import JsonFormatter, accepted_request_id, bound_request_id, current_request_id
+from labeldp.service.metrics import OUTBOX_METRICS_DIR, OUTBOX_STALE_SECONDS, OutboxMetricsFile, outbox_metrics
+from labeldp.service.settings import Settings
 from labels_party.app import create_app as create_labels_app
 
 LABELS_KEY = "labels-key-0123456789abcdef"
@@ -216,7 +216,7 @@ def test_the_metrics_scrape_reads_no_database(settings: Settings, labels: TestCl
 def test_the_outbox_heartbeat_is_its_healthcheck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from labeldp.metrics import _main, sender_alive
+    from labeldp.service.metrics import _main, sender_alive
 
     folder = tmp_path / OUTBOX_METRICS_DIR
     assert not sender_alive(folder, 300)
@@ -236,7 +236,7 @@ def test_the_outbox_heartbeat_is_its_healthcheck(tmp_path: Path, monkeypatch: py
 
 def test_the_outbox_measures_its_queue_from_the_catalogue(settings: Settings, labels: TestClient) -> None:
     """A release no sender has picked up yet: depth 1, its age, releases by status."""
-    from labeldp.database import make_session_factory
+    from labeldp.service.database import make_session_factory
     from labels_party.outbox import measure_queue
 
     auth = {"Authorization": f"Bearer {LABELS_KEY}", "X-Request-ID": "queue-trace"}

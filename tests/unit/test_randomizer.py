@@ -10,13 +10,13 @@ import pytest
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.registry import REGISTRY
-from labeldp.schema import CATEGORICAL_SPECS, LabelRelease, encode_payload, payload_digest
-from labels_party.randomizer import (
+from labeldp.release.randomizer import (
     MECHANISMS,
     RandomizerError,
     randomize,
     validate_public_prior,
 )
+from labeldp.schema import CATEGORICAL_SPECS, LabelRelease, encode_payload, payload_digest
 
 DOMAIN = LabelDomain("real", 0.0, 10.0)
 CLASSES = ["a", "b", "c", "d"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from features_party.config import LearningConfig, TrainingConfig
-from features_party.refit import fit_refit_regressor
-from features_party.regression import fit_private_regressor
+from labeldp.learning.config import LearningConfig, TrainingConfig
+from labeldp.learning.regression import fit_private_regressor
+from labeldp_research.refit import fit_refit_regressor
 
 
 def test_refit_trains_on_every_row_for_the_privately_selected_epochs():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from labeldp.settings import InsecureSettings, Settings, require_secrets
+from labeldp.service.settings import InsecureSettings, Settings, require_secrets
 from labeldp.signing import sign, verify
 from labels_party.app import create_app
 

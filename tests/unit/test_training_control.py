@@ -17,13 +17,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, inbox, jobs, models, store
-from features_party.config import TrainingConfig
-from features_party.loop import EpochReport
 from features_party.progress import LiveProgress, ProgressBoard
-from features_party.regression import fit_regressor
-from labeldp.database import make_engine, make_session_factory
-from labeldp.http_api import ApiError
+from labeldp.errors import LabelDPError
+from labeldp.learning.config import TrainingConfig
+from labeldp.learning.loop import EpochReport
+from labeldp.learning.regression import fit_regressor
 from labeldp.schema import EpsilonPart, LabelRelease, LaplaceSpec, PrivacyAccounting, encode_payload, payload_digest
+from labeldp.service.database import make_engine, make_session_factory
 from labeldp.specs.base import LabelDomainSpec
 
 N = 300
@@ -184,7 +184,7 @@ def test_a_running_training_stops_at_the_next_batch_and_leaves_no_model(sessions
     assert seen[-1] == (2, 2)  # not one batch more
     assert _models(sessions) == 0 and list(tmp_path.glob("models/*")) == []
     assert statuses == ["running", "cancelled"]
-    with pytest.raises(ApiError) as finished:
+    with pytest.raises(LabelDPError) as finished:
         jobs.cancel_training(sessions, ProgressBoard(), "t1")
     assert finished.value.status_code == 409 and finished.value.code == "training_finished"
 
@@ -215,7 +215,7 @@ def test_a_queued_training_is_cancelled_at_once_and_never_runs(sessions, tmp_pat
     jobs.run_training(_ctx(sessions, tmp_path, ProgressBoard(), statuses), "t1")
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.started_at is None and statuses == []
-    with pytest.raises(ApiError) as missing:
+    with pytest.raises(LabelDPError) as missing:
         jobs.cancel_training(sessions, ProgressBoard(), "nope")
     assert missing.value.status_code == 404
 
@@ -237,7 +237,7 @@ def test_a_full_queue_is_a_429_with_retry_after_and_creates_nothing(sessions, tm
         jobs.create_training(sessions, tmp_path, request, queue_max=2, retry_after=lambda: 42)
     with sessions() as s:
         before = s.scalar(select(func.count()).select_from(store.Training))
-    with pytest.raises(ApiError) as full:
+    with pytest.raises(LabelDPError) as full:
         jobs.create_training(sessions, tmp_path, request, queue_max=2, retry_after=lambda: 42)
     assert full.value.status_code == 429 and full.value.code == "training_queue_full"
     assert full.value.headers == {"Retry-After": "42"}
@@ -313,7 +313,7 @@ def test_trainings_list_in_creation_order_with_filters(sessions) -> None:
         for bad in (lambda: jobs.list_trainings(s, 10, None, status="done"),
                     lambda: jobs.list_trainings(s, 10, "garbage"),
                     lambda: jobs.list_trainings(s, 0, None)):
-            with pytest.raises(ApiError) as refused:
+            with pytest.raises(LabelDPError) as refused:
                 bad()
             assert refused.value.status_code == 422
 

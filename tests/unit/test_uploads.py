@@ -11,7 +11,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from labeldp.http_api import ApiError
+from labeldp.errors import LabelDPError
 from labels_party.uploads import LabelRules, media_type, parse_label_upload, read_batches, row_errors
 
 REAL = LabelRules("real", 0.0, 10.0)
@@ -77,7 +77,7 @@ def test_a_large_csv_is_read_in_several_chunks_with_rows_numbered_across_them(tm
 
 
 def test_unknown_media_type_and_broken_bodies_have_stable_codes(tmp_path: Path) -> None:
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(LabelDPError) as err:
         media_type("text/plain")
     assert (err.value.status_code, err.value.code) == (415, "unsupported_media_type")
     cases = [
@@ -90,13 +90,13 @@ def test_unknown_media_type_and_broken_bodies_have_stable_codes(tmp_path: Path) 
         ("application/json", b'{"ids": ["a"], "labels": [1, 2]}', "invalid_json"),
     ]
     for kind, body, code in cases:
-        with pytest.raises(ApiError) as err:
+        with pytest.raises(LabelDPError) as err:
             parse_label_upload(_write(tmp_path, "b", body), kind, REAL)
         assert err.value.code == code, (kind, body[:20])
 
 
 def test_a_csv_quoting_error_never_echoes_the_row(tmp_path: Path) -> None:
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(LabelDPError) as err:
         parse_label_upload(_write(tmp_path, "q.csv", b'id,label\n"7,987654.321\n'), "text/csv", REAL)
     assert err.value.code == "invalid_csv" and "987654" not in err.value.message
 

@@ -1,1 +1,1 @@
-"""The features party's Alembic migrations (env.py, versions/); run through labeldp.migrations."""
+"""The features party's Alembic migrations (env.py, versions/); run through labeldp.service.migrations."""

@@ -2,7 +2,7 @@
 
 Revision ID: ${up_revision}
 Revises: ${(down_revision or "none") | comma,n}
-Written by `make migrations` from the models (labeldp.migrations).
+Written by `make migrations` from the models (labeldp.service.migrations).
 """
 
 import sqlalchemy as sa

@@ -1,1 +1,1 @@
-"""The labels party's Alembic migrations (env.py, versions/); run through labeldp.migrations."""
+"""The labels party's Alembic migrations (env.py, versions/); run through labeldp.service.migrations."""

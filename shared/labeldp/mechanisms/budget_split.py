@@ -11,8 +11,8 @@ B·(ε₁ + √(k/n) + k/(ε₁·n)) for a k-point prior grid and n labels, mini
   prior's noise costs more than the budget moved away from the randomizer, whose
   gain is only O(ε₂²) there. 10% of ε is kept for the randomizer. Where the cap
   does not bind the two rules coincide.
-* ``"default"``: the rule bench/bench_prior_rules.py supports best — ``"bound"``
-  (bench/results/prior_rules.md: never worse than ``"thm7"`` beyond noise, up to
+* ``"default"``: the rule research/studies/prior_rules.py supports best — ``"bound"``
+  (research/results/prior_rules.md: never worse than ``"thm7"`` beyond noise, up to
   ~10% lower loss at small n·ε²).
 """
 

@@ -14,7 +14,7 @@ contract"), in one of three kinds:
 - ``matrix``: a categorical mechanism's K×K transition matrix T[y, ŷ] = Pr[ŷ | y].
 
 The features party derives everything it post-processes from this object (its
-regression label laws in ``features_party.debiasing``, forward correction from the
+regression label laws in ``labeldp.learning.debiasing``, forward correction from the
 matrix), so a mechanism states its law once, next to the code that samples it.
 """
 

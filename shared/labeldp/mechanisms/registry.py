@@ -5,8 +5,8 @@ class (which satisfies :class:`~labeldp.mechanisms.contract.Mechanism`), its wir
 and params model, the label types it serves, the prior its release needs and the ε
 band in which ``"auto"`` picks it. Derived from it: the wire schema's spec union
 (``labeldp.schema.MechanismSpec``), the labels party's randomizer and its default
-(``labels_party.randomizer``, ``labels_party.defaults``), the features party's label
-laws (``features_party.debiasing``) and forward correction, and the benchmark's
+(``labeldp.release.randomizer``, ``labeldp.release.defaults``), the features party's label
+laws (``labeldp.learning.debiasing``) and forward correction, and the benchmark's
 mechanism lists. Adding a mechanism is a class, a spec and one entry here;
 ``tests/unit/test_mechanism_contract.py`` then checks it end to end.
 """
@@ -50,7 +50,7 @@ CATEGORICAL = frozenset({"categorical"})
 LABEL_TYPES = ("real", "integer", "categorical")
 
 BINS_BELOW = 0.4
-"""``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε (labels_party.defaults says why)."""
+"""``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε (labeldp.release.defaults says why)."""
 UNBIASED_FROM = 6.4
 """``auto`` on real and integer labels: ``unbiased`` from this scaled ε on, ``rp_with_prior`` in between."""
 AUTO_REFERENCE_ROWS = 16_000

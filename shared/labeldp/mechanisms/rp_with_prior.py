@@ -49,7 +49,7 @@ Housing, 0.18 on Criteo). A wide near block raises the mechanism's own MSE but k
 each label (the law's slope grows, the debiased labels' variance falls), which is what
 learning needs at small ε; at large ε the near block is taken almost surely and a narrow
 one is more precise. Fitted for the default learning's test MSE on six data sets with
-leave-one-data-set-out validation (bench/results/rp_with_prior_zeta.md): out-of-set mean
+leave-one-data-set-out validation (research/results/rp_with_prior_zeta.md): out-of-set mean
 log regret 0.027 (re-run after the Norm-Sub prior and the integer grid rule; 0.023 at first)
 against the best fraction of {0.05, 0.1, 0.2, 0.3} per cell, where the earlier constant 0.05
 (chosen for the mechanism's MSE) had 0.209 and the best constant 0.105."""
@@ -443,7 +443,7 @@ class RPWithPriorParams(Params):
     to flat on the domain whatever the labels are, and [A₁, A₂] spans it. The histogram
     prior spends the same ε₁ on k counts instead. Its fitted mechanism's exact MSE is lower
     on every benchmark set at every ε ≤ 4 (0.02–0.9 of Alg. 3's; counts, skewed in
-    [0, 30]: 0.02) and equal at 8 (bench/results/rp_with_prior_prior.md).
+    [0, 30]: 0.02) and equal at 8 (research/results/rp_with_prior_prior.md).
     """
 
     zeta: float | None = Field(None, gt=0, allow_inf_nan=False)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: none
-Written by `make migrations` from the models (labeldp.migrations).
+Written by `make migrations` from the models (labeldp.service.migrations).
 """
 
 import sqlalchemy as sa

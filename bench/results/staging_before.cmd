@@ -1,1 +1,0 @@
-"`python bench/bench_staging.py --sizes 1000000,3000000,10000000 --table-row-group 65536 --partition-rows=- --out bench/results/staging_before.md`, 2026-11-24 17:39 UTC"

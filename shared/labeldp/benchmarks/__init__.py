@@ -1,1 +1,0 @@
-"""Benchmark library behind ``labeldp bench``: data sets, protocol runner, tables and plots."""

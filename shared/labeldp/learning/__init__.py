@@ -1,0 +1,1 @@
+"""The training engine: configuration, one epoch loop, networks, debiasing, staging, export."""

@@ -1,0 +1,481 @@
+"""The training loop both tasks share: split, preprocess, optimize, report every epoch.
+
+What differs between regression and classification is an :class:`Objective` (head,
+per-row loss, how losses are reported). The rows that validate are drawn from the seed
+before any target is looked at (:func:`make_plan`).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import nn
+
+from labeldp.learning.config import OPTIMIZERS, SCHEDULES, TrainingConfig
+from labeldp.learning.device import resolve_device
+from labeldp.learning.loader import RowGroupLoader
+from labeldp.learning.networks import MLP, PREDICT_CHUNK
+from labeldp.learning.precision import MixedPrecision
+from labeldp.learning.preprocessing import Preprocessor
+from labeldp.learning.staging import TARGET, StagedRelease
+
+
+def learning_rate_at(config: TrainingConfig, epoch: int, step: int, steps_per_epoch: int) -> float:
+    """The learning rate of batch ``step`` (0-based) of ``epoch`` (1-based) under ``config.schedule``."""
+    lr = config.learning_rate
+    if config.schedule == "step":
+        return lr * config.step_factor ** ((epoch - 1) // config.step_epoch)
+    if config.schedule == "cosine":
+        total = max(1, config.epochs * steps_per_epoch)
+        t = (epoch - 1) * steps_per_epoch + step
+        return lr * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
+    return lr
+
+
+
+def make_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "rmsprop":
+        return torch.optim.RMSprop(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one finished epoch reports.
+
+    Regression: losses are MSE in label units, accuracies are ``None``.
+    Classification: losses are cross-entropy (nats) against the privatized labels
+    (with forward correction: of the privatized-label model softmax(f)·T), and
+    accuracies compare the predicted class (argmax of softmax(f)) with them.
+    """
+
+    epoch: int
+    epochs: int
+    train_loss: float
+    val_loss: float | None
+    seconds: float
+    train_accuracy: float | None = None
+    val_accuracy: float | None = None
+    selection_loss: float | None = None
+
+    def as_history(self) -> dict[str, Any]:
+        """One history entry; regression entries keep their original three keys.
+
+        ``selection_loss`` (private model selection's estimate for this epoch, see
+        :mod:`labeldp.learning.selection`) is added when there is one.
+        """
+        entry: dict[str, Any] = {"epoch": self.epoch, "train_loss": self.train_loss, "val_loss": self.val_loss}
+        if self.train_accuracy is not None:
+            entry["train_accuracy"] = self.train_accuracy
+            entry["val_accuracy"] = self.val_accuracy
+        if self.selection_loss is not None:
+            entry["selection_loss"] = self.selection_loss
+        return entry
+
+
+
+@runtime_checkable
+class BatchListener(Protocol):
+    """An ``on_epoch`` callback that also wants each batch (the service's progress and cancel, see
+    :mod:`features_party.jobs`): ``on_batch(epoch, step, steps)`` runs after every optimizer step, with
+    ``step`` of ``steps`` counted from 1; raising there stops the training at that batch boundary."""
+
+    def __call__(self, report: EpochReport) -> None: ...
+
+    def on_batch(self, epoch: int, step: int, steps: int) -> None: ...
+
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What differs between the tasks: the network's head, the per-row loss, how losses are reported."""
+
+    network: Callable[[int, list[int]], MLP]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # per-row losses
+    loss_scale: float = 1.0  # reported loss = mean loss × this (label units for regression)
+    accuracy: bool = False
+
+
+
+def squared_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (out - y) ** 2
+
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Decided before any target is looked at: seed, device, which rows train and which validate."""
+
+    seed: int
+    device: str
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+
+
+
+def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    if n < 1:
+        raise ValueError("no rows to train on")
+    n_val = int(math.floor(n * fraction))
+    if fraction > 0 and n >= 2:
+        n_val = min(max(n_val, 1), n - 1)
+    order = rng.permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+
+def make_plan(n_rows: int, config: TrainingConfig) -> Plan:
+    if config.epochs < 1 or config.batch_size < 1:
+        raise ValueError("epochs and batch_size must be positive")
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}")
+    if config.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}")
+    if config.step_epoch < 1 or not 0 < config.step_factor <= 1:
+        raise ValueError("step_epoch must be >= 1 and step_factor in (0, 1]")
+    if not 0 <= config.validation_fraction < 1:
+        raise ValueError("validation_fraction must be in [0, 1)")
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    seed = config.seed if config.seed is not None else secrets.randbits(63)
+    train_idx, val_idx = _split(n_rows, config.validation_fraction, np.random.default_rng(seed))
+    return Plan(seed, resolve_device(config.device), train_idx, val_idx)
+
+
+
+@dataclass
+class Fitted:
+    model: MLP
+    preprocessor: Preprocessor
+    history: list[dict[str, Any]]
+    n_train: int
+    n_validation: int
+    config: dict[str, Any]
+
+    def trained(self, plan: Plan) -> dict[str, Any]:
+        """The keyword arguments every trained model takes."""
+        return {
+            "device": plan.device,
+            "history": self.history,
+            "n_train": self.n_train,
+            "n_validation": self.n_validation,
+            "config": self.config,
+        }
+
+
+
+def fit_network(
+    table: pa.Table,
+    targets: np.ndarray,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+) -> Fitted:
+    """Fit the preprocessor on training rows, run the optimizer for ``config.epochs``, report every epoch.
+
+    ``targets`` has one entry per row of ``table``, already in the form the loss takes.
+    ``inspect(epoch, validation_outputs, model)`` runs after each epoch (before
+    ``on_epoch``) with the network's raw outputs on the validation rows; the float
+    it returns is reported as the epoch's ``selection_loss``.
+    """
+    device = plan.device
+    train_table = table.take(pa.array(plan.train_idx))
+    pre = Preprocessor.fit(train_table)
+
+    def tensors(idx: np.ndarray, part: pa.Table | None = None) -> tuple[torch.Tensor, ...]:
+        num, cat = pre.transform(part if part is not None else table.take(pa.array(idx)))
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in (num, cat, targets[idx]))
+
+    x_tr, c_tr, y_tr = tensors(plan.train_idx, train_table)
+    validation = tensors(plan.val_idx) if len(plan.val_idx) else None
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = make_optimizer(model, config)
+    shuffle = torch.Generator().manual_seed(plan.seed)
+    history: list[dict[str, Any]] = []
+    n_train = len(plan.train_idx)
+    steps_per_epoch = math.ceil(n_train / config.batch_size)
+    current_lr = config.learning_rate
+    on_batch = on_epoch.on_batch if isinstance(on_epoch, BatchListener) else None
+    amp = MixedPrecision(config.precision, device)
+    meter = Throughput()
+
+    for epoch in range(1, config.epochs + 1):
+        started = time.perf_counter()
+        model.train()
+        order = torch.randperm(n_train, generator=shuffle).to(device)
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        for step, start in enumerate(range(0, n_train, config.batch_size)):
+            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
+            if lr != current_lr:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                current_lr = lr
+            batch = order[start : start + config.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            with amp.autocast():
+                out = model(x_tr[batch], c_tr[batch])
+            loss = objective.loss(out.float(), y_tr[batch]).mean()
+            amp.step(loss, optimizer)
+            total += loss.detach().double() * len(batch)
+            if objective.accuracy:
+                correct += (out.detach().argmax(dim=1) == y_tr[batch]).sum()
+            if on_batch is not None:
+                on_batch(epoch, step + 1, steps_per_epoch)
+        meter.add(n_train, time.perf_counter() - started)
+        train_loss = float(total.item()) / n_train * objective.loss_scale
+        train_acc = float(correct.item()) / n_train if objective.accuracy else None
+        val_loss, val_acc = evaluate(model, objective, *validation) if validation is not None else (None, None)
+        selection_loss = None
+        if inspect is not None:
+            outputs = raw_outputs(model, *validation[:2]) if validation is not None else np.empty((0,))
+            selection_loss = inspect(epoch, outputs, model)
+        elapsed = time.perf_counter() - started
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
+        history.append(report.as_history())
+        if on_epoch is not None:
+            on_epoch(report)
+
+    model.eval()
+    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision)}
+    return Fitted(model, pre, history, n_train, len(plan.val_idx), run)
+
+
+class Throughput:
+    """Training rows per second over the optimizer passes (evaluation excluded), for the model card."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.seconds = 0.0
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.rows += rows
+        self.seconds += seconds
+
+    def card(self, device: str, precision: str, workers: int = 1) -> dict[str, Any]:
+        """``device``, ``precision``, ``workers`` and ``rows_per_second``, as the model file records them."""
+        rate = self.rows / self.seconds if self.seconds > 0 else None
+        return {"device": device, "precision": precision, "workers": workers, "rows_per_second": rate}
+
+
+
+def raw_outputs(model: MLP, x: torch.Tensor, c: torch.Tensor) -> np.ndarray:
+    """The network's outputs on held-out rows (float64, on the CPU), in chunks."""
+    model.eval()
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, x.shape[0], PREDICT_CHUNK):
+            stop = start + PREDICT_CHUNK
+            chunks.append(model(x[start:stop], c[start:stop]).double().cpu().numpy())
+    return np.concatenate(chunks) if chunks else np.empty((0,))
+
+
+
+def evaluate(
+    model: MLP, objective: Objective, x: torch.Tensor, c: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float | None]:
+    """Mean reported loss and (classification) accuracy over held-out rows, in chunks."""
+    model.eval()
+    total, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(y), PREDICT_CHUNK):
+            stop = start + PREDICT_CHUNK
+            out = model(x[start:stop], c[start:stop])
+            total += float(objective.loss(out, y[start:stop]).double().sum().item())
+            if objective.accuracy:
+                correct += int((out.argmax(dim=1) == y[start:stop]).sum().item())
+    accuracy = correct / len(y) if objective.accuracy else None
+    return total / len(y) * objective.loss_scale, accuracy
+
+
+
+def check_targets(values: np.ndarray, n_rows: int, what: str) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape != (n_rows,):
+        raise ValueError(f"{what} must have one value per row")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what} must be finite")
+    return values
+
+
+
+def standardize(targets: np.ndarray, train_idx: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(mean, std, standardized float32 targets), the statistics from training rows only."""
+    mean = float(targets[train_idx].mean())
+    std = float(targets[train_idx].std())
+    std = std if std > 1e-12 else 1.0
+    return mean, std, ((targets - mean) / std).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where this process sits in a data-parallel training; one process is rank 0 of 1.
+
+    With ``world > 1`` the process group must be initialized (:mod:`labeldp.learning.distributed`).
+    """
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def fit_streamed(
+    staged: StagedRelease,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Fitted:
+    """:func:`fit_network` over a staged release streamed in row groups (regression or, with an
+    ``accuracy`` objective, classification: the staged targets are then class indices).
+
+    Every worker builds the same initial network from the seed; with ``workers.world >
+    1`` it is wrapped in DistributedDataParallel and each worker trains on its share of
+    the row groups with ``batch_size / world`` rows per step, so a step still sees
+    ``batch_size`` rows in all. The main worker alone evaluates the validation rows (in
+    file order, the same array a single process sees), calls ``inspect`` and
+    ``on_epoch``, and ``checkpoint(state)`` after each epoch, ``state`` holding the
+    epoch, the model's and the optimizer's (and fp16's scaler's) state and the history
+    as plain types. ``resume`` (such a state) continues after its epoch: every epoch's
+    data order comes from (seed, epoch), so a resumed training is the uninterrupted one.
+    """
+    workers = workers or Workers()
+    device = plan.device
+    pre = staged.preprocessor
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = make_optimizer(model, config)
+    amp = MixedPrecision(config.precision, device)
+    history: list[dict[str, Any]] = []
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if amp.scaler is not None and resume.get("scaler"):
+            amp.scaler.load_state_dict(resume["scaler"])
+        history, first = list(resume["history"]), int(resume["epoch"]) + 1
+    trained: nn.Module = model
+    if workers.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.device(device).index or 0] if device != "cpu" else None
+        trained = DistributedDataParallel(model, device_ids=ids)
+    local_batch = max(1, math.ceil(config.batch_size / workers.world))
+    loader = RowGroupLoader(
+        staged.train_path, pre, local_batch,
+        target_mean=staged.target_mean, target_std=staged.target_std,
+        buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
+        rank=workers.rank, world=workers.world, device=device, class_targets=objective.accuracy,
+    )
+    steps_per_epoch = loader.steps_per_epoch(1)
+    # Batch progress (and a cancel between batches) where the listener lives: the main worker.
+    on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
+    meter = Throughput()
+    if resume is not None and resume.get("throughput"):  # the rows and seconds of the epochs before the restart
+        meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
+    current_lr = optimizer.param_groups[0]["lr"]
+    for epoch in range(first, config.epochs + 1):
+        started = time.perf_counter()
+        trained.train()
+        total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
+        for step, (x, c, y) in enumerate(loader.batches(epoch)):
+            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
+            if lr != current_lr:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                current_lr = lr
+            optimizer.zero_grad(set_to_none=True)
+            with amp.autocast():
+                out = trained(x, c)
+            losses = objective.loss(out.float(), y)
+            amp.step(losses.sum() / max(len(y), 1), optimizer)
+            total[0] += losses.detach().double().sum()
+            total[1] += len(y)
+            if objective.accuracy:
+                total[2] += (out.detach().argmax(dim=1) == y).sum()
+            if on_batch is not None:
+                on_batch(epoch, step + 1, steps_per_epoch)
+        if workers.world > 1:
+            torch.distributed.all_reduce(total)
+        meter.add(staged.n_train, time.perf_counter() - started)
+        rows = max(float(total[1].item()), 1.0)
+        train_loss = float(total[0].item()) / rows * objective.loss_scale
+        train_acc = float(total[2].item()) / rows if objective.accuracy else None
+        val_loss, val_acc, selection_loss = None, None, None
+        if workers.is_main:
+            outputs, val_loss, val_acc = streamed_validation(model, objective, staged, device)
+            if inspect is not None:
+                selection_loss = inspect(epoch, outputs, model)
+        elapsed = time.perf_counter() - started
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
+        history.append(report.as_history())
+        if workers.is_main:
+            if checkpoint is not None:
+                checkpoint({
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
+                    "history": list(history), "world": workers.world,
+                    "throughput": {"rows": meter.rows, "seconds": meter.seconds},
+                })
+            if on_epoch is not None:
+                on_epoch(report)
+    model.eval()
+    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision, workers.world)}
+    run["resumed_after_epoch"] = first - 1  # 0: trained in one go
+    return Fitted(model, pre, history, staged.n_train, staged.n_validation, run)
+
+
+def streamed_validation(
+    model: MLP, objective: Objective, staged: StagedRelease, device: str
+) -> tuple[np.ndarray, float | None, float | None]:
+    """(raw outputs, reported loss, accuracy for classifiers) over the validation rows, one row group
+    at a time in file order."""
+    if staged.n_validation == 0:
+        return np.empty((0,)), None, None
+    source = pq.ParquetFile(staged.validation_path)
+    outputs: list[np.ndarray] = []
+    total, correct = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for i in range(source.metadata.num_row_groups):
+            table = source.read_row_group(i)
+            numeric, categorical = staged.preprocessor.transform(table.drop_columns([TARGET]))
+            staged_targets = table.column(TARGET).to_numpy()
+            if objective.accuracy:  # class indices
+                y = torch.from_numpy(staged_targets.astype(np.int64)).to(device)
+            else:
+                y = torch.from_numpy(((staged_targets - staged.target_mean) / staged.target_std).astype(np.float32))
+                y = y.to(device)
+            x, c = torch.from_numpy(numeric).to(device), torch.from_numpy(categorical).to(device)
+            for start in range(0, len(y), PREDICT_CHUNK):
+                stop = start + PREDICT_CHUNK
+                out = model(x[start:stop], c[start:stop])
+                total += float(objective.loss(out, y[start:stop]).double().sum().item())
+                if objective.accuracy:
+                    correct += int((out.argmax(dim=1) == y[start:stop]).sum().item())
+                outputs.append(out.double().cpu().numpy())
+    accuracy = correct / staged.n_validation if objective.accuracy else None
+    return np.concatenate(outputs), total / staged.n_validation * objective.loss_scale, accuracy

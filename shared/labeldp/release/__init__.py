@@ -1,0 +1,1 @@
+"""The release pipeline: pick the mechanism, obtain its prior, fit it, privatize."""

@@ -1,0 +1,1 @@
+"""The service plumbing both services share: settings, database, HTTP edge, logs, metrics."""

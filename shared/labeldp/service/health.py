@@ -1,0 +1,46 @@
+"""Readiness of both services: ``/readyz`` answers 200 only while the database answers.
+
+``/healthz`` stays a liveness probe (the process serves HTTP): a supervisor restarts a
+service that fails it, which would not help while the database is down. ``/readyz`` is
+what load balancers and compose healthchecks ask: ``SELECT 1`` within the connect timeout,
+else 503 ``database_unavailable`` with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+
+from labeldp.service.database import ping
+from labeldp.service.http_api import database_unavailable_response
+
+log = logging.getLogger("labeldp.service.health")
+
+
+async def database_ready(engine: Engine, timeout_seconds: float) -> bool:
+    """Whether ``SELECT 1`` succeeds within ``timeout_seconds``."""
+    try:
+        # An executor future, not anyio's thread: a cancelled wait must not block on a hung driver.
+        pending = asyncio.get_running_loop().run_in_executor(None, ping, engine)
+        await asyncio.wait_for(pending, timeout=timeout_seconds)
+        return True
+    except TimeoutError:
+        log.warning("readiness: database did not answer within %.1f s", timeout_seconds)
+        return False
+    except Exception as exc:  # any failure to answer means not ready; the type only, never a message
+        log.warning("readiness: database unavailable (%s)", type(exc).__name__)
+        return False
+
+
+def mount_readiness(app: FastAPI, engine: Engine, timeout_seconds: float) -> None:
+    """Add ``GET /readyz`` (unauthenticated, like ``/healthz``) to ``app``."""
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        if await database_ready(engine, timeout_seconds):
+            return JSONResponse({"status": "ready", "database": "ok"})
+        return database_unavailable_response()

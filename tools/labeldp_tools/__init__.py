@@ -1,0 +1,1 @@
+"""The tools above both services: the CLI, the demo, the local stack, progress bars."""
