@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from labeldp.epsilon import (
     InvalidEpsilon,
-    delta_units_ceil,
+    delta_units_floor,
     exact_micro,
     from_delta_units,
     from_micro,
@@ -45,7 +45,7 @@ class PrivacyDomainCreate(BaseModel):
 
 def budget_of(epsilon: object, delta: object) -> tuple[int, int]:
     try:
-        return exact_micro(epsilon), delta_units_ceil(delta)  # type: ignore[arg-type]
+        return exact_micro(epsilon), delta_units_floor(delta)  # type: ignore[arg-type]
     except InvalidEpsilon as exc:
         raise InvalidInput("invalid_epsilon", str(exc)) from exc
 

@@ -89,13 +89,22 @@ DELTA_UNIT = Decimal("1e-15")
 MAX_DELTA = 0.5
 
 
-def delta_units_ceil(delta: float) -> int:
-    """δ → integer units of 10⁻¹⁵, rounded up: a δ charge never under-counts."""
+def _delta_units(delta: float, rounding: str) -> int:
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta):
         raise InvalidEpsilon("delta must be a finite number")
     if not (0 <= delta <= MAX_DELTA):
         raise InvalidEpsilon(f"delta must be between 0 and {MAX_DELTA}")
-    return int((Decimal(repr(float(delta))) / DELTA_UNIT).to_integral_value(rounding=ROUND_CEILING))
+    return int((Decimal(repr(float(delta))) / DELTA_UNIT).to_integral_value(rounding=rounding))
+
+
+def delta_units_ceil(delta: float) -> int:
+    """δ → integer units of 10⁻¹⁵, rounded up: a δ charge never under-counts."""
+    return _delta_units(delta, ROUND_CEILING)
+
+
+def delta_units_floor(delta: float) -> int:
+    """δ → integer units of 10⁻¹⁵, rounded down: a δ budget never grows in storage."""
+    return _delta_units(delta, ROUND_FLOOR)
 
 
 def from_delta_units(units: int) -> float:

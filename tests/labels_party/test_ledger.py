@@ -129,6 +129,22 @@ def test_delta_is_budgeted_per_id(database_url: str, tmp_path: Path) -> None:
     release(ctx, ls, 1, "laplace")  # pure ε releases still fit
 
 
+@pytest.mark.parametrize(("budget", "stored_units"), [(1e-16, 0), (1.5e-15, 1), (2e-15, 2), (2.9999e-15, 2)])
+def test_delta_budgets_round_down(database_url: str, tmp_path: Path, budget: float, stored_units: int) -> None:
+    # Charges round up and budgets round down (issue 24): a domain created with δ = 1e-16
+    # stores 0 units and refuses any Gaussian release; 1.5e-15 stores 1e-15, never 2e-15.
+    ctx = make_ctx(database_url, tmp_path)
+    new_domain(ctx, "tiny", epsilon=100, delta=budget)
+    with ctx.sessions() as session:
+        row = session.scalars(select(PrivacyDomainRow).where(PrivacyDomainRow.name == "tiny")).one()
+        assert row.delta_budget_units == stored_units
+    ls = labeled_set(ctx, tmp_path, "tiny", ["a", "b"])
+    charge = 9e-16 if stored_units == 0 else stored_units * 1e-15 + 1e-16  # rounds up to stored_units + 1
+    with pytest.raises(LabelDPError) as exc:
+        release(ctx, ls, 1, "gaussian", params={"delta": charge})
+    assert exc.value.code == "budget_exhausted"
+
+
 def test_concurrent_releases_never_overspend_any_id(database_url: str, tmp_path: Path) -> None:
     # 200 releases over three overlapping label sets of one domain, 8 at a time.
     ctx = make_ctx(database_url, tmp_path)
