@@ -144,7 +144,7 @@ def test_cli_runs_the_protocol_on_a_users_file_and_resumes(tmp_path, capsys):
     assert summary["dataset"] == "sales" and summary["trials"] == 2
     assert str(SECRET) not in md and str(SECRET) not in printed
 
-    assert main(args) == 0
+    assert bench_main(args) == 0
     assert "[sales] 0 cells computed, 4 cached" in capsys.readouterr().out
     # the re-render of its JSON works like the built-in sets'
     assert bench_main(["report", str(tmp_path / "results" / "utility_sales.json")]) == 0
