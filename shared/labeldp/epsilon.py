@@ -127,7 +127,7 @@ def split_budget(
 
     Default ε₁ follows ``labeldp.mechanisms.budget_split.prior_epsilon``: √(k/n)
     (Ghazi et al. 2023, Thm 7) capped so the randomizer keeps at least 10% of ε
-    (research/results/prior_rules.md; ``rule="thm7"`` caps at half instead). ε₁ is
+    (docs/decisions/0005-prior-budget-split.md; ``rule="thm7"`` caps at half instead). ε₁ is
     rounded down and ε₂ is what remains, so ε₁ + ε₂ equals the charge exactly. A
     caller-chosen ``prior_micro`` (0 for a public prior) must leave ε₂ > 0.
     """

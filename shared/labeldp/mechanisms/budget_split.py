@@ -4,16 +4,15 @@ Ghazi et al. (2023, Thm 7) bound the excess loss of the two-step randomizer by
 B·(ε₁ + √(k/n) + k/(ε₁·n)) for a k-point prior grid and n labels, minimized at
 ε₁ = √(k/n) — valid while √(k/n) < ε. Rules (pure functions of public k, n, ε):
 
-* ``"thm7"``: min(√(k/n), ε/2) — the paper's choice, capped at half of ε (the
-  split labeldp.epsilon.split_budget used so far).
+* ``"thm7"``: min(√(k/n), ε/2) — the paper's choice, capped at half of ε.
 * ``"bound"``: min(√(k/n), 0.9·ε) — the same bound followed past the half-way cap.
   When √(k/n) > ε/2 (small n·ε²), ε₁ + k/(ε₁·n) is still decreasing at ε/2: the
   prior's noise costs more than the budget moved away from the randomizer, whose
   gain is only O(ε₂²) there. 10% of ε is kept for the randomizer. Where the cap
   does not bind the two rules coincide.
-* ``"default"``: the rule research/studies/prior_rules.py supports best — ``"bound"``
-  (research/results/prior_rules.md: never worse than ``"thm7"`` beyond noise, up to
-  ~10% lower loss at small n·ε²).
+* ``"default"``: ``"bound"``.
+
+Decided in docs/decisions/0005-prior-budget-split.md.
 """
 
 from __future__ import annotations

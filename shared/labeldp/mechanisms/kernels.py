@@ -61,8 +61,8 @@ def _clipped_additive_kernel(labels, low, high, step, n_steps, table, g, words, 
     Pass 1 only gathers each word's alias-table entry into ``packed``; pass 2 does
     everything else (``table_resolve``, sign, snap, clip, map back). Split, pass 2
     has no load that depends on a word and compiles to SIMD, and pass 1 is a tight
-    loop whose independent loads overlap; fused, neither happens (3-4× on an AMD
-    EPYC: bench/results/privatize_speed_epyc.md). Same words, same outputs.
+    loop whose independent loads overlap; fused, neither happens. Same words, same
+    outputs. Decided in docs/decisions/0009-two-pass-privatize-kernels.md.
     """
     one = np.uint64(1)
     for i in range(labels.size):

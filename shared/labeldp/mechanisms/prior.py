@@ -21,7 +21,8 @@ from labeldp.specs.base import LabelDomainSpec, NoisyPrior
 
 MIN_REAL_GRID = 16
 MAX_REAL_GRID = 256
-# Prior grid points per bin the mechanism is expected to use (see real_grid_size).
+# Prior grid points per bin the mechanism is expected to use (see real_grid_size;
+# decided in docs/decisions/0003-prior-grid-size.md).
 GRID_POINTS_PER_BIN = 4
 
 
@@ -86,9 +87,8 @@ def expected_bins(epsilon: float) -> float:
     """m̂(ε) = max(2, e^{ε/3}): how many bins optimal RR-on-Bins uses at ε for a uniform prior.
 
     Why e^{ε/3}: with m equal bins over a width W the loss is about
-    W²/(12m²) (own bin) + e^{−ε}·m·W²/3 (the others), minimal at m ∝ e^{ε/3}; the
-    exact DP on a uniform prior agrees (2 bins up to ε = 2, 4 at 4, 15 at 8, 57 at 12),
-    and so do the Housing and conversion priors (research/results/prior_rules.md).
+    W²/(12m²) (own bin) + e^{−ε}·m·W²/3 (the others), minimal at m ∝ e^{ε/3}.
+    Decided in docs/decisions/0003-prior-grid-size.md.
     """
     epsilon = check_epsilon(epsilon)
     return max(2.0, math.exp(epsilon / 3.0))
@@ -102,11 +102,9 @@ def real_grid_size(n_labels: int, epsilon: float | None = None) -> int:
       this is the rule.
     * With ε: k = clip(round(4·m̂(ε)), 16, cap(n)) — about four grid points per bin
       the mechanism will use (m̂ = :func:`expected_bins`), at least 16. A finer grid
-      only adds noisy cells, a coarser one cannot place the bins. In
-      research/results/prior_rules.md (Housing and conversion values, n = 10³…10⁵,
-      ε = 0.05…8) its loss is on average 1.0% above the best (kind, k, ε₁) of a
-      sweep over k = 8…1024 (worst 18%, at ε = 0.05, n = 1000), the n-only rule's
-      3.2% (worst 43%); with the "bound" ε₁ of budget_split, 0.5% (worst 6%).
+      only adds noisy cells, a coarser one cannot place the bins.
+
+    Decided in docs/decisions/0003-prior-grid-size.md.
     """
     if n_labels < 0:
         raise ValueError("n_labels must be >= 0")
@@ -142,14 +140,13 @@ def default_grid(
     clip(round(4·n^(1/3)), 16, 256) — and then
 
     * real domain: k points from low to high (both ends included). ``kind`` "uniform"
-      (default: robust on every benchmark data set) or "log" (:func:`log_grid`; finer
-      near ``low``, for heavy-tailed labels such as conversion values);
+      (default) or "log" (:func:`log_grid`; finer near ``low``, for heavy-tailed labels
+      such as conversion values);
     * integer domain: :func:`integer_grid`, every integer when the domain has at most
-      k, else k evenly spaced integers (``kind`` is ignored). Every integer regardless
-      of k was the rule before: on the ``counts`` set (Poisson labels in [0, 30]) its
-      31 noisy cells gave RR-on-Bins 1.34× the loss of the sweep's best grid on
-      geometric mean over n and ε, this rule 1.20× (3.3× against 1.5× at n = 1 000,
-      ε = 0.05; research/results/prior_rules.md) — the grid-noise trade-off of real domains.
+      k, else k evenly spaced integers (``kind`` is ignored): the grid-noise trade-off
+      of real domains.
+
+    Decided in docs/decisions/0003-prior-grid-size.md and docs/decisions/0004-integer-prior-grid.md.
     """
     if n_labels < 0:
         raise ValueError("n_labels must be >= 0")

@@ -50,7 +50,8 @@ CATEGORICAL = frozenset({"categorical"})
 LABEL_TYPES = ("real", "integer", "categorical")
 
 BINS_BELOW = 0.4
-"""``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε (labeldp.release.defaults says why)."""
+"""``auto`` on real and integer labels: ``rr_on_bins`` below this scaled ε.
+Decided in docs/decisions/0001-auto-regression-bands.md."""
 UNBIASED_FROM = 6.4
 """``auto`` on real and integer labels: ``unbiased`` from this scaled ε on, ``rp_with_prior`` in between."""
 AUTO_REFERENCE_ROWS = 16_000

@@ -43,16 +43,9 @@ from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RP
 ZETA_SCALE = 0.4
 ZETA_FRACTIONS = (0.05, 0.2)
 """ζ defaults to clip(0.4/ε, 0.05, 0.2)·(high − low), ε the randomizer's: 0.2 of the range up to
-ε = 2, 0.1 at 4, 0.05 from 8 on. The paper has no single default: §5 says ζ = 10⁻⁴, Table 5
-tunes ζ per data set for test MSE after training (0.4 of the range on Crime, 0.1–0.45 on
-Housing, 0.18 on Criteo). A wide near block raises the mechanism's own MSE but keeps more of
-each label (the law's slope grows, the debiased labels' variance falls), which is what
-learning needs at small ε; at large ε the near block is taken almost surely and a narrow
-one is more precise. Fitted for the default learning's test MSE on six data sets with
-leave-one-data-set-out validation (research/results/rp_with_prior_zeta.md): out-of-set mean
-log regret 0.027 (re-run after the Norm-Sub prior and the integer grid rule; 0.023 at first)
-against the best fraction of {0.05, 0.1, 0.2, 0.3} per cell, where the earlier constant 0.05
-(chosen for the mechanism's MSE) had 0.209 and the best constant 0.105."""
+ε = 2, 0.1 at 4, 0.05 from 8 on. A wide near block keeps more of each label (what learning
+needs at small ε); at large ε a narrow one is more precise. The paper has no single default
+(Table 5 tunes ζ per data set). Decided in docs/decisions/0006-rp-with-prior-zeta.md."""
 
 
 def default_zeta_fraction(epsilon: float) -> float:
@@ -437,13 +430,10 @@ class RPWithPriorParams(Params):
     ``sigma`` (Alg. 3's bin width, label units; None: the noised labels' standard
     deviation), only with "noised_labels".
 
-    Why the histogram by default: Alg. 3 adds Laplace noise of scale (high − low)/ε₁ to
-    every label, and at the ε₁ a release can spare (√(k/n), 0.003–0.4 on the benchmark
-    sets) that noise is many domain widths wide, so the noised labels' histogram is close
-    to flat on the domain whatever the labels are, and [A₁, A₂] spans it. The histogram
-    prior spends the same ε₁ on k counts instead. Its fitted mechanism's exact MSE is lower
-    on every benchmark set at every ε ≤ 4 (0.02–0.9 of Alg. 3's; counts, skewed in
-    [0, 30]: 0.02) and equal at 8 (research/results/rp_with_prior_prior.md).
+    Why the histogram by default: at the ε₁ a release can spare, Alg. 3's noise of scale
+    (high − low)/ε₁ is many domain widths wide and its histogram close to flat; the
+    histogram prior spends the same ε₁ on k counts instead.
+    Decided in docs/decisions/0007-rp-with-prior-histogram-prior.md.
     """
 
     zeta: float | None = Field(None, gt=0, allow_inf_nan=False)

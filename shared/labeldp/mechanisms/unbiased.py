@@ -67,9 +67,9 @@ from labeldp.specs.unbiased import TRANSITION_DENOMINATOR, UnbiasedSpec
 
 DEFAULT_GRID_SIZE = 33
 MIN_GRID_SIZE = 2
-# K·2^53 must stay below 2^63 (flattened cumulative table), but the LP is the real limit:
-# K = 129 solves in ~10 s on one loaded core, K = 256 took 13–71 s (ε = 0.5, 4). One limit
-# for the API and for direct use (UnbiasedParams).
+# K·2^53 must stay below 2^63 (flattened cumulative table), but the LP's time is the real
+# limit. One limit for the API and for direct use (UnbiasedParams).
+# Decided in docs/decisions/0008-unbiased-grid-limit.md.
 MAX_GRID_SIZE = 129
 MAX_OUTPUT_SIZE = 4096
 LP_MARGIN = 1e-4
