@@ -8,7 +8,7 @@ requested with no options runs exactly the recipe the benchmark's default
 configuration was measured with (docs/architecture.md, "Benchmark protocol"):
 Liu & Huang §5.3 (Adam, lr 1e-3, 50 epochs, batch 256, lr ÷ 10 after epoch 25,
 weight decay 1e-4) with 10 % of the rows held out for private model selection,
-and the default :class:`LearningConfig`.
+and the default :class:`LearningConfig` (docs/decisions/0011-training-recipe.md).
 
 No torch here: the request model and the benchmark's tables import this module.
 """
@@ -103,13 +103,8 @@ class LearningConfig:
     the private estimate, discounted by its standard error). ``select_epoch``:
     keep the epoch with the best private selection estimate instead of the last.
 
-    Defaults (debiased predictions, ``auto``, epoch selection): on California
-    Housing (Liu & Huang's training, 3 trials, RR-on-Bins, RPWithPrior, Laplace
-    and the unbiased randomizer at ε ∈ {0.1, 0.5, 1, 2, 4, 8}) they lowered the
-    test MSE of the plain last-epoch model by up to 48% at ε ∈ [0.5, 2] (e.g.
-    RPWithPrior at ε = 1: 1.21 → 0.71, Laplace at ε = 0.5: 1.07 → 0.65) and were
-    never worse by more than the trial noise; the uncautious alternatives (λ = 1
-    or the exact λ) reached 2.5–5.8 at ε = 0.1 where the plain model had 1.4–1.5.
+    Defaults: debiased predictions, ``auto``, epoch selection.
+    Decided in docs/decisions/0010-default-learning.md.
     """
 
     debias: Debias = "predictions"

@@ -1,7 +1,7 @@
 """The id join of a feature table and a release, partition by partition, with memory bounded by a partition.
 
 Joining in one piece holds the feature table's whole id column and a hash table of the
-release's ids at once (the join alone: 1,101 MB at 10⁷ rows, ``bench/results/staging.md``). Here
+release's ids at once, growing with n (docs/decisions/0015-staging-partition-rows.md). Here
 both sides are first cut by a hash of the id into ``K`` partition files on disk (Arrow IPC:
 the feature side as (id, row number), the release side as (id, release position)); each
 partition is then joined on its own — an id lands in the same partition on both sides —

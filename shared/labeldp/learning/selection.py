@@ -22,9 +22,8 @@ candidates: minimizing it over epochs and over λ selects as an oracle holding
 t(y) would, up to validation noise.
 
 That noise grows as 1/a² (Var ỹ = Var ŷ / a²) and, at small ε, swamps the
-differences between candidates. Minimizing over λ and over every epoch then
-chases it: on California Housing at ε = 0.1, the exact joint minimizer gave
-RPWithPrior a test MSE of 5.8 where the plain model had 1.5. So λ is the exact
+differences between candidates; minimizing over λ and over every epoch then
+chases it (docs/decisions/0010-default-learning.md). So λ is the exact
 minimizer discounted by its own standard error (positive-part James–Stein,
 :func:`~labeldp.learning.debiasing.cautious_shrinkage`), and the epoch is the one
 whose discounted predictor has the lowest estimate. The oracle, whose reference
@@ -46,7 +45,7 @@ model predicts the mean; with a clear signal w ≈ 1 and little changes. One
 guard remains: the selected epoch is the minimum of many noisy estimates, so
 its advantage over the mean is biased upward (the winner's curse). The selected
 predictor is kept only when its estimated gain over the mean, a paired mean of
-per-row loss differences on the validation rows, exceeds ``MEAN_FALLBACK_Z`` = 2
+per-row loss differences on the validation rows, exceeds ``MEAN_FALLBACK_Z``
 of that difference's standard errors, and only where the validation rows could
 show a gain at all: where the noise of ỹ dwarfs the range of t, no predictor's
 gain could reach ``DETECTABLE_Z`` standard errors (:func:`detectable_z`), and a
@@ -81,53 +80,17 @@ from labeldp.learning.debiasing import (
 Criterion = Literal["private", "oracle"]
 MEAN_FALLBACK_Z = 2.0
 """The selected predictor is kept over the private mean only when its estimated gain exceeds this many
-standard errors (see the module docstring, "Never worse than the mean"). At 1 the winner's curse still
-showed: on ``bounded_wide`` (1 600 training rows, 10 trials) the unbiased randomizer at ε = 0.3 kept a
-model with test MSE 0.120 ± 0.011 against its private mean's 0.079, and 4 of 56 cells were above their
-mean by more than one SE; at 1.5, 1; at 2, none (its cost there: staircase at ε = 1 fell from 0.0675 to
-the mean's 0.0728).
-
-Measured and not adopted (branch ``h-maxc``): a simultaneous critical value over every epoch's candidate
-(Gaussian multiplier bootstrap of the largest standardized gain, never below 2) instead of the fixed 2. On
-200 null selections of 50 useless epochs it kept the model 9 times where z = 2 kept it 70, and on the
-benchmark it removes 3 of the 4 remaining single-trial blow-ups (nonlinear set, `unbiased` ε = 0.1: 262 →
-54 = the mean) — but at its natural level (0.023, the level of z = 2) it falls back on real gains at mid ε:
-Housing `laplace` ε = 0.5 went 0.69 → 1.16 and the default `rp_with_prior` 0.87 → 1.06, `counts` `laplace`
-ε = 4 2.38 → 2.91, 12 of 112 Housing and `counts` cells worse and none better; at level 0.1 it changed no
-cell. The fourth blow-up (Criteo-like `laplace` ε = 0.3) passes either test (z = 2.5): its gain is measured
-against the clipped law's linearized target, not the label, a bias no standard error covers.
-
-Also measured and not adopted (``research/studies/mean_guard.py`` → ``research/results/mean_guard.md``): the
-same test on per-row gains capped from above at their 99th percentile, so that one heavy-tail row
-cannot inflate the standard error (2 000 Poisson counts, ε = ∞: the guard dropped a model at 1.9
-against the mean's 3.8, gain 2.02 ± 1.07 with one row holding half of it, 1.01 ± 0.35 without).
-On one training per cell over the three small sets (5 trials, every mechanism and ε) it kept
-that model at ε = 8 for three mechanisms on ``counts_small`` (2.2 → 1.8) but fell back on real
-gains where large per-row gains are signal, not noise: Housing's 2 000-row sample, `unbiased`
-ε = 2, 0.71 → 1.02; 8 of 840 decisions differ, 0 cells above the mean either way."""
+standard errors (see the module docstring, "Never worse than the mean"): below 2 the winner's curse of
+epoch selection still kept models worse than the mean. Decided in docs/decisions/0012-mean-fallback-z.md;
+alternatives measured and not adopted: docs/decisions/0014-mean-guard-alternatives.md."""
 
 
 DETECTABLE_Z = 4.0
 """The guard keeps a model only where the validation rows could show a gain: :func:`detectable_z`, the
 largest z score any predictor's gain could reach there, must be at least this. At 4 = 2·``MEAN_FALLBACK_Z``
 the test would pass the best conceivable predictor with probability Φ(4 − 2) ≈ 97.7 %: below it, a pass is
-as likely to be the winner's curse as a gain. Set by that argument, not fitted; checked on every cell of
-the eight regression tables (``research/studies/detectable_guard.py`` → ``research/results/detectable_guard.md``,
-replayed exactly on the tables' trials): the cells above their private mean by more than one SE go from
-7 of 416 to 2 (the linear set's ``exponential`` ε = 1 and the nonlinear set's ``staircase`` ε = 0.5,
-where the bound is loose); 27 of 1 713 kept models are dropped; no default pick changes; two cells get
-worse (RR-on-Bins at ε = 0.5 on the 2 000-row sets: +2.7 % and +0.7 %, where the 200 validation rows
-bound a real gain below 4) and three better. Chosen leave one data set out among c ∈ {0, 2, 3, 4, 5, 6, 8}
-(fewest cells above the mean plus cells worse than without the check), 4 is picked for six of the
-eight held-out sets; counting the cells above the mean first picks 8, which drops 120 kept models and
-makes 20 cells worse to remove one more cell above the mean. Out of set the fitted thresholds do not
-beat the argument: the two sets that hold the misses pick 0 and 3 without themselves, so the picks
-leave all 7 cells above the mean (2 worse); counting those first leaves 2 (18 worse).
-
-Measured and not adopted (``research/studies/mean_guard.py`` → ``research/results/mean_guard_crossfit.md``): the
-same z test on gains that are free of the selection, each validation half scoring a candidate chosen on
-the other half. It removes the winner's curse but halves the selection's data, and chose worse candidates
-where real gains are plain (the linear set's ``staircase`` ε = 1: selected z 3.25, cross-fitted 0.54)."""
+as likely to be the winner's curse as a gain. Set by that argument, not fitted.
+Decided in docs/decisions/0013-detectable-z.md."""
 
 
 def gains_over_anchor(anchor: float, predicted: np.ndarray, reference: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ TARGET = "__target__"
 TRAIN_FILE, VALIDATION_FILE, META_FILE, LABELS_FILE = "train.parquet", "validation.parquet", "staged.json", "val.npz"
 PARTITION_ROWS = 1 << 18
 """Rows per id-hash partition of the staging join by default (``LABELDP_TRAINING_JOIN_PARTITION_ROWS``):
-what the join holds at once (bench/results/staging.md)."""
+what the join holds at once. Decided in docs/decisions/0015-staging-partition-rows.md."""
 
 
 @dataclass(frozen=True)
