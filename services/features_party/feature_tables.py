@@ -40,7 +40,7 @@ CATEGORICAL = "categorical"
 MAX_EXAMPLES = 5
 ROW_GROUP_ROWS = 65_536
 """Rows per row group of a stored table: a streamed pass over it (the staging join) holds one row group's
-column chunks, ≈ 120 MB more at pyarrow's default of 2²⁰ rows (bench/results/staging_row_groups_1m.md)."""
+column chunks. Decided in docs/decisions/0016-feature-table-row-groups.md."""
 
 
 @dataclass(frozen=True)
