@@ -2,10 +2,9 @@
 
 pyarrow's ``ParquetFile`` pre-buffers column chunks by default, and ``iter_batches``
 then keeps every buffered chunk until the iteration ends: a pass over a file grows with
-the file (≈ 90 B per row of the 11-column benchmark table, ``bench/results/staging.md``).
-Every streamed pass (the features party's staging join and batch prediction, the labels
-party's upload parser) opens its file here, with pre-buffering off (docs/architecture.md,
-"Training at scale").
+the file. Every streamed pass (the features party's staging join and batch prediction, the
+labels party's upload parser) opens its file here, with pre-buffering off (docs/architecture.md,
+"Training at scale"). Decided in docs/decisions/0017-parquet-no-prebuffer.md.
 """
 
 from __future__ import annotations
