@@ -42,8 +42,10 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e ".[train,test,bench]"
 	touch $(BENCH_STAMP)
 
+# The privacy-utility protocol of research/ (never installed: it runs from the tree). Every other
+# table has its own command: PYTHONPATH=research python -m labeldp_research.tables --list.
 bench: $(BENCH_STAMP)
-	$(BIN)/python -m labeldp_research utility --data-dir ../shared/data
+	PYTHONPATH=research $(BIN)/python -m labeldp_research utility --data-dir ../shared/data --out research/results
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated regression learners: plain, private, oracle (default all three where the "
                       "features party has fit_private_regressor), and paper (Liu & Huang's network on unscaled "
                       "features, a yardstick); classification always uses plain")
-    util.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder (default bench/results)")
+    util.add_argument("--out", type=Path, default=Path("research/results"),
+                      help="results folder (default research/results)")
     util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
     util.add_argument("--quick", action="store_true",
                       help="2 trials, ε ∈ {0.1, 1, 8, ∞} (classification {0.6, 2, 8, ∞}), 10 epochs")

@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("research/results/mean_guard.md"))
     parser.add_argument("--from-measurements", action="store_true", help="render the report from the .json only")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the sets already in the .json beside --out and add (or replace) the ones run now")
     args = parser.parse_args(argv)
     saved = args.out.with_suffix(".json")
     if args.from_measurements:
@@ -290,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     mechanisms = args.mechanisms.split(",")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     started = time.perf_counter()
-    doc: dict[str, Any] = {"command": "python research/studies/mean_guard.py " + " ".join(argv or []), "sets": {}}
+    command = "python research/studies/mean_guard.py " + " ".join(argv or [])
+    doc: dict[str, Any] = {"command": command, "sets": {}}
+    if args.merge and saved.is_file():  # one table from several runs (tables.toml: mean_guard_crossfit)
+        earlier = json.loads(saved.read_text())
+        doc = {"command": f"{earlier['command']}` and `{command}", "sets": earlier["sets"],
+               "seconds": earlier.get("seconds", 0.0)}
     for name in names:
         plan = plans[name]
         data = plan.load()
@@ -306,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
         doc["sets"][name] = {"trials": args.trials, "rows": rows}
-    doc["seconds"] = time.perf_counter() - started
+    doc["seconds"] = doc.get("seconds", 0.0) + time.perf_counter() - started
     doc["written"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(doc, indent=1))

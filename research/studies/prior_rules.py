@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--housing", default=None, help="path to california_housing.csv")
     ap.add_argument("--quick", action="store_true", help="smaller sweep: 3 draws, fewer k, n and ε")
     ap.add_argument("--draws", type=int, default=None)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "prior_rules.md"))
+    ap.add_argument("--out", default=str(Path(__file__).parent.parent / "results" / "prior_rules.md"))
     args = ap.parse_args(argv)
     args.ks = [16, 64, 256, 1024] if args.quick else KS
     ns = [1_000, 10_000] if args.quick else NS

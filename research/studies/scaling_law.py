@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2 trials, N ≤ 63 246, no k_scale sweep")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scaling_law.md")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "results" / "scaling_law.md")
     args = parser.parse_args(argv)
     trials = 2 if args.quick else args.trials
     ns = NS[:-1] if args.quick else NS
