@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Header
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -116,6 +116,19 @@ class StoredResponse:
         if self.replayed:
             headers[REPLAY_HEADER] = "true"
         return JSONResponse(self.body, status_code=self.status_code, headers=headers)
+
+    def answer(self, response: Response) -> dict[str, Any]:
+        """Put this answer's status and headers on a route's ``response`` and return its body.
+
+        For a route that declares ``response_model``: FastAPI then validates and serializes the
+        body with the model, so a first answer and its replay go through the same contract.
+        """
+        response.status_code = self.status_code
+        for name, value in self.headers.items():
+            response.headers[name] = value
+        if self.replayed:
+            response.headers[REPLAY_HEADER] = "true"
+        return self.body
 
 
 @dataclass

@@ -7,9 +7,11 @@ real error body ``{code, message, details}`` (labeldp.service.http_api) instead 
 schemathesis checks that the running apps answer only what their contracts say
 (docs/architecture.md "Layers": service support, shared by both services).
 
-A route states ``tags``, ``summary``, ``description`` and ``responses={**ok(Model, example,
-...), **errors(401, 404, ...)}`` with a ``Model`` in its service's ``responses.py``; a body it
-reads itself (an upload, a signed message) is documented with ``openapi_extra=request_body(...)``.
+A route (``services/*/routes/``) states ``tags``, ``summary``, ``description``,
+``response_model=Model`` with a ``Model`` in its service's ``responses.py`` (FastAPI documents,
+validates and serializes the body with it) and ``responses={**ok(example, ...), **errors(401,
+404, ...)}``; a body it reads itself (an upload, a signed message) is documented with
+``openapi_extra=request_body(...)``.
 """
 
 from __future__ import annotations
@@ -111,14 +113,18 @@ def errors(*statuses: int, by_ref: bool = False, **codes: str) -> dict[int | str
 
 
 def ok(
-    model: type[BaseModel] | None,
     example: Any,
     description: str,
     status: int = 200,
     headers: dict[str, str] | None = None,
     links: dict[str, dict[str, str]] | None = None,
+    *,
+    model: type[BaseModel] | None = None,
 ) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` entry of a success with its typed body and an example of it.
+    """The ``responses=`` entry of a success with an example of its body.
+
+    The route's ``response_model`` types the body of its own ``status_code``; ``model`` types
+    a second success status (the inbox's 200 for a duplicate, a cancel's 202).
 
     ``headers`` are always sent with this answer (``Location`` of a created resource).
 
@@ -190,6 +196,11 @@ def request_body(content: dict[str, tuple[dict[str, Any], Any]], description: st
             },
         }
     }
+
+
+def json_example(example: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` adding an example to a JSON body FastAPI documents from its model."""
+    return {"requestBody": {"content": {"application/json": {"example": example}}}}
 
 
 BINARY = {"type": "string", "format": "binary"}

@@ -1,0 +1,75 @@
+"""What the features party's handlers need, built once per app from its settings: the
+catalogue, the data directory, the metrics, the training runner, the model cache and the
+idempotency keys. Nothing is module-level, so tests can run several apps side by side."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from features_party import jobs, models, store
+from labeldp.learning.device import resolve_device
+from labeldp.service.database import make_session_factory
+from labeldp.service.idempotency import IdempotencyKeys
+from labeldp.service.metrics import TrainingObserver, features_metrics
+from labeldp.service.migrations import open_database
+from labeldp.service.settings import Settings
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    data_dir: Path
+    registry: CollectorRegistry
+    inbox_messages: Counter
+    trainings: Counter
+    runner: jobs.TrainingRunner
+    model_cache: models.ModelCache
+    idempotency: IdempotencyKeys
+    inbox_slots: asyncio.Semaphore
+    """Signed messages received at once; one more is a 503 ``inbox_busy``."""
+
+
+def build_context(settings: Settings) -> AppContext:
+    engine = open_database(settings.features_database_url, "features_party.migrations", settings)
+    sessions = make_session_factory(engine)
+    data_dir = Path(settings.features_data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    registry = CollectorRegistry()
+    measured = features_metrics(registry)
+    training_metrics = TrainingObserver(measured)
+    runner = jobs.TrainingRunner(
+        jobs.JobContext(
+            session_factory=sessions,
+            data_dir=data_dir,
+            device=settings.device,
+            threads=settings.training_threads,
+            workers=settings.training_workers,
+            streaming=settings.training_streaming,
+            row_group_rows=settings.training_row_group_rows,
+            buffer_row_groups=settings.training_buffer_row_groups,
+            join_partition_rows=settings.training_join_partition_rows,
+            on_status=training_metrics.status_changed,
+            on_trained=training_metrics.trained,
+        )
+    )
+    return AppContext(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        data_dir=data_dir,
+        registry=registry,
+        inbox_messages=measured.inbox_messages,
+        trainings=measured.trainings,
+        runner=runner,
+        model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
+        idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
+        inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
+    )

@@ -1,0 +1,211 @@
+"""Label sets: create, list, read, delete their raw labels, and upload their ids and labels.
+
+Uploads are read as a stream to disk (labeldp.service.spool), never whole into memory; the
+domain functions (labels_party.uploads) then read the spooled file in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from labeldp.service.idempotency import request_fingerprint
+from labeldp.service.openapi import BINARY, CSV_TEXT, errors, json_example, ok, request_body
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.spool import spool_body
+
+from .. import label_sets, responses, uploads
+from .deps import Context, IdempotencyKey, Metrics
+
+log = logging.getLogger("labeldp.labels")
+
+router = APIRouter(tags=["label sets"])
+
+_LABEL_SET = {"label_set_id": "$response.body#/id"}
+_LINKS = dict.fromkeys(
+    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases"), _LABEL_SET
+)
+_IDS_JSON = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": ["string", "integer"]}}},
+             "required": ["ids"]}
+_LABELS_JSON = {
+    "type": "object",
+    "properties": {
+        "ids": {"type": "array", "items": {"type": ["string", "integer"]}},
+        "labels": {"type": "array", "items": {"type": ["number", "string", "null"]}},
+        "rows": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_BINARY_UPLOADS = dict.fromkeys(
+    ("application/vnd.apache.parquet", "application/vnd.apache.arrow.stream"), (BINARY, None)
+)
+
+
+@router.post(
+    "/label-sets",
+    status_code=201,
+    response_model=responses.LabelSet,
+    summary="Create a label set",
+    description="Public ids (inline, up to 10⁶, or uploaded later to `/ids`) and the rules their labels "
+    "follow; it charges its privacy domain's per-id ledger. `Idempotency-Key` makes a retry safe.",
+    responses={
+        **ok(responses.EXAMPLE_LABEL_SET, "created", 201, {"Location": "the set's URL"}, _LINKS),
+        **errors(401, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
+    },
+    openapi_extra=json_example(
+        {"name": "spend", "label_type": "real", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions",
+         "ids": ["u001", "u002", "u003"]}
+    ),
+)
+def create_label_set(
+    body: label_sets.LabelSetCreate, ctx: Context, response: Response, key: IdempotencyKey
+) -> dict[str, Any]:
+    scope = "POST /v1/label-sets"
+    stored = ctx.idempotency.execute(
+        scope,
+        key,
+        request_fingerprint(scope, body.model_dump_json()),
+        lambda claim: label_sets.create_label_set(ctx, body, claim),
+    )
+    log.info("label set created")
+    return stored.answer(response)
+
+
+@router.get(
+    "/label-sets",
+    response_model=responses.LabelSetPage,
+    summary="List label sets",
+    description="Oldest first, a page at a time: pass `next_cursor` back as `cursor`.",
+    responses={
+        **ok(responses.EXAMPLE_LABEL_SET_PAGE, "a page"),
+        **errors(401, 422, 503, e422="invalid_cursor"),
+    },
+)
+def list_label_sets(
+    ctx: Context,
+    limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(None, max_length=400),
+) -> dict[str, Any]:
+    return label_sets.list_label_sets(ctx, limit, cursor)
+
+
+@router.delete(
+    "/label-sets/{label_set_id}/labels",
+    response_model=responses.LabelSet,
+    summary="Delete a label set's raw labels",
+    description="Once spent, raw labels need not be kept: ids, the ledger and the releases stay; no further "
+    "release of the set is possible.",
+    responses={
+        **ok({**responses.EXAMPLE_LABEL_SET, "labels_deleted": True}, "labels deleted"),
+        **errors(401, 404, 409, 422, 503, e404="label_set_not_found"),
+    },
+)
+def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
+    out = label_sets.delete_labels(ctx, label_set_id)
+    log.info("label set %s: raw labels deleted", label_set_id)
+    return out
+
+
+@router.get(
+    "/label-sets/{label_set_id}",
+    response_model=responses.LabelSet,
+    summary="Read a label set",
+    description="Counts, budget (total, spent, remaining: the least any of its ids has left) and releases.",
+    responses={
+        **ok(responses.EXAMPLE_LABEL_SET, "the label set"),
+        **errors(401, 404, 422, 503, e404="label_set_not_found"),
+    },
+)
+def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
+    return label_sets.get_label_set(ctx, label_set_id)
+
+
+@router.post(
+    "/label-sets/{label_set_id}/ids",
+    response_model=responses.LabelSet,
+    summary="Upload a label set's ids",
+    description="Once, for a set created without ids (up to 10⁹): an `id` column as CSV, Parquet or Arrow IPC, "
+    "or JSON `{\"ids\": [...]}`. Streamed to disk, sorted once (the release order).",
+    responses={
+        **ok(responses.EXAMPLE_LABEL_SET, "ids stored"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_already_set", e422="duplicate_ids"),
+    },
+    openapi_extra=request_body(
+        {
+            "text/csv": (CSV_TEXT, "id\nu001\nu002\n"),
+            "application/json": (_IDS_JSON, {"ids": ["u001", "u002"]}),
+            **_BINARY_UPLOADS,
+        },
+        "the ids: a column named `id`",
+    ),
+)
+async def upload_ids(
+    label_set_id: str, request: Request, ctx: Context, response: Response, key: IdempotencyKey
+) -> dict[str, Any]:
+    content_type = request.headers.get("content-type", "")
+    uploads.media_type(content_type)  # 415 before reading the body
+    body = await spool_body(request, ctx.spool_dir)
+    try:
+        scope = f"POST /v1/label-sets/{label_set_id}/ids"
+        stored = await run_in_threadpool(
+            ctx.idempotency.execute,
+            scope,
+            key,
+            request_fingerprint(scope, content_type, body.sha256),
+            lambda claim: uploads.upload_ids(ctx, label_set_id, body.path, content_type, claim),
+        )
+    finally:
+        body.discard()
+    return stored.answer(response)
+
+
+@router.post(
+    "/label-sets/{label_set_id}/labels",
+    response_model=responses.LabelsUploaded,
+    summary="Upload labels",
+    description="All rows or none: every row is validated against the set's ids and rules; errors name the "
+    "row (from 1) and the id, never the value. `validate_only=true` checks without storing.",
+    responses={
+        **ok(responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_missing", e422="invalid_labels"),
+    },
+    openapi_extra=request_body(
+        {
+            "text/csv": (CSV_TEXT, "id,label\nu001,3.5\nu002,0\n"),
+            "application/json": (_LABELS_JSON, {"ids": ["u001", "u002"], "labels": [3.5, 0]}),
+            **_BINARY_UPLOADS,
+        },
+        "columns `id` and `label`; JSON also as `{\"rows\": [{\"id\", \"label\"}]}`",
+    ),
+)
+async def upload_labels(
+    label_set_id: str,
+    request: Request,
+    ctx: Context,
+    metrics: Metrics,
+    response: Response,
+    key: IdempotencyKey,
+    validate_only: bool = Query(False),
+) -> dict[str, Any]:
+    content_type = request.headers.get("content-type", "")
+    uploads.media_type(content_type)  # 415 before reading the body
+    body = await spool_body(request, ctx.spool_dir)
+    try:
+        scope = f"POST /v1/label-sets/{label_set_id}/labels"
+        stored = await run_in_threadpool(
+            ctx.idempotency.execute,
+            scope,
+            key,
+            request_fingerprint(scope, content_type, str(validate_only), body.sha256),
+            lambda claim: uploads.upload_labels(
+                ctx, label_set_id, body.path, content_type, validate_only=validate_only, claim=claim
+            ),
+        )
+    finally:
+        body.discard()
+    if not stored.replayed and not validate_only:
+        metrics.uploaded_labels.inc(stored.body["accepted_rows"])
+        log.info("label set %s: %d labels stored", label_set_id, stored.body["accepted_rows"])
+    return stored.answer(response)

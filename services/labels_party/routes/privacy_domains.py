@@ -1,0 +1,54 @@
+"""Privacy domains: the per-id budget every label set of the domain charges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from labeldp.service.idempotency import request_fingerprint
+from labeldp.service.openapi import errors, json_example, ok
+
+from .. import privacy_domains, responses
+from .deps import Context, IdempotencyKey
+
+router = APIRouter(tags=["privacy domains"])
+
+
+@router.post(
+    "/privacy-domains",
+    status_code=201,
+    response_model=responses.PrivacyDomain,
+    summary="Create a privacy domain",
+    description="A per-id budget (ε, δ): no id of the domain is ever charged past it, across all its label "
+    "sets and releases. `Idempotency-Key` makes a retry safe.",
+    responses={
+        **ok(responses.EXAMPLE_DOMAIN, "created", 201, {"Location": "the domain's URL"}),
+        **errors(401, 409, 413, 422, 503, e409="privacy_domain_exists"),
+    },
+    openapi_extra=json_example({"name": "conversions", "epsilon": 10, "delta": 1e-6}),
+)
+def create_privacy_domain(
+    body: privacy_domains.PrivacyDomainCreate, ctx: Context, response: Response, key: IdempotencyKey
+) -> dict[str, Any]:
+    scope = "POST /v1/privacy-domains"
+    return ctx.idempotency.execute(
+        scope,
+        key,
+        request_fingerprint(scope, body.model_dump_json()),
+        lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim),
+    ).answer(response)
+
+
+@router.get(
+    "/privacy-domains/{name}",
+    response_model=responses.PrivacyDomain,
+    summary="Read a privacy domain",
+    description="Its per-id budget, how many ids its ledger holds, the largest spend and the ids exhausted.",
+    responses={
+        **ok(responses.EXAMPLE_DOMAIN, "the domain"),
+        **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),
+    },
+)
+def get_privacy_domain(name: str, ctx: Context) -> dict[str, Any]:
+    return privacy_domains.get_privacy_domain(ctx, name)
