@@ -78,5 +78,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(releases.inbox_router)  # authenticated by the message signature
     guarded = [Depends(bearer_auth(settings.features_api_key))]
     for resource in (feature_tables, releases, trainings, models):
-        app.include_router(resource.router, prefix="/v1", dependencies=guarded)
+        app.include_router(resource.router, dependencies=guarded)
     return app

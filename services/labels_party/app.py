@@ -64,5 +64,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     guarded = [Depends(bearer_auth(settings.labels_api_key))]
     for resource in (privacy_domains, label_sets, releases):
-        app.include_router(resource.router, prefix="/v1", dependencies=guarded)
+        app.include_router(resource.router, dependencies=guarded)
     return app

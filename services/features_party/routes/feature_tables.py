@@ -17,7 +17,7 @@ from labeldp.service.pagination import DEFAULT_LIMIT
 
 from .deps import Context, Cursor, IdempotencyKey, Limit
 
-router = APIRouter(tags=["feature tables"])
+router = APIRouter(prefix="/v1", tags=["feature tables"])
 
 CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-stream"}
 

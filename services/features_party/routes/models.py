@@ -18,7 +18,7 @@ from labeldp.service.spool import spool_body
 
 from .deps import Context, Cursor, Limit
 
-router = APIRouter(tags=["models"])
+router = APIRouter(prefix="/v1", tags=["models"])
 
 
 @router.get(

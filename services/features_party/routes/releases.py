@@ -25,7 +25,7 @@ from .deps import Context, Cursor, Limit
 log = logging.getLogger("labeldp.features")
 
 inbox_router = APIRouter(tags=["releases"])
-router = APIRouter(tags=["releases"])
+router = APIRouter(prefix="/v1", tags=["releases"])
 
 _RELEASE = {"release_id": "$response.body#/id"}
 _MESSAGE = {"type": "object", "description": "a LabelRelease message"}

@@ -17,7 +17,7 @@ from labeldp.service.pagination import DEFAULT_LIMIT
 
 from .deps import Context, Cursor, IdempotencyKey, Limit
 
-router = APIRouter(tags=["trainings"])
+router = APIRouter(prefix="/v1", tags=["trainings"])
 
 
 @router.post(

@@ -22,7 +22,7 @@ from .deps import Context, IdempotencyKey, Metrics
 
 log = logging.getLogger("labeldp.labels")
 
-router = APIRouter(tags=["label sets"])
+router = APIRouter(prefix="/v1", tags=["label sets"])
 
 _LABEL_SET = {"label_set_id": "$response.body#/id"}
 _LINKS = dict.fromkeys(

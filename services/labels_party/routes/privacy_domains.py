@@ -12,7 +12,7 @@ from labeldp.service.openapi import errors, json_example, ok
 from .. import privacy_domains, responses
 from .deps import Context, IdempotencyKey
 
-router = APIRouter(tags=["privacy domains"])
+router = APIRouter(prefix="/v1", tags=["privacy domains"])
 
 
 @router.post(

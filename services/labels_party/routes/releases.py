@@ -21,7 +21,7 @@ from .deps import Context, IdempotencyKey, Metrics
 
 log = logging.getLogger("labeldp.labels")
 
-router = APIRouter(tags=["releases"])
+router = APIRouter(prefix="/v1", tags=["releases"])
 
 _RELEASE = {"release_id": "$response.body#/id"}
 _LINKS = {"get_release": _RELEASE, "redeliver": _RELEASE}
