@@ -1,8 +1,9 @@
-"""Typed bodies of the features party's successful answers, for its OpenAPI contract.
+"""Typed bodies of the features party's successful answers: the one definition of each.
 
-As on the labels party (labels_party/responses.py): the domain modules build the bodies;
-these models say what a client receives and forbid unknown fields, so schemathesis and
-``tests/contract`` catch a body that drifts from its contract (README "REST API", naming).
+As on the labels party (labels_party/responses.py): every JSON route (features_party.routes)
+declares its model as ``response_model``, so FastAPI validates and serializes every answer
+through it; the models forbid unknown fields, so a body that drifts from its contract fails
+the request and every test that makes it (README "REST API", naming).
 """
 
 from __future__ import annotations

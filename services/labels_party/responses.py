@@ -1,9 +1,11 @@
-"""Typed bodies of the labels party's successful answers, for its OpenAPI contract.
+"""Typed bodies of the labels party's successful answers: the one definition of each.
 
-The domain modules build these bodies as dicts (they are stored verbatim for Idempotency-Key
-replays); these models say what a client receives. They forbid unknown fields, so a field
-added to a body without its model is a schema violation that schemathesis and
-``tests/contract`` report (README "REST API", naming).
+Every JSON route (labels_party.routes) declares its model as ``response_model``, so FastAPI
+documents the body with it and validates and serializes every answer, a replay included,
+through it. The domain modules still hand the routes plain dicts, because an answer is stored
+verbatim as JSON for Idempotency-Key replays. The models forbid unknown fields: a field added
+to a body but not to its model fails the request (a 500) and every test that makes it
+(README "REST API", naming).
 """
 
 from __future__ import annotations

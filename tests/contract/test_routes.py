@@ -8,12 +8,16 @@ would be missing there.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from tests.contract.conftest import features_app, labels_app
+from tests.contract.conftest import LABELS_AUTH, features_app, labels_app
 
 SERIES = re.compile(r'labeldp_http_request_duration_seconds_count\{[^}]*route="([^"]+)"')
 
@@ -33,3 +37,36 @@ def test_every_operation_is_measured_under_its_contract_path(app: FastAPI) -> No
                 client.request(method.upper(), concrete)
         measured = set(SERIES.findall(client.get("/metrics").text))
     assert set(spec["paths"]) <= measured, sorted(set(spec["paths"]) - measured)
+
+
+def test_a_body_that_drifts_from_its_model_is_refused(labels: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The response_model is the body's one definition: an answer with a field the model lacks
+    is never sent (500 ``internal_error``), so a drift cannot reach a client unnoticed."""
+    from labels_party import privacy_domains
+
+    created = labels.post("/v1/privacy-domains", json={"name": "drift", "epsilon": 1}, headers=LABELS_AUTH)
+    assert created.status_code == 201, created.text
+    assert labels.get("/v1/privacy-domains/drift", headers=LABELS_AUTH).json() == created.json()
+    real = privacy_domains.get_privacy_domain
+    monkeypatch.setattr(privacy_domains, "get_privacy_domain", lambda ctx, name: {**real(ctx, name), "extra": 1})
+    served = TestClient(labels.app, raise_server_exceptions=False)  # what a client sees, not the traceback
+    drifted = served.get("/v1/privacy-domains/drift", headers=LABELS_AUTH)
+    assert drifted.status_code == 500 and drifted.json()["code"] == "internal_error", drifted.text
+
+
+@pytest.mark.parametrize("service", ["labels_party", "features_party"])
+def test_every_json_route_declares_its_model_from_responses(service: str) -> None:
+    """A JSON answer (the default response class; streams and files set their own) is typed by
+    a model of its service's responses.py, the body's one definition."""
+    package = importlib.import_module(f"{service}.routes")
+    models = importlib.import_module(f"{service}.responses")
+    checked = 0
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for router in (v for v in vars(module).values() if isinstance(v, APIRouter)):
+            for route in (r for r in router.routes if isinstance(r, APIRoute)):
+                if isinstance(route.response_class, DefaultPlaceholder):
+                    model = route.response_model
+                    assert model is not None and getattr(models, model.__name__, None) is model, route.path
+                    checked += 1
+    assert checked >= 10, checked
