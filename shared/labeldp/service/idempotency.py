@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Header
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -110,12 +110,6 @@ class StoredResponse:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     replayed: bool = False
-
-    def to_response(self) -> JSONResponse:
-        headers = dict(self.headers)
-        if self.replayed:
-            headers[REPLAY_HEADER] = "true"
-        return JSONResponse(self.body, status_code=self.status_code, headers=headers)
 
     def answer(self, response: Response) -> dict[str, Any]:
         """Put this answer's status and headers on a route's ``response`` and return its body.
