@@ -56,6 +56,7 @@ from labeldp.mechanisms import (
     Staircase,
     UnbiasedRandomizer,
 )
+from labeldp.mechanisms.contract import Prior
 from labeldp.randomness import secure_generator
 
 REAL = LabelDomain("real", 0.0, 5.0)
@@ -80,7 +81,7 @@ def _classes(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def _rr_on_bins() -> Any:
     grid = np.linspace(0.0, 5.0, 64)
-    return RROnBins(8.0, REAL).fit(grid, np.ones(grid.size))
+    return RROnBins(8.0, REAL).fit_to(Prior(grid, np.ones(grid.size)))
 
 
 def _split(cls: type) -> Any:
@@ -91,15 +92,15 @@ Case = tuple[str, Callable[[], Any], Callable[[int, np.random.Generator], np.nda
 
 CASES: list[Case] = [
     ("rr_on_bins (ε = 8, m = 15)", _rr_on_bins, _real),
-    ("rp_with_prior", lambda: RPWithPrior(EPSILON, REAL).fit(), _real),
-    ("laplace continuous", lambda: Laplace(EPSILON, REAL, "continuous").fit(), _real),
-    ("laplace discrete (integer 0..100)", lambda: Laplace(EPSILON, INTEGER, "discrete").fit(), _integer),
-    ("staircase continuous", lambda: Staircase(EPSILON, REAL).fit(), _real),
-    ("staircase discrete (integer 0..100)", lambda: Staircase(EPSILON, INTEGER).fit(), _integer),
-    ("gaussian (δ = 1e-6)", lambda: Gaussian(EPSILON, REAL, 1e-6).fit(), _real),
-    ("exponential", lambda: Exponential(EPSILON, REAL).fit(), _real),
-    ("unbiased (K = 33)", lambda: UnbiasedRandomizer(EPSILON, REAL).fit(), _real),
-    ("randomized_response (K = 10)", lambda: RandomizedResponse(EPSILON, CLASSES).fit(), _classes),
+    ("rp_with_prior", lambda: RPWithPrior(EPSILON, REAL).fit_to(), _real),
+    ("laplace continuous", lambda: Laplace(EPSILON, REAL, "continuous").fit_to(), _real),
+    ("laplace discrete (integer 0..100)", lambda: Laplace(EPSILON, INTEGER, "discrete").fit_to(), _integer),
+    ("staircase continuous", lambda: Staircase(EPSILON, REAL).fit_to(), _real),
+    ("staircase discrete (integer 0..100)", lambda: Staircase(EPSILON, INTEGER).fit_to(), _integer),
+    ("gaussian (δ = 1e-6)", lambda: Gaussian(EPSILON, REAL, 1e-6).fit_to(), _real),
+    ("exponential", lambda: Exponential(EPSILON, REAL).fit_to(), _real),
+    ("unbiased (K = 33)", lambda: UnbiasedRandomizer(EPSILON, REAL).fit_to(), _real),
+    ("randomized_response (K = 10)", lambda: RandomizedResponse(EPSILON, CLASSES).fit_to(), _classes),
     ("rr_with_prior (split prior)", lambda: _split(RRWithPrior), _classes),
     ("block_rr (split prior)", lambda: _split(BlockRR), _classes),
 ]

@@ -223,7 +223,7 @@ class LaplaceKNNRegressor:
 
     def _mechanism(self, domain: LabelDomain) -> Laplace:
         # clip=False: the k-NN mean needs E[Z | Y] = Y_T; output clipping would bias it.
-        return Laplace(self.epsilon, domain, variant=self.variant, clip=False).fit()
+        return Laplace(self.epsilon, domain, variant=self.variant, clip=False).fit_to()
 
     # -- the two parties ---------------------------------------------------------
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from labeldp.mechanisms import LaplaceHistogramPrior, RROnBins
 from labeldp.mechanisms.budget_split import prior_epsilon
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.prior import (
     LabelDomain,
     default_grid,
@@ -167,8 +168,8 @@ def self_check() -> None:
     y = np.round(rng.gamma(2.0, 1.5, size=3000), 2)
     values, counts = np.unique(y, return_counts=True)
     for eps in (0.3, 3.0):
-        mech = RROnBins(eps).fit(np.linspace(0, y.max(), 50), rng.random(50))
-        exact = mech.expected_loss(values, counts)
+        mech = RROnBins(eps).fit_to(Prior(np.linspace(0, y.max(), 50), rng.random(50)))
+        exact = mech.loss_under(Prior(values, counts))
         assert math.isclose(Labels(y).loss(mech), exact, rel_tol=1e-9), (Labels(y).loss(mech), exact)
 
 
@@ -213,7 +214,7 @@ class Cell:
         for r in range(self.draws):
             rng = np.random.default_rng([23, self.n, r, int(round(eps * 1e6))])
             probs = noisy_probs(self.counts(grid_key, grid, r), grid, eps1, rng)
-            total += self.samples[r].loss(RROnBins(eps - eps1).fit(grid, probs))
+            total += self.samples[r].loss(RROnBins(eps - eps1).fit_to(Prior(grid, probs)))
         return total / self.draws
 
     def oracle(self, eps: float) -> float:

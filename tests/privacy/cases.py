@@ -5,7 +5,7 @@ Adding a mechanism is ONE entry in ``CASES``::
     AuditCase(
         name="laplace_unit_eps1",                       # test id, unique
         claimed_epsilon=1.0,                            # the ε the mechanism's ``guarantee`` states
-        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit(),
+        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit_to(),
         extremes=(0.0, 1.0),                            # the neighbouring inputs: the domain's ends
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,                    # optional: enables the floating-point test
@@ -66,6 +66,7 @@ from tests.privacy.audit import Event, events_from_law
 from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, RROnBins
 from labeldp.mechanisms.additive import Exponential, Gaussian, Laplace, Staircase
 from labeldp.mechanisms.categorical import BlockRR, RandomizedResponse, RRWithPrior
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.rp_with_prior import (
     NoisyLabelHistogramPrior,
@@ -144,7 +145,7 @@ RR_PROBS = np.array([1, 2, 4, 6, 8, 9, 8, 6, 4, 2, 1], dtype=np.float64) / 51.0 
 
 
 def _rr(eps: float) -> RROnBins:
-    return RROnBins(eps).fit(RR_GRID, RR_PROBS)
+    return RROnBins(eps).fit_to(Prior(RR_GRID, RR_PROBS))
 
 
 def _rr_outputs(mech: RROnBins) -> np.ndarray:
@@ -469,7 +470,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_unit_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit(),
+        mechanism=lambda eps: Laplace(eps, UNIT, variant="discrete").fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,
@@ -478,7 +479,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_awkward_eps3",
         claimed_epsilon=3.0,
-        mechanism=lambda eps: Laplace(eps, AWKWARD, variant="discrete", step=0.01).fit(),
+        mechanism=lambda eps: Laplace(eps, AWKWARD, variant="discrete", step=0.01).fit_to(),
         extremes=(AWKWARD.low, AWKWARD.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,
@@ -487,7 +488,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_integer_eps0.5",
         claimed_epsilon=0.5,
-        mechanism=lambda eps: Laplace(eps, COUNTS, variant="discrete").fit(),
+        mechanism=lambda eps: Laplace(eps, COUNTS, variant="discrete").fit_to(),
         extremes=(COUNTS.low, COUNTS.high),
         events=law_events(lambda m: m.lattice_, ordered=True),
         output_lattice=spec_lattice,
@@ -513,7 +514,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_continuous_unit_eps1",  # Def. 23 on the 2^16 lattice, clipped
         claimed_epsilon=1.0,
-        mechanism=lambda eps: Laplace(eps, UNIT, variant="continuous").fit(),
+        mechanism=lambda eps: Laplace(eps, UNIT, variant="continuous").fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -522,7 +523,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_continuous_awkward_eps3",
         claimed_epsilon=3.0,
-        mechanism=lambda eps: Laplace(eps, AWKWARD, variant="continuous").fit(),
+        mechanism=lambda eps: Laplace(eps, AWKWARD, variant="continuous").fit_to(),
         extremes=(AWKWARD.low, AWKWARD.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -531,7 +532,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="laplace_discrete_integer_unclipped_eps1",  # Def. 22, no clipping: outputs leave the domain
         claimed_epsilon=1.0,
-        mechanism=lambda eps: Laplace(eps, SMALL_INT, variant="discrete", clip=False).fit(),
+        mechanism=lambda eps: Laplace(eps, SMALL_INT, variant="discrete", clip=False).fit_to(),
         extremes=(SMALL_INT.low, SMALL_INT.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -542,7 +543,7 @@ CASES: list[AuditCase] = [
         # mapped to exactly ``high`` (low + step·J misses it by an ulp): the float test checks it.
         name="staircase_continuous_odd_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: Staircase(eps, ODD, variant="continuous").fit(),
+        mechanism=lambda eps: Staircase(eps, ODD, variant="continuous").fit_to(),
         extremes=(ODD.low, ODD.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -551,7 +552,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="staircase_discrete_integer_eps2",  # Def. 24, r minimizing the exact E|N|
         claimed_epsilon=2.0,
-        mechanism=lambda eps: Staircase(eps, SMALL_INT, variant="discrete").fit(),
+        mechanism=lambda eps: Staircase(eps, SMALL_INT, variant="discrete").fit_to(),
         extremes=(SMALL_INT.low, SMALL_INT.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -566,7 +567,7 @@ CASES: list[AuditCase] = [
         name="gaussian_unit_unclipped_eps1_delta0.1",
         claimed_epsilon=1.0,
         claimed_delta=0.1,
-        mechanism=lambda eps: Gaussian(eps, UNIT, delta=0.1, variant="discrete", clip=False).fit(),
+        mechanism=lambda eps: Gaussian(eps, UNIT, delta=0.1, variant="discrete", clip=False).fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=additive_events(delta=0.1),
         output_lattice=additive_lattice,
@@ -581,7 +582,7 @@ CASES: list[AuditCase] = [
         name="gaussian_unit_eps1_delta0.1",
         claimed_epsilon=1.0,
         claimed_delta=0.1,
-        mechanism=lambda eps: Gaussian(eps, UNIT, delta=0.1).fit(),
+        mechanism=lambda eps: Gaussian(eps, UNIT, delta=0.1).fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=additive_events(delta=0.1),
         output_lattice=additive_lattice,
@@ -596,7 +597,7 @@ CASES: list[AuditCase] = [
         # (true loss 1.25ε) is the smallest round factor that really violates it.
         name="exponential_unit_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: Exponential(eps, UNIT, variant="continuous").fit(),
+        mechanism=lambda eps: Exponential(eps, UNIT, variant="continuous").fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -607,7 +608,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="exponential_integer_eps2",  # same reasons as exponential_unit_eps1
         claimed_epsilon=2.0,
-        mechanism=lambda eps: Exponential(eps, SMALL_INT, variant="discrete").fit(),
+        mechanism=lambda eps: Exponential(eps, SMALL_INT, variant="discrete").fit_to(),
         extremes=(SMALL_INT.low, SMALL_INT.high),
         events=additive_events(),
         output_lattice=additive_lattice,
@@ -619,7 +620,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="rp_with_prior_unit_eps1",  # step prior, Alg. 1
         claimed_epsilon=1.0,
-        mechanism=lambda eps: RPWithPrior(eps, UNIT).fit(prior=RP_PRIOR),
+        mechanism=lambda eps: RPWithPrior(eps, UNIT).fit_to(RP_PRIOR),
         extremes=(UNIT.low, UNIT.high),
         events=law_events(lambda m: m.outputs_, ordered=True),
         output_lattice=rp_lattice,
@@ -628,7 +629,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="rp_with_prior_integer_eps2",  # point-mass prior on an integer domain
         claimed_epsilon=2.0,
-        mechanism=lambda eps: RPWithPrior(eps, SMALL_INT, zeta=2.0).fit(RP_INT_GRID, RP_INT_PROBS),
+        mechanism=lambda eps: RPWithPrior(eps, SMALL_INT, zeta=2.0).fit_to(Prior(RP_INT_GRID, RP_INT_PROBS)),
         extremes=(SMALL_INT.low, SMALL_INT.high),
         events=law_events(lambda m: m.outputs_, ordered=True),
         output_lattice=rp_lattice,
@@ -648,7 +649,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="unbiased_unit_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: UnbiasedRandomizer(eps, UNIT).fit(),
+        mechanism=lambda eps: UnbiasedRandomizer(eps, UNIT).fit_to(),
         extremes=(UNIT.low, UNIT.high),
         events=law_events(lambda m: m.outputs_, ordered=True),
         output_lattice=unbiased_outputs,
@@ -657,7 +658,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="unbiased_integer_eps2",
         claimed_epsilon=2.0,
-        mechanism=lambda eps: UnbiasedRandomizer(eps, TEN).fit(),
+        mechanism=lambda eps: UnbiasedRandomizer(eps, TEN).fit_to(),
         extremes=(TEN.low, TEN.high),
         events=law_events(lambda m: m.outputs_, ordered=True),
         output_lattice=unbiased_outputs,
@@ -669,7 +670,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="randomized_response_k5_eps1",
         claimed_epsilon=1.0,
-        mechanism=lambda eps: RandomizedResponse(eps, 5).fit(),
+        mechanism=lambda eps: RandomizedResponse(eps, 5).fit_to(),
         extremes=worst_class_pair,
         events=class_events(),
         sample=privatize_classes,
@@ -677,7 +678,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="randomized_response_k2_eps3",
         claimed_epsilon=3.0,
-        mechanism=lambda eps: RandomizedResponse(eps, 2).fit(),
+        mechanism=lambda eps: RandomizedResponse(eps, 2).fit_to(),
         extremes=worst_class_pair,
         events=class_events(),
         sample=privatize_classes,
@@ -685,7 +686,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="rr_with_prior_k6_eps1",  # Y_k = {0, 1, 2} at ε and at 1.5ε
         claimed_epsilon=1.0,
-        mechanism=lambda eps: RRWithPrior(eps, 6).fit(RRWP_PRIOR),
+        mechanism=lambda eps: RRWithPrior(eps, 6).fit_to(Prior.over_classes(RRWP_PRIOR)),
         extremes=worst_class_pair,
         events=class_events(),
         sample=privatize_classes,
@@ -693,7 +694,7 @@ CASES: list[AuditCase] = [
     AuditCase(
         name="block_rr_k5_eps1",  # S₂ = {3, 4} non-empty, Δ = S̃₁
         claimed_epsilon=1.0,
-        mechanism=lambda eps: BlockRR(eps, 5, sigma=1.0).fit(BLOCK_PRIOR),
+        mechanism=lambda eps: BlockRR(eps, 5, sigma=1.0).fit_to(Prior.over_classes(BLOCK_PRIOR)),
         extremes=worst_class_pair,
         events=class_events(),
         sample=privatize_classes,

@@ -23,6 +23,7 @@ from labeldp.mechanisms.categorical import (
     SplitPriorRandomizer,
     cell_table,
 )
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.exact_cells import exp_lower_bound, nudge_to_epsilon
 
 SMALL_K = (2, 3, 4, 5, 7, 8, 13, 31)
@@ -62,13 +63,13 @@ def _priors(k: int) -> list[np.ndarray]:
 
 
 def _mechanisms(epsilon: float, k: int):
-    yield RandomizedResponse(epsilon, k).fit()
+    yield RandomizedResponse(epsilon, k).fit_to()
     for prior in _priors(k):
-        yield RRWithPrior(epsilon, k).fit(prior)
-        yield BlockRR(epsilon, k).fit(prior)
-        yield BlockRR(epsilon, k, l=None).fit(prior)
-        yield BlockRR(epsilon, k, sigma=0.3).fit(prior)
-        yield BlockRR(epsilon, k, outputs="majority").fit(prior)
+        yield RRWithPrior(epsilon, k).fit_to(Prior.over_classes(prior))
+        yield BlockRR(epsilon, k).fit_to(Prior.over_classes(prior))
+        yield BlockRR(epsilon, k, l=None).fit_to(Prior.over_classes(prior))
+        yield BlockRR(epsilon, k, sigma=0.3).fit_to(Prior.over_classes(prior))
+        yield BlockRR(epsilon, k, outputs="majority").fit_to(Prior.over_classes(prior))
 
 
 def test_taylor_bound_is_below_e_to_the_epsilon_and_agrees_with_the_decimal_one() -> None:
@@ -109,7 +110,7 @@ def test_the_plain_cell_table_exceeds_epsilon_and_the_nudge_repairs_it() -> None
     """The check has power: the un-nudged table of the issue's worst case (BlockRR, ε = 0.01,
     K = 31) realizes a loss above ε — by ~1e-15, out of reach of any sampling audit."""
     eps, k = 0.01, 31
-    mech = BlockRR(eps, k).fit(_priors(k)[2])  # S₂ non-empty: β and e^ε·β rounded apart
+    mech = BlockRR(eps, k).fit_to(Prior.over_classes(_priors(k)[2]))  # S₂ non-empty: β and e^ε·β rounded apart
     plain = cell_table(mech.matrix_)
     excess = exact_excess(plain, eps)
     assert excess, "expected the float-rounded table to exceed e^ε somewhere"
@@ -122,7 +123,7 @@ def test_the_plain_cell_table_exceeds_epsilon_and_the_nudge_repairs_it() -> None
 
 
 def test_nudge_leaves_an_exact_table_alone_and_refuses_an_infinite_loss() -> None:
-    rr = RandomizedResponse(1.0, 3).fit()
+    rr = RandomizedResponse(1.0, 3).fit_to()
     assert np.array_equal(nudge_to_epsilon(rr.cells_, 1.0), rr.cells_)
     mixed = cell_table(np.array([[1.0, 0.0], [0.5, 0.5]]))
     with pytest.raises(ValueError, match="infinite"):

@@ -19,6 +19,7 @@ from labeldp.mechanisms.additive import (
     classical_gaussian_sigma,
     staircase_gamma,
 )
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.laplace import LaplaceSpec
@@ -33,13 +34,13 @@ PURE = ("laplace", "staircase", "exponential")
 
 def make(name: str, eps: float, domain: LabelDomain, **kw):
     if name == "laplace":
-        return Laplace(eps, domain, **kw).fit()
+        return Laplace(eps, domain, **kw).fit_to()
     if name == "staircase":
-        return Staircase(eps, domain, **kw).fit()
+        return Staircase(eps, domain, **kw).fit_to()
     if name == "gaussian":
-        return Gaussian(eps, domain, kw.pop("delta", DELTA), **kw).fit()
+        return Gaussian(eps, domain, kw.pop("delta", DELTA), **kw).fit_to()
     kw.pop("clip", None)
-    return Exponential(eps, domain, **kw).fit()
+    return Exponential(eps, domain, **kw).fit_to()
 
 
 # -- independent reference laws (straight from the definitions) -------------
@@ -104,15 +105,15 @@ def hockey_stick(p: np.ndarray, q: np.ndarray, eps: float) -> float:
 
 
 def test_lattice_of_each_variant() -> None:
-    c = Laplace(1.0, REAL).fit()
+    c = Laplace(1.0, REAL).fit_to()
     assert c.variant_ == "continuous" and c.n_steps_ == CONTINUOUS_STEPS
     assert c.step_ == pytest.approx(3.0 / 2**16) and c.lattice_[0] == -1.0 and c.lattice_[-1] == 2.0
-    d = Laplace(1.0, INTEGER).fit()
+    d = Laplace(1.0, INTEGER).fit_to()
     assert d.variant_ == "discrete" and d.step_ == 1.0 and d.n_steps_ == 15
     np.testing.assert_array_equal(d.lattice_, np.arange(-3.0, 13.0))
-    assert Laplace(1.0, INTEGER, variant="continuous").fit().n_steps_ == 2**16
-    assert Laplace(1.0, REAL, variant="discrete").fit().n_steps_ == 1024
-    assert Staircase(1.0, SMALL_REAL, step=0.125).fit().n_steps_ == 32
+    assert Laplace(1.0, INTEGER, variant="continuous").fit_to().n_steps_ == 2**16
+    assert Laplace(1.0, REAL, variant="discrete").fit_to().n_steps_ == 1024
+    assert Staircase(1.0, SMALL_REAL, step=0.125).fit_to().n_steps_ == 32
 
 
 @pytest.mark.parametrize("name", ["laplace", "staircase", "gaussian", "exponential"])
@@ -179,7 +180,7 @@ def test_noise_law_is_normalized_with_exact_moments(name: str, eps: float) -> No
 
 @pytest.mark.parametrize("sigma", [0.2, 0.7, 1.5, 3.0, 7.5])
 def test_rounded_gaussian_second_moment(sigma: float) -> None:
-    mech = Gaussian(1.0, LabelDomain("integer", 0, 1), DELTA).fit()
+    mech = Gaussian(1.0, LabelDomain("integer", 0, 1), DELTA).fit_to()
     mech.sigma_ = sigma
     ks = np.arange(-int(60 * sigma) - 5, int(60 * sigma) + 6).astype(float)
     direct = float(np.dot(ks**2, special.ndtr((ks + 0.5) / sigma) - special.ndtr((ks - 0.5) / sigma)))
@@ -257,7 +258,7 @@ def test_analytic_gaussian_calibration(eps: float, delta: float) -> None:
     assert analytic_gaussian_sigma(eps, delta, 1.0) * 2.5 == pytest.approx(sigma, rel=1e-10)
     if eps <= 1.0:
         assert sigma < classical_gaussian_sigma(eps, delta, 2.5)
-    mech = Gaussian(eps, REAL, delta).fit()
+    mech = Gaussian(eps, REAL, delta).fit_to()
     assert mech.sigma_label_ == pytest.approx(analytic_gaussian_sigma(eps, delta, REAL.width), rel=1e-10)
     assert mech.sigma_ == pytest.approx(mech.sigma_label_ / mech.step_, rel=1e-10)
 
@@ -329,7 +330,7 @@ def test_expected_loss_and_conditional_mean_are_exact(name: str, clip: bool) -> 
         pmf = reference_output_pmf(mech, y, idx)
         brute_loss += py * float(np.dot(pmf, (values - y) ** 2))
         brute_mean.append(float(np.dot(pmf, values)))
-    assert mech.expected_loss(grid, probs) == pytest.approx(brute_loss, rel=1e-9)
+    assert mech.loss_under(Prior(grid, probs)) == pytest.approx(brute_loss, rel=1e-9)
     np.testing.assert_allclose(mech.conditional_mean(grid), brute_mean, rtol=1e-9, atol=1e-12)
     # Monte Carlo of the same numbers.
     rng = np.random.default_rng(12345)
@@ -348,7 +349,7 @@ def test_fine_lattice_loss_matches_the_pmf(name: str) -> None:
     grid = np.array([-1.0, -0.2, 0.9, 2.0])
     probs = np.array([0.1, 0.2, 0.3, 0.4])
     brute = sum(p * float(np.dot(mech.output_probabilities(y), (lattice - y) ** 2)) for y, p in zip(grid, probs))
-    assert mech.expected_loss(grid, probs) == pytest.approx(brute, rel=1e-9)
+    assert mech.loss_under(Prior(grid, probs)) == pytest.approx(brute, rel=1e-9)
     means = [float(np.dot(mech.output_probabilities(y), lattice)) for y in grid]
     np.testing.assert_allclose(mech.conditional_mean(grid), means, rtol=1e-9)
 
@@ -356,9 +357,9 @@ def test_fine_lattice_loss_matches_the_pmf(name: str) -> None:
 def test_clipping_helps_and_changes_the_mean() -> None:
     grid, probs = np.linspace(0, 4, 9), np.full(9, 1 / 9)
     for cls in (Laplace, Staircase):
-        clipped = cls(0.5, SMALL_REAL).fit()
-        raw = cls(0.5, SMALL_REAL, clip=False).fit()
-        assert clipped.expected_loss(grid, probs) < 0.5 * raw.expected_loss(grid, probs)
+        clipped = cls(0.5, SMALL_REAL).fit_to()
+        raw = cls(0.5, SMALL_REAL, clip=False).fit_to()
+        assert clipped.loss_under(Prior(grid, probs)) < 0.5 * raw.loss_under(Prior(grid, probs))
         assert clipped.conditional_mean(np.array([0.0]))[0] > 0.3  # pulled towards the middle
         assert raw.conditional_mean(np.array([0.0]))[0] == 0.0
 
@@ -368,21 +369,21 @@ def test_clipping_helps_and_changes_the_mean() -> None:
 
 def test_staircase_r() -> None:
     for eps in [0.2, 1.0, 3.0]:
-        cont = Staircase(eps, REAL).fit()
+        cont = Staircase(eps, REAL).fit_to()
         assert cont.r_ == round(staircase_gamma(eps) * 2**16) and cont.gamma_ == cont.r_ / 2**16
-        disc = Staircase(eps, LabelDomain("integer", 0, 12)).fit()
+        disc = Staircase(eps, LabelDomain("integer", 0, 12)).fit_to()
         ks = np.arange(-4000, 4001)
 
         def mean_abs(r: int, eps: float = eps, ks: np.ndarray = ks) -> float:
-            m = Staircase(eps, LabelDomain("integer", 0, 12), gamma=r / 12).fit()
+            m = Staircase(eps, LabelDomain("integer", 0, 12), gamma=r / 12).fit_to()
             assert m.r_ == r
             return float(np.dot(np.abs(ks), m.noise_pmf(ks)))
 
         costs = [mean_abs(r) for r in range(1, 13)]
         assert disc.r_ == 1 + int(np.argmin(costs))
-        big = Staircase(eps, LabelDomain("integer", 0, 4000)).fit()
+        big = Staircase(eps, LabelDomain("integer", 0, 4000)).fit_to()
         assert big.gamma_ == pytest.approx(staircase_gamma(eps), abs=2e-3)  # discrete → γ*
-    assert Staircase(1.0, LabelDomain("integer", 0, 1)).fit().r_ == 1  # Δ = 1: discrete Laplace
+    assert Staircase(1.0, LabelDomain("integer", 0, 1)).fit_to().r_ == 1  # Δ = 1: discrete Laplace
 
 
 # -- specs --------------------------------------------------------------------
@@ -402,15 +403,15 @@ def test_spec_round_trip(name: str, domain: LabelDomain, variant: str) -> None:
 
 
 def test_spec_contents() -> None:
-    lap = Laplace(0.5, REAL).fit().to_spec()
+    lap = Laplace(0.5, REAL).fit_to().to_spec()
     assert isinstance(lap, LaplaceSpec) and lap.variant == "continuous" and lap.clip
     assert lap.scale == pytest.approx(3.0 / 0.5) and lap.step == pytest.approx(3.0 / 2**16)
-    st = Staircase(0.5, INTEGER, clip=False).fit().to_spec()
+    st = Staircase(0.5, INTEGER, clip=False).fit_to().to_spec()
     assert isinstance(st, StaircaseSpec) and not st.clip and st.gamma == st.r / 15
-    ga = Gaussian(0.5, REAL, 1e-6).fit().to_spec()
+    ga = Gaussian(0.5, REAL, 1e-6).fit_to().to_spec()
     assert isinstance(ga, GaussianSpec) and ga.delta == 1e-6
     assert ga.sigma == pytest.approx(analytic_gaussian_sigma(0.5, 1e-6, 3.0))
-    ex = Exponential(0.5, REAL).fit().to_spec()
+    ex = Exponential(0.5, REAL).fit_to().to_spec()
     assert isinstance(ex, ExponentialSpec) and ex.scale == pytest.approx(2 * 3.0 / 0.5)
     with pytest.raises(ValueError):
         Laplace.from_spec(lap.model_copy(update={"scale": 7.0}))
@@ -418,18 +419,18 @@ def test_spec_contents() -> None:
 
 def test_rejects_bad_parameters() -> None:
     with pytest.raises(ValueError):
-        Laplace(0.0, REAL).fit()
+        Laplace(0.0, REAL).fit_to()
     with pytest.raises(ValueError):
-        Staircase(1.0, REAL, step=-1.0).fit()
+        Staircase(1.0, REAL, step=-1.0).fit_to()
     with pytest.raises(ValueError):
-        Staircase(1.0, REAL, gamma=1.5).fit()
+        Staircase(1.0, REAL, gamma=1.5).fit_to()
     with pytest.raises(ValueError):
-        Laplace(1.0, REAL, variant="fine").fit()  # type: ignore[arg-type]
+        Laplace(1.0, REAL, variant="fine").fit_to()  # type: ignore[arg-type]
     for delta in [0.0, 1.0, -1e-3]:
         with pytest.raises(ValueError):
-            Gaussian(1.0, REAL, delta).fit()
+            Gaussian(1.0, REAL, delta).fit_to()
     with pytest.raises(ValueError):
-        Exponential(1.0, REAL).fit().privatize(np.array([np.nan]), np.random.default_rng(0))
+        Exponential(1.0, REAL).fit_to().privatize(np.array([np.nan]), np.random.default_rng(0))
 
 
 # -- power: the checks above fail on a mechanism calibrated to 1.5 ε ----------
@@ -459,14 +460,14 @@ class ExponentialAt15(Exponential):
 @pytest.mark.parametrize("domain,step", [(LabelDomain("integer", 0, 9), None), (REAL, None)])
 def test_ratio_check_catches_a_planted_bug(broken, domain: LabelDomain, step) -> None:
     eps = 1.0
-    mech = broken(eps, domain, step=step).fit()
+    mech = broken(eps, domain, step=step).fit_to()
     rows = np.vstack([mech.output_probabilities(domain.low), mech.output_probabilities(domain.high)])
     assert max_ratio(rows) > math.exp(eps) * 1.4  # ≈ e^{1.5ε}
 
 
 def test_delta_check_catches_a_planted_bug() -> None:
     eps, delta = 1.0, 1e-5
-    mech = GaussianAt15(eps, REAL, delta, variant="discrete", clip=False).fit()
+    mech = GaussianAt15(eps, REAL, delta, variant="discrete", clip=False).fit_to()
     J = mech.n_steps_
     idx = np.arange(-int(14 * mech.sigma_) - J, int(14 * mech.sigma_) + 2 * J)
     p, q = mech.output_probabilities(REAL.low, idx), mech.output_probabilities(REAL.high, idx)
@@ -475,6 +476,6 @@ def test_delta_check_catches_a_planted_bug() -> None:
 
 def test_exponential_scale_check_catches_a_planted_bug() -> None:
     eps = 1.0
-    mech = ExponentialAt15(eps, REAL).fit()
+    mech = ExponentialAt15(eps, REAL).fit_to()
     ratio = mech.output_probabilities(REAL.low)[0] / mech.output_probabilities(REAL.high)[0]
     assert ratio > math.exp(eps / 2) * 1.2  # e^{0.75ε}: the scale is no longer 2Δ/ε

@@ -34,6 +34,7 @@ from labeldp.mechanisms.categorical import (
     release_laws,
     weight_matrix,
 )
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.reference import rows as rows_reference
 from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
 
@@ -67,11 +68,11 @@ def column_ratio(matrix: np.ndarray) -> float:
 
 def fitted_mechanisms(epsilon: float, prior: np.ndarray):
     k = prior.size
-    yield "rr", RandomizedResponse(epsilon, k).fit()
-    yield "rr_with_prior", RRWithPrior(epsilon, k).fit(prior)
+    yield "rr", RandomizedResponse(epsilon, k).fit_to()
+    yield "rr_with_prior", RRWithPrior(epsilon, k).fit_to(Prior.over_classes(prior))
     for sigma, l in [(0.5, 0), (0.5, 2), (1.2, None), (0.2, 1), (50.0, 3)]:
-        yield f"block_rr σ={sigma} l={l}", BlockRR(epsilon, k, sigma=sigma, l=l).fit(prior)
-    yield "block_rr majority", BlockRR(epsilon, k, sigma=0.5, outputs="majority").fit(prior)
+        yield f"block_rr σ={sigma} l={l}", BlockRR(epsilon, k, sigma=sigma, l=l).fit_to(Prior.over_classes(prior))
+    yield "block_rr majority", BlockRR(epsilon, k, sigma=0.5, outputs="majority").fit_to(Prior.over_classes(prior))
 
 
 # --------------------------------------------------------------------------- the law and its DP ratio
@@ -124,7 +125,7 @@ def test_randomized_response_matches_definition_2_3() -> None:
     for epsilon in [0.3, 1.0, 5.0]:
         for k in [2, 3, 10]:
             e = math.exp(epsilon)
-            mech = RandomizedResponse(epsilon, k).fit()
+            mech = RandomizedResponse(epsilon, k).fit_to()
             expected = np.full((k, k), 1 / (e + k - 1))
             np.fill_diagonal(expected, e / (e + k - 1))
             np.testing.assert_allclose(mech.transition_matrix(), expected, rtol=1e-14)
@@ -138,11 +139,11 @@ def test_output_probabilities_and_expected_loss_are_exact() -> None:
         for y in range(prior.size):
             np.testing.assert_array_equal(mech.output_probabilities(y), t[y])
         accuracy = sum(prior[y] * t[y, y] for y in range(prior.size))
-        assert mech.expected_accuracy(prior) == pytest.approx(accuracy, rel=1e-13), label
-        assert mech.expected_loss(prior) == pytest.approx(1 - accuracy, rel=1e-12), label
+        assert mech.expected_accuracy(Prior.over_classes(prior)) == pytest.approx(accuracy, rel=1e-13), label
+        assert mech.loss_under(Prior.over_classes(prior)) == pytest.approx(1 - accuracy, rel=1e-12), label
     # ``grid`` names the classes the probabilities refer to.
-    mech = RandomizedResponse(1.0, 4).fit()
-    assert mech.expected_accuracy([1.0], grid=[2]) == pytest.approx(mech.keep_probability_)
+    mech = RandomizedResponse(1.0, 4).fit_to()
+    assert mech.expected_accuracy(Prior(np.asarray([2]), np.asarray([1.0]))) == pytest.approx(mech.keep_probability_)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -165,7 +166,7 @@ def test_empirical_frequencies_match_the_exact_rows() -> None:
 
 def test_privatize_is_vectorized_over_mixed_labels_and_shapes() -> None:
     rng = np.random.default_rng(3)
-    mech = BlockRR(1.0, 6, sigma=0.5, l=1).fit(np.array([0.35, 0.3, 0.2, 0.1, 0.04, 0.01]))
+    mech = BlockRR(1.0, 6, sigma=0.5, l=1).fit_to(Prior.over_classes(np.array([0.35, 0.3, 0.2, 0.1, 0.04, 0.01])))
     labels = rng.integers(0, 6, size=(40, 50))
     out = mech.privatize(labels, np.random.default_rng(11))
     assert out.shape == labels.shape and out.dtype == np.int64
@@ -236,8 +237,8 @@ def test_rr_with_prior_k_maximizes_the_exact_probability_of_a_correct_output(eps
     rng = np.random.default_rng(int(epsilon * 100))
     priors = [imbalanced_prior(), np.full(5, 0.2)] + [random_prior(rng, k) for k in (2, 3, 6, 7) for _ in range(3)]
     for prior in priors:
-        mech = RRWithPrior(epsilon, prior.size).fit(prior)
-        achieved = mech.expected_accuracy(prior)
+        mech = RRWithPrior(epsilon, prior.size).fit_to(Prior.over_classes(prior))
+        achieved = mech.expected_accuracy(Prior.over_classes(prior))
         # Brute force over k with the top-k set of the prior.
         ranked = sorted(range(prior.size), key=lambda i: (-prior[i], i))
         by_k = []
@@ -262,10 +263,10 @@ def test_rr_with_prior_k_maximizes_the_exact_probability_of_a_correct_output(eps
 def test_rr_with_prior_top_k_is_ranked_and_tie_broken_by_index() -> None:
     order, k, _ = optimal_top_k(np.array([0.2, 0.3, 0.2, 0.3]), 3.0)
     assert order.tolist() == [1, 3, 0, 2]
-    mech = RRWithPrior(3.0, ["a", "b", "c", "d"]).fit(np.array([0.2, 0.3, 0.2, 0.3]))
+    mech = RRWithPrior(3.0, ["a", "b", "c", "d"]).fit_to(Prior.over_classes(np.array([0.2, 0.3, 0.2, 0.3])))
     assert mech.top_k_.tolist() == order[:k].tolist()
     with pytest.raises(ValueError):
-        RRWithPrior(1.0, 4).fit()
+        RRWithPrior(1.0, 4).fit_to()
 
 
 # --------------------------------------------------------------------------- BlockRR
@@ -322,7 +323,7 @@ def test_block_rr_partition_is_the_weight_matrix_rule() -> None:
             expected = np.array([all(w[i, i] >= w[i, j] for j in range(prior.size)) for i in range(prior.size)])
             np.testing.assert_array_equal(majority_mask(prior, sigma), expected)
             for l in [0, 1, 3, None]:
-                mech = BlockRR(1.0, prior.size, sigma=sigma, l=l).fit(prior)
+                mech = BlockRR(1.0, prior.size, sigma=sigma, l=l).fit_to(Prior.over_classes(prior))
                 np.testing.assert_array_equal(mech.majority_, np.flatnonzero(expected))
                 np.testing.assert_array_equal(mech.minority_, np.flatnonzero(~expected))
                 want_l = expected.sum() if l is None else min(l, expected.sum())
@@ -350,7 +351,7 @@ def block_rr_reference(epsilon: float, prior: np.ndarray, majority: set[int], de
 def test_block_rr_matrix_follows_algorithm_1(epsilon: float) -> None:
     prior = imbalanced_prior()
     for sigma, l in [(1.2, 5), (0.8, 2), (0.5, 0), (1.4, 6)]:
-        mech = BlockRR(epsilon, 10, sigma=sigma, l=l).fit(prior)
+        mech = BlockRR(epsilon, 10, sigma=sigma, l=l).fit_to(Prior.over_classes(prior))
         ref = block_rr_reference(epsilon, prior, set(mech.majority_.tolist()), set(mech.delta_.tolist()))
         np.testing.assert_allclose(mech.transition_matrix(), ref, rtol=1e-11, atol=1e-15)
 
@@ -360,13 +361,13 @@ def test_block_rr_reduces_to_rr_when_l_is_zero_or_s2_is_empty(epsilon: float) ->
     """Lemma 3.1 / Remark 3.3 (l = 0) and Table 1 (S₁ = S)."""
     prior = imbalanced_prior()
     rr = randomized_response_matrix(epsilon, 10)
-    l_zero = BlockRR(epsilon, 10, sigma=1.2, l=0).fit(prior)
+    l_zero = BlockRR(epsilon, 10, sigma=1.2, l=0).fit_to(Prior.over_classes(prior))
     assert l_zero.minority_.size > 0  # a real partition, yet plain RR
     np.testing.assert_allclose(l_zero.transition_matrix(), rr, rtol=1e-12)
-    everything_major = BlockRR(epsilon, 10, sigma=0.2, l=4).fit(prior)  # small σ: S₂ = ∅
+    everything_major = BlockRR(epsilon, 10, sigma=0.2, l=4).fit_to(Prior.over_classes(prior))  # small σ: S₂ = ∅
     assert everything_major.minority_.size == 0
     np.testing.assert_allclose(everything_major.transition_matrix(), rr, rtol=1e-12)
-    uniform = BlockRR(epsilon, 10, sigma=0.1).fit(np.full(10, 0.1))
+    uniform = BlockRR(epsilon, 10, sigma=0.1).fit_to(Prior.over_classes(np.full(10, 0.1)))
     np.testing.assert_allclose(uniform.transition_matrix(), rr, rtol=1e-12)
 
 
@@ -377,7 +378,7 @@ def test_block_rr_reduces_to_rr_with_prior_in_table_1_configuration(epsilon: flo
     priors = [imbalanced_prior()] + [random_prior(rng, 8) for _ in range(5)]
     checked = 0
     for prior in priors:
-        rrp = RRWithPrior(epsilon, prior.size).fit(prior)
+        rrp = RRWithPrior(epsilon, prior.size).fit_to(Prior.over_classes(prior))
         ranked = np.sort(prior)[::-1]
         k = rrp.k_
         if k < prior.size and ranked[k] == ranked[k - 1]:
@@ -386,7 +387,7 @@ def test_block_rr_reduces_to_rr_with_prior_in_table_1_configuration(epsilon: flo
         low = ranked[k] / ranked[0] if k < prior.size else 0.0
         c = 0.5 * (low + ranked[k - 1] / ranked[0]) if k > 1 or low > 0 else 0.5
         sigma = -1.0 / math.log(c) if c < 1 else 1e6
-        block = BlockRR(epsilon, prior.size, sigma=sigma, outputs="majority").fit(prior)
+        block = BlockRR(epsilon, prior.size, sigma=sigma, outputs="majority").fit_to(Prior.over_classes(prior))
         assert sorted(block.majority_.tolist()) == sorted(rrp.top_k_.tolist())
         np.testing.assert_allclose(block.transition_matrix(), rrp.transition_matrix(), rtol=1e-12, atol=1e-16)
         checked += 1
@@ -396,14 +397,14 @@ def test_block_rr_reduces_to_rr_with_prior_in_table_1_configuration(epsilon: flo
 def test_block_rr_parameter_checks() -> None:
     prior = imbalanced_prior()
     with pytest.raises(ValueError):
-        BlockRR(1.0, 10, sigma=0.0).fit(prior)
+        BlockRR(1.0, 10, sigma=0.0).fit_to(Prior.over_classes(prior))
     with pytest.raises(ValueError):
-        BlockRR(1.0, 10, l=-1).fit(prior)
+        BlockRR(1.0, 10, l=-1).fit_to(Prior.over_classes(prior))
     with pytest.raises(ValueError):
-        BlockRR(1.0, 10, outputs="majority", l=2).fit(prior)
+        BlockRR(1.0, 10, outputs="majority", l=2).fit_to(Prior.over_classes(prior))
     with pytest.raises(ValueError):
-        BlockRR(1.0, 10).fit()
-    assert BlockRR(1.0, 10, sigma=1.2, l=99).fit(prior).l_ == 6  # capped at |S̃₁|
+        BlockRR(1.0, 10).fit_to()
+    assert BlockRR(1.0, 10, sigma=1.2, l=99).fit_to(Prior.over_classes(prior)).l_ == 6  # capped at |S̃₁|
 
 
 # --------------------------------------------------------------------------- specs
@@ -413,10 +414,10 @@ def test_specs_round_trip_to_the_same_matrix() -> None:
     prior = imbalanced_prior()
     names = [f"class_{i}" for i in range(10)]
     mechs = [
-        RandomizedResponse(1.0, names).fit(),
-        RRWithPrior(1.0, names).fit(prior),
-        BlockRR(1.0, names, sigma=1.2, l=5).fit(prior),
-        BlockRR(1.0, names, sigma=0.5, outputs="majority").fit(prior),
+        RandomizedResponse(1.0, names).fit_to(),
+        RRWithPrior(1.0, names).fit_to(Prior.over_classes(prior)),
+        BlockRR(1.0, names, sigma=1.2, l=5).fit_to(Prior.over_classes(prior)),
+        BlockRR(1.0, names, sigma=0.5, outputs="majority").fit_to(Prior.over_classes(prior)),
     ]
     for mech in mechs:
         spec = mech.to_spec()
@@ -531,7 +532,7 @@ def test_split_release_law_is_eps_dp_exactly_on_a_tiny_data_set() -> None:
     split = SplitPriorRandomizer(BlockRR, epsilon, k, prior_fraction=0.4, sigma=0.6, l=1)
     mask = prior_split_mask(n, 0.4)
     assert 0 < mask.sum() < n
-    first = RandomizedResponse(epsilon, k).fit().transition_matrix()
+    first = RandomizedResponse(epsilon, k).fit_to().transition_matrix()
     outputs = list(itertools.product(range(k), repeat=n))
     labelings = list(itertools.product(range(k), repeat=n))
     second: dict[tuple, np.ndarray] = {}
@@ -540,7 +541,7 @@ def test_split_release_law_is_eps_dp_exactly_on_a_tiny_data_set() -> None:
         o = np.array(o)
         key = tuple(o[mask])
         if key not in second:
-            prior = RandomizedResponse(epsilon, k).fit().estimate_prior(o[mask])
+            prior = RandomizedResponse(epsilon, k).fit_to().estimate_prior(o[mask])
             second[key] = split.mechanism_for_prior(prior).transition_matrix()
         for a, y in enumerate(labelings):
             y = np.array(y)
@@ -577,7 +578,7 @@ def test_split_spec_describes_each_rows_law() -> None:
 def test_rr_estimate_prior_is_consistent() -> None:
     rng = np.random.default_rng(8)
     prior = imbalanced_prior()
-    rr = RandomizedResponse(1.0, 10).fit()
+    rr = RandomizedResponse(1.0, 10).fit_to()
     out = rr.privatize(rng.choice(10, size=200_000, p=prior), rng)
     np.testing.assert_allclose(rr.estimate_prior(out), prior, atol=0.01)
     np.testing.assert_array_equal(rr.estimate_prior(np.array([], dtype=np.int64)), np.full(10, 0.1))
@@ -587,9 +588,9 @@ def test_block_rr_auto_l_maximizes_exact_accuracy_over_every_l():
     prior = np.array([5000, 4000, 3000, 2500, 2000, 1500, 1500, 1500, 1500, 1500], float)
     prior /= prior.sum()
     for epsilon in (0.3, 0.6, 2.0, 8.0):
-        auto = BlockRR(epsilon, 10).fit(prior)
-        every = [BlockRR(epsilon, 10, l=l).fit(prior) for l in range(auto.majority_.size + 1)]
-        best = max(m.expected_accuracy(prior) for m in every)
-        assert auto.expected_accuracy(prior) == pytest.approx(best, rel=1e-12)
+        auto = BlockRR(epsilon, 10).fit_to(Prior.over_classes(prior))
+        every = [BlockRR(epsilon, 10, l=l).fit_to(Prior.over_classes(prior)) for l in range(auto.majority_.size + 1)]
+        best = max(m.expected_accuracy(Prior.over_classes(prior)) for m in every)
+        assert auto.expected_accuracy(Prior.over_classes(prior)) == pytest.approx(best, rel=1e-12)
     # At large ε the minority labels must not lose half their mass to Δ.
-    assert np.min(np.diag(BlockRR(8.0, 10).fit(prior).transition_matrix())) > 0.99
+    assert np.min(np.diag(BlockRR(8.0, 10).fit_to(Prior.over_classes(prior)).transition_matrix())) > 0.99

@@ -38,6 +38,7 @@ def test_optimize_prints_the_fitted_bins_and_their_exact_loss(tmp_path):
     import numpy as np
 
     from labeldp.mechanisms import RROnBins
+    from labeldp.mechanisms.contract import Prior
 
     values, probs = list(range(11)), [5, 9, 7, 5, 4, 3, 2, 2, 1, 1, 1]
     (tmp_path / "prior.json").write_text(json.dumps({"values": values, "probs": probs}))
@@ -45,7 +46,7 @@ def test_optimize_prints_the_fitted_bins_and_their_exact_loss(tmp_path):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     p = np.asarray(probs, float) / sum(probs)
-    ref = RROnBins(2.0).fit(np.asarray(values, float), p)
+    ref = RROnBins(2.0).fit_to(Prior(np.asarray(values, float), p))
     assert doc["parameters"]["outputs"] == ref.outputs_.tolist()
     assert doc["expected_loss"] == pytest.approx(ref.expected_loss_, rel=1e-12)
     assert len(doc["parameters"]["cut_points"]) == len(doc["parameters"]["outputs"]) - 1

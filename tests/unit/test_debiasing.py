@@ -27,6 +27,7 @@ from labeldp.learning.regression import fit_private_and_oracle, fit_private_regr
 from labeldp.learning.selection import Selector, private_reference
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.additive import Exponential, Laplace
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rp_with_prior import RPWithPrior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.mechanisms.unbiased import UnbiasedRandomizer
@@ -45,12 +46,12 @@ def mechanisms(epsilon: float = 1.0) -> dict[str, object]:
     """Fitted mechanisms of each law kind (small lattices keep the tests fast)."""
     grid, probs = prior()
     return {
-        "rr_on_bins": RROnBins(epsilon).fit(grid, probs),
-        "unbiased": UnbiasedRandomizer(epsilon, DOMAIN, grid_size=9).fit(),
-        "rp_with_prior": RPWithPrior(epsilon, DOMAIN, step=5.0 / 200).fit(grid, probs),
-        "laplace": Laplace(epsilon, DOMAIN, variant="discrete", step=5.0 / 200).fit(),
-        "laplace_unclipped": Laplace(epsilon, DOMAIN, variant="discrete", step=5.0 / 200, clip=False).fit(),
-        "exponential": Exponential(epsilon, DOMAIN, variant="discrete", step=5.0 / 200).fit(),
+        "rr_on_bins": RROnBins(epsilon).fit_to(Prior(grid, probs)),
+        "unbiased": UnbiasedRandomizer(epsilon, DOMAIN, grid_size=9).fit_to(),
+        "rp_with_prior": RPWithPrior(epsilon, DOMAIN, step=5.0 / 200).fit_to(Prior(grid, probs)),
+        "laplace": Laplace(epsilon, DOMAIN, variant="discrete", step=5.0 / 200).fit_to(),
+        "laplace_unclipped": Laplace(epsilon, DOMAIN, variant="discrete", step=5.0 / 200, clip=False).fit_to(),
+        "exponential": Exponential(epsilon, DOMAIN, variant="discrete", step=5.0 / 200).fit_to(),
     }
 
 

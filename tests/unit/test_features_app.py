@@ -16,6 +16,7 @@ from features_party import store
 from features_party.app import create_app
 from labeldp import __version__
 from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import (
     SIGNATURE_HEADER,
@@ -462,7 +463,7 @@ def rr_on_bins_release(y: np.ndarray, epsilon: float, seed: int) -> tuple[object
     """An honest RR-on-Bins release of ``y``: the spec and the privatized labels."""
     grid = np.linspace(-4.0, 8.0, 61)
     probs = np.histogram(np.clip(y, -4, 8), bins=np.linspace(-4.1, 8.1, 62))[0] + 1.0
-    mech = RROnBins(epsilon).fit(grid, probs / probs.sum())
+    mech = RROnBins(epsilon).fit_to(Prior(grid, probs / probs.sum()))
     return mech.to_spec(), mech.privatize(y, np.random.default_rng(seed))
 
 

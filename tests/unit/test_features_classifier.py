@@ -48,7 +48,7 @@ CLASSES = ["cat", "dog", "emu"]
 
 def rr_spec(epsilon: float) -> MechanismSpecBase:
     """A real randomized-response spec over ``CLASSES``: every row follows one matrix."""
-    return RandomizedResponse(epsilon, CLASSES).fit().to_spec()
+    return RandomizedResponse(epsilon, CLASSES).fit_to().to_spec()
 
 
 def split_spec(epsilon: float, n_rows: int) -> MechanismSpecBase:

@@ -167,7 +167,7 @@ def test_fit_is_privatize_then_post_processing():
     X = np.random.default_rng(6).random((2_000, 2))
     y = smooth(X)
     model = LaplaceKNNRegressor(0.8, UNIT).fit(X, y, rng_a)
-    release = Laplace(0.8, UNIT, clip=False).fit().privatize(y, rng_b)
+    release = Laplace(0.8, UNIT, clip=False).fit_to().privatize(y, rng_b)
     twin = LaplaceKNNRegressor(0.8, UNIT).fit_privatized(X, release)
     np.testing.assert_array_equal(model.privatized_labels_, release)
     np.testing.assert_array_equal(model.predict(X[:100]), twin.predict(X[:100]))

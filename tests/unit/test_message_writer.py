@@ -28,7 +28,7 @@ def test_written_bytes_equal_the_model_dump(n: int) -> None:
     labels = np.random.default_rng(n).uniform(0, 1, n)
     skeleton = LabelRelease(
         release_id="rel_x", label_set_id="ls_x", created_at=datetime(2026, 1, 1, tzinfo=UTC),
-        mechanism=Laplace(1.0, LabelDomain("real", 0, 1)).fit().to_spec(),
+        mechanism=Laplace(1.0, LabelDomain("real", 0, 1)).fit_to().to_spec(),
         accounting=PrivacyAccounting(parts=[EpsilonPart(name="randomizer", epsilon_micro=1)], total_epsilon_micro=1),
         row_count=n, payload_digest=payload_digest(ids, labels), payload=JsonPayload(ids=[], labels=[]),
     )

@@ -11,6 +11,7 @@ from scipy import stats
 
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms import rp_with_prior as rp
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.rp_with_prior import (
     NoisyLabelHistogramPrior,
@@ -104,14 +105,14 @@ def test_fit_on_point_masses_is_the_best_lattice_pair() -> None:
     grid = np.array([0.0, 3.0, 4.0, 4.4, 9.0, 15.0, 20.0])
     probs = np.array([0.1, 0.25, 0.2, 0.05, 0.1, 0.1, 0.2])
     for eps in [0.3, 1.0, 4.0]:
-        mech = RPWithPrior(eps, SMALL_INT, zeta=1.0).fit(grid, probs)
+        mech = RPWithPrior(eps, SMALL_INT, zeta=1.0).fit_to(Prior(grid, probs))
         snapped = np.rint(grid).astype(int)
         best = max(
             3 * probs[(snapped >= a) & (snapped <= b)].sum() / (3 + math.exp(-eps) * (b - a))
             for a in range(21) for b in range(a, 21)
         )
         assert mech.objective_ == pytest.approx(best, rel=1e-12)
-        assert mech.expected_loss_ == pytest.approx(mech.expected_loss(grid, probs))
+        assert mech.expected_loss_ == pytest.approx(mech.loss_under(Prior(grid, probs)))
 
 
 def brute_lattice_objective(mech: RPWithPrior, prior: StepPrior, eps: float) -> float:
@@ -129,7 +130,7 @@ def brute_lattice_objective(mech: RPWithPrior, prior: StepPrior, eps: float) -> 
 @pytest.mark.parametrize("eps", [0.2, 1.0, 3.0, 8.0])
 def test_fit_chooses_the_lattice_optimum_for_its_own_epsilon(eps: float) -> None:
     prior = bimodal_prior()
-    mech = RPWithPrior(eps, MID_INT, zeta=1.0).fit(prior=prior)
+    mech = RPWithPrior(eps, MID_INT, zeta=1.0).fit_to(prior)
     assert mech.objective_ == pytest.approx(brute_lattice_objective(mech, prior, eps), abs=1e-12)
     assert mech.objective_ == pytest.approx(
         float(
@@ -151,8 +152,8 @@ def _lattice_prior(mech: RPWithPrior, prior: StepPrior) -> tuple[np.ndarray, np.
 def test_interval_depends_on_epsilon_so_the_budget_matters() -> None:
     """Precondition of the ε₁/ε₂ tests: the wrong ε gives a strictly worse interval."""
     prior = bimodal_prior()
-    narrow = RPWithPrior(0.2, MID_INT, zeta=1.0).fit(prior=prior)  # strong noise: only the peak pays
-    wide = RPWithPrior(8.0, MID_INT, zeta=1.0).fit(prior=prior)  # weak noise: cover all the mass
+    narrow = RPWithPrior(0.2, MID_INT, zeta=1.0).fit_to(prior)  # strong noise: only the peak pays
+    wide = RPWithPrior(8.0, MID_INT, zeta=1.0).fit_to(prior)  # weak noise: cover all the mass
     assert (wide.a1_index_, wide.a2_index_) == (0, 60) and (narrow.a1_index_, narrow.a2_index_) == (40, 44)
 
 
@@ -181,7 +182,7 @@ def exact_pmf(mech: RPWithPrior, label: float) -> list[Fraction]:
 
 @pytest.mark.parametrize("eps, domain, zeta, prior", CONFIGS)
 def test_output_law_is_exactly_epsilon_dp(eps: float, domain: LabelDomain, zeta: float, prior) -> None:
-    mech = RPWithPrior(eps, domain, zeta=zeta).fit(prior=prior)
+    mech = RPWithPrior(eps, domain, zeta=zeta).fit_to(prior)
     inputs = [
         domain.low - 3.0,
         domain.low,
@@ -209,7 +210,7 @@ def test_output_law_is_exactly_epsilon_dp(eps: float, domain: LabelDomain, zeta:
 
 
 def test_keep_probability_is_eq_3_4_rounded_down() -> None:
-    mech = RPWithPrior(1.3, MID_INT, zeta=3.0).fit(prior=bimodal_prior())
+    mech = RPWithPrior(1.3, MID_INT, zeta=3.0).fit_to(bimodal_prior())
     near, far = 2 * mech.zeta_steps_ + 1, mech.a2_index_ - mech.a1_index_
     kappa = near / (near + math.exp(-1.3) * far)
     assert 0 < kappa * KEEP_DENOMINATOR - mech.keep_numerator_ <= 16
@@ -218,7 +219,7 @@ def test_keep_probability_is_eq_3_4_rounded_down() -> None:
 
 def test_projection_outside_the_interval() -> None:
     """eq. (3.12): a label outside [A₁, A₂] gets the law of its projection."""
-    mech = RPWithPrior(1.0, MID_INT, zeta=1.0).fit(prior=bimodal_prior())
+    mech = RPWithPrior(1.0, MID_INT, zeta=1.0).fit_to(bimodal_prior())
     assert mech.a1_index_ > 0 and mech.a2_index_ < 60
     np.testing.assert_array_equal(mech.output_probabilities(0.0), mech.output_probabilities(mech.a1_))
     np.testing.assert_array_equal(mech.output_probabilities(60.0), mech.output_probabilities(mech.a2_))
@@ -228,9 +229,8 @@ def test_projection_outside_the_interval() -> None:
 
 @pytest.mark.parametrize("label", [0.0, 9.0, 13.0, 20.0])
 def test_empirical_frequencies_match_the_exact_pmf(label: float) -> None:
-    mech = RPWithPrior(1.5, SMALL_INT, zeta=2.0).fit(
-        prior=StepPrior(np.array([0.0, 8.0, 14.0, 20.0]), np.array([0.2, 0.7, 0.1]))
-    )
+    prior = StepPrior(np.array([0.0, 8.0, 14.0, 20.0]), np.array([0.2, 0.7, 0.1]))
+    mech = RPWithPrior(1.5, SMALL_INT, zeta=2.0).fit_to(prior)
     rng = np.random.default_rng(7)
     out = mech.privatize(np.full(200_000, label), rng)
     assert np.all(np.isin(out, mech.outputs_))
@@ -241,7 +241,7 @@ def test_empirical_frequencies_match_the_exact_pmf(label: float) -> None:
 
 
 def test_outputs_are_lattice_values_only() -> None:
-    mech = RPWithPrior(0.8, REAL).fit(prior=CONFIGS[3][3])
+    mech = RPWithPrior(0.8, REAL).fit_to(CONFIGS[3][3])
     rng = np.random.default_rng(8)
     labels = rng.uniform(-1.0, 6.0, 50_000)
     out = mech.privatize(labels, rng)
@@ -251,7 +251,7 @@ def test_outputs_are_lattice_values_only() -> None:
 
 
 def test_conditional_mean_matches_monte_carlo_and_the_pmf() -> None:
-    mech = RPWithPrior(1.0, REAL, zeta=0.4).fit(prior=CONFIGS[3][3])
+    mech = RPWithPrior(1.0, REAL, zeta=0.4).fit_to(CONFIGS[3][3])
     rng = np.random.default_rng(9)
     for label in [-0.5, 0.3, 1.7, 4.99]:
         exact = float(mech.conditional_mean(np.array([label]))[0])
@@ -263,10 +263,10 @@ def test_conditional_mean_matches_monte_carlo_and_the_pmf() -> None:
 
 
 def test_expected_loss_point_prior_is_exact_and_matches_monte_carlo() -> None:
-    mech = RPWithPrior(2.0, REAL, zeta=0.3).fit(prior=CONFIGS[3][3])
+    mech = RPWithPrior(2.0, REAL, zeta=0.3).fit_to(CONFIGS[3][3])
     grid = np.array([0.1, 0.77, 1.5, 2.0, 4.2, 5.0])
     probs = np.array([0.3, 0.1, 0.2, 0.2, 0.1, 0.1])
-    exact = mech.expected_loss(grid, probs)
+    exact = mech.loss_under(Prior(grid, probs))
     direct = sum(p * float(np.dot(mech.output_probabilities(y), (mech.outputs_ - y) ** 2)) for y, p in zip(grid, probs))
     assert exact == pytest.approx(direct, rel=1e-11)
     rng = np.random.default_rng(10)
@@ -277,8 +277,8 @@ def test_expected_loss_point_prior_is_exact_and_matches_monte_carlo() -> None:
 
 def test_expected_loss_step_prior_matches_quadrature_and_monte_carlo() -> None:
     prior = StepPrior(np.array([-0.2, 0.5, 1.9, 3.3, 5.2]), np.array([0.1, 0.5, 0.3, 0.1]))
-    mech = RPWithPrior(1.2, REAL, zeta=0.25).fit(prior=prior)
-    exact = mech.expected_loss(prior=prior)
+    mech = RPWithPrior(1.2, REAL, zeta=0.25).fit_to(prior)
+    exact = mech.loss_under(prior)
     assert exact == mech.expected_loss_
     xs = np.linspace(prior.nodes[0], prior.nodes[-1], 400_001)
     mids = 0.5 * (xs[1:] + xs[:-1])
@@ -295,7 +295,7 @@ def test_expected_loss_step_prior_matches_quadrature_and_monte_carlo() -> None:
 
 
 def test_spec_round_trip_reproduces_the_law() -> None:
-    mech = RPWithPrior(0.9, REAL, zeta=0.4).fit(prior=CONFIGS[3][3])
+    mech = RPWithPrior(0.9, REAL, zeta=0.4).fit_to(CONFIGS[3][3])
     spec = RPWithPriorSpec.model_validate_json(mech.to_spec().model_dump_json())
     again = RPWithPrior.from_spec(spec)
     assert again.to_spec() == spec
@@ -309,13 +309,13 @@ def test_spec_round_trip_reproduces_the_law() -> None:
 
 
 def test_defaults_and_uniform_fallback() -> None:
-    mech = RPWithPrior(1.0, REAL).fit()
+    mech = RPWithPrior(1.0, REAL).fit_to()
     assert (mech.a1_, mech.a2_) == (0.0, 5.0)  # uniform prior: the whole domain
     assert mech.zeta_ == pytest.approx(0.2 * 5.0) and mech.n_steps_ == 1024  # clip(0.4/ε, 0.05, 0.2) at ε = 1
     assert abs(mech.zeta_effective_ - mech.zeta_) <= mech.step_ / 2
-    outside = RPWithPrior(1.0, REAL).fit(prior=StepPrior(np.array([7.0, 9.0]), np.array([1.0])))
+    outside = RPWithPrior(1.0, REAL).fit_to(StepPrior(np.array([7.0, 9.0]), np.array([1.0])))
     assert (outside.a1_, outside.a2_) == (0.0, 5.0)
-    spike = RPWithPrior(1.0, REAL).fit(prior=StepPrior(np.array([4.9999, 6.0]), np.array([1.0])))
+    spike = RPWithPrior(1.0, REAL).fit_to(StepPrior(np.array([4.9999, 6.0]), np.array([1.0])))
     assert spike.a2_index_ == 1024 and spike.a1_index_ in (1023, 1024)  # a prior thinner than a step
 
 
@@ -402,7 +402,7 @@ def test_laplace_noise_is_calibrated_to_epsilon_one() -> None:
     assert abs(np.abs(noise).mean() - mean_abs) < 5 * np.abs(noise).std() / math.sqrt(noise.size)
 
 
-def test_fit_private_spends_eps1_on_the_prior_and_optimizes_for_eps2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_noised_label_prior_is_fitted_for_eps2_and_its_bin_width_travels(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
     real_opt = rp.optimal_interval
 
@@ -414,31 +414,34 @@ def test_fit_private_spends_eps1_on_the_prior_and_optimizes_for_eps2(monkeypatch
     rng = np.random.default_rng(14)
     labels = np.concatenate((rng.uniform(0, 60, 20_000), rng.uniform(40, 44, 30_000))).round()
     eps1, eps2 = 40.0, 0.2
-    mech = RPWithPrior(eps2, MID_INT, zeta=1.0, private_prior="noised_labels").fit_private(labels, eps1, rng)
+    estimator = NoisyLabelHistogramPrior(eps1, MID_INT).fit(labels, rng)
+    prior = estimator.prior_
+    mech = RPWithPrior(eps2, MID_INT, zeta=1.0, private_prior="noised_labels").fit_to(prior)
     assert calls == [eps2]
-    assert mech.prior_estimator_.epsilon == eps1 and mech.guarantee.epsilon == eps2
-    prior = mech.prior_estimator_.prior_
+    assert estimator.guarantee.epsilon == eps1 and mech.guarantee.epsilon == eps2
     assert mech.objective_ == pytest.approx(brute_lattice_objective(mech, prior, eps2), abs=1e-12)
-    wrong = RPWithPrior(eps1, MID_INT, zeta=1.0).fit(prior=prior)
+    wrong = RPWithPrior(eps1, MID_INT, zeta=1.0).fit_to(prior)
     assert (wrong.a1_index_, wrong.a2_index_) != (mech.a1_index_, mech.a2_index_)  # ε₁ would pick another interval
-    assert mech.to_spec().sigma == pytest.approx(mech.prior_estimator_.sigma_)
+    assert prior.sigma == estimator.sigma_ and mech.to_spec().sigma == pytest.approx(estimator.sigma_)
 
 
-def test_fit_private_default_buys_the_laplace_histogram_on_the_release_grid() -> None:
-    """The default private prior is the release's: k noisy counts on default_grid(domain, n, ε₁ + ε₂)."""
+def test_a_release_buys_the_laplace_histogram_on_its_grid_by_default() -> None:
+    """The default private prior: k noisy counts on default_grid(domain, n, ε), ε₁ of them, and the
+    interval fitted to them for ε₂."""
     from labeldp.mechanisms.prior import LaplaceHistogramPrior, default_grid
+    from labeldp.release.randomizer import randomize
 
     labels = np.random.default_rng(21).poisson(6.0, 8_000).clip(0, 60).astype(np.float64)
     eps1, eps2 = 0.1, 0.9
-    mech = RPWithPrior(eps2, MID_INT).fit_private(labels, eps1, np.random.default_rng(22))
-    assert isinstance(mech.prior_estimator_, LaplaceHistogramPrior)
-    assert mech.prior_estimator_.epsilon == eps1 and mech.guarantee.epsilon == eps2
+    out = randomize(labels, MID_INT, "rp_with_prior", 1_000_000, np.random.default_rng(22), epsilon_prior_micro=100_000)
+    assert [(p.name, p.epsilon_micro) for p in out.accounting.parts] == [("prior", 100_000), ("randomizer", 900_000)]
     grid = default_grid(MID_INT, labels.size, eps1 + eps2)
-    np.testing.assert_array_equal(mech.prior_estimator_.grid, grid)
+    assert out.prior is not None and out.prior.source == "laplace_histogram" and out.prior.grid == grid.tolist()
     probs = LaplaceHistogramPrior(eps1, grid).fit(labels, np.random.default_rng(22)).probs_
-    same = RPWithPrior(eps2, MID_INT).fit(grid, probs)
-    assert (same.a1_index_, same.a2_index_) == (mech.a1_index_, mech.a2_index_)
-    assert mech.to_spec().sigma is None and mech.a2_ < 30  # the interval follows the counts, not the domain
+    same = RPWithPrior(eps2, MID_INT).fit_to(Prior(grid, probs))
+    assert out.prior.probs == probs.tolist() and out.mechanism.epsilon == eps2
+    assert (same.a1_index_, same.a2_index_) == (out.mechanism.a1_index, out.mechanism.a2_index)
+    assert out.mechanism.sigma is None and out.mechanism.a2 < 30  # the interval follows the counts, not the domain
 
 
 @pytest.mark.parametrize(
@@ -447,4 +450,4 @@ def test_fit_private_default_buys_the_laplace_histogram_on_the_release_grid() ->
 def test_default_zeta_narrows_with_epsilon(epsilon: float, fraction: float) -> None:
     """ζ = clip(0.4/ε, 0.05, 0.2)·(high − low): wide for learning at small ε, narrow where the near block is sure."""
     assert rp.default_zeta_fraction(epsilon) == pytest.approx(fraction)
-    assert RPWithPrior(epsilon, REAL).fit().zeta_ == pytest.approx(fraction * REAL.width)
+    assert RPWithPrior(epsilon, REAL).fit_to().zeta_ == pytest.approx(fraction * REAL.width)

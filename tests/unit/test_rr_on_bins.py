@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from labeldp.mechanisms import LabelDomain, RROnBins, optimal_bins, optimal_bins_reference
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rr_on_bins_kernels import _clamped_table_numba, _prepare, cut_points, interval_cost_table
 from labeldp.schema import RROnBinsSpec
 
@@ -220,7 +221,7 @@ def test_clamped_interval_cost_satisfies_quadrangle_inequality(loss: str) -> Non
 def test_large_epsilon_does_not_overflow() -> None:
     grid = np.linspace(0.0, 1.0, 40)
     probs = np.random.default_rng(3).dirichlet(np.ones(40))
-    mech = RROnBins(1000.0).fit(grid, probs)
+    mech = RROnBins(1000.0).fit_to(Prior(grid, probs))
     assert math.isfinite(mech.expected_loss_) and mech.expected_loss_ < 1e-12
     assert mech.keep_probability_ == 1.0
     assert np.all(np.isfinite(mech.outputs_))
@@ -237,7 +238,7 @@ def fitted(request) -> tuple[RROnBins, np.ndarray, np.ndarray]:
     probs = rng.dirichlet(np.full(30, 0.8))
     probs[[3, 11, 12]] = 0.0
     probs /= probs.sum()
-    return RROnBins(EPS_FIT, loss=loss).fit(grid, probs), grid, probs
+    return RROnBins(EPS_FIT, loss=loss).fit_to(Prior(grid, probs)), grid, probs
 
 
 def test_fit_attributes_are_consistent(fitted) -> None:
@@ -276,14 +277,14 @@ def test_expected_loss_is_exact_and_optimal(fitted) -> None:
         for y, py in zip(grid, probs)
     )
     assert mech.expected_loss_ == pytest.approx(brute, rel=1e-12)
-    assert mech.expected_loss(grid, probs) == pytest.approx(brute, rel=1e-12)
+    assert mech.loss_under(Prior(grid, probs)) == pytest.approx(brute, rel=1e-12)
     off_grid = np.random.default_rng(3).uniform(grid[0], grid[-1], 50)
     weights = np.random.default_rng(4).dirichlet(np.ones(50))
     brute_off = sum(
         py * float(np.dot(mech.output_probabilities(y), loss_fn(mech.outputs_, y, mech.loss)))
         for y, py in zip(off_grid, weights)
     )
-    assert mech.expected_loss(off_grid, weights) == pytest.approx(brute_off, rel=1e-12)
+    assert mech.loss_under(Prior(off_grid, weights)) == pytest.approx(brute_off, rel=1e-12)
     _, _, dp_loss = optimal_bins(grid, probs, EPS_FIT, mech.loss)
     assert mech.expected_loss_ == pytest.approx(dp_loss, rel=1e-9)
 
@@ -342,7 +343,7 @@ def test_privatize_is_unbiased_after_debiasing(fitted) -> None:
 
 def test_single_bin() -> None:
     grid = np.array([0.0, 1.0, 2.0])
-    mech = RROnBins(1.0).fit(grid, np.array([0.0, 1.0, 0.0]))  # a point mass needs one bin
+    mech = RROnBins(1.0).fit_to(Prior(grid, np.array([0.0, 1.0, 0.0])))  # a point mass needs one bin
     assert mech.outputs_.tolist() == [1.0] and mech.keep_probability_ == 1.0
     assert mech.cut_points_.size == 0 and mech.expected_loss_ == 0.0
     assert np.all(mech.privatize(np.array([0.0, 1.0, 7.0]), np.random.default_rng(0)) == 1.0)
@@ -350,7 +351,8 @@ def test_single_bin() -> None:
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_spec_round_trip(loss: str) -> None:
-    mech = RROnBins(3.0, loss=loss).fit(np.linspace(0, 10, 25), np.random.default_rng(5).dirichlet(np.ones(25)))
+    prior = Prior(np.linspace(0, 10, 25), np.random.default_rng(5).dirichlet(np.ones(25)))
+    mech = RROnBins(3.0, loss=loss).fit_to(prior)
     spec = mech.to_spec()
     assert isinstance(spec, RROnBinsSpec) and spec.outputs == mech.outputs_.tolist() and spec.loss == loss
     again = RROnBins.from_spec(RROnBinsSpec.model_validate_json(spec.model_dump_json()))
@@ -365,17 +367,17 @@ def test_rejects_unsupported_loss_and_bad_input() -> None:
     with pytest.raises(ValueError):
         RROnBins(1.0, loss="hinge")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        RROnBins(0.0).fit(np.array([0.0, 1.0]), np.array([0.5, 0.5]))
+        RROnBins(0.0).fit_to(Prior(np.array([0.0, 1.0]), np.array([0.5, 0.5])))
     with pytest.raises(ValueError):
-        RROnBins(1.0).fit(np.array([1.0, 0.0]), np.array([0.5, 0.5]))
+        RROnBins(1.0).fit_to(Prior(np.array([1.0, 0.0]), np.array([0.5, 0.5])))
     with pytest.raises(ValueError):
-        RROnBins(1.0).fit(np.array([0.0, 1.0]), np.array([0.0, 0.0]))
+        RROnBins(1.0).fit_to(Prior(np.array([0.0, 1.0]), np.array([0.0, 0.0])))
     with pytest.raises(ValueError):
-        RROnBins(1.0).fit()
+        RROnBins(1.0).fit_to()
     with pytest.raises(ValueError):  # Poisson needs labels >= 0 and a positive mean
-        RROnBins(1.0, loss="poisson").fit(np.array([-1.0, 1.0]), np.array([0.5, 0.5]))
+        RROnBins(1.0, loss="poisson").fit_to(Prior(np.array([-1.0, 1.0]), np.array([0.5, 0.5])))
     with pytest.raises(ValueError):
-        RROnBins(1.0, loss="poisson").fit(np.array([0.0, 1.0]), np.array([1.0, 0.0]))
+        RROnBins(1.0, loss="poisson").fit_to(Prior(np.array([0.0, 1.0]), np.array([1.0, 0.0])))
     with pytest.raises(ValueError):
         RROnBins(1.0, LabelDomain("real", -1.0, 1.0), loss="poisson")
     mech = RROnBins(1.0, LabelDomain("integer", 0, 20), loss="poisson")  # the common constructor shape

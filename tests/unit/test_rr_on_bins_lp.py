@@ -19,6 +19,7 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from labeldp.mechanisms import RROnBins
+from labeldp.mechanisms.contract import Prior
 
 LOSSES = ["squared", "absolute", "poisson"]
 CASES = [(4, 0.3), (5, 1.0), (6, 2.5), (6, 5.0), (8, 1.5), (8, 4.0)]
@@ -90,7 +91,7 @@ def lp_optimum(grid: np.ndarray, probs: np.ndarray, epsilon: float, outputs: np.
 @pytest.mark.parametrize("k, epsilon", CASES)
 def test_fitted_loss_is_the_partition_optimum_and_the_lp_optimum(loss: str, k: int, epsilon: float) -> None:
     grid, probs = prior(loss, k, seed=10 * k + int(10 * epsilon))
-    mech = RROnBins(epsilon, loss=loss).fit(grid, probs)
+    mech = RROnBins(epsilon, loss=loss).fit_to(Prior(grid, probs))
     fitted = mech.expected_loss_
     scale = 1.0 + abs(fitted)
 

@@ -32,6 +32,7 @@ from labeldp.mechanisms import (
     kernels,
     reference,
 )
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.lattice import Lattice, index_value, snap_index
 from labeldp.mechanisms.rr_sampling import rr_probabilities
 from labeldp.mechanisms.sampling import TableSampler, cumulative_cells, raw_words
@@ -124,8 +125,8 @@ def test_kernel_lattice_arithmetic_is_the_numpy_arithmetic_bit_for_bit(domain: L
 
 
 def test_rp_with_prior_and_the_additive_mechanisms_share_the_lattice() -> None:
-    rp = RPWithPrior(1.0, REAL).fit()
-    laplace = Laplace(1.0, REAL, "discrete").fit()
+    rp = RPWithPrior(1.0, REAL).fit_to()
+    laplace = Laplace(1.0, REAL, "discrete").fit_to()
     assert rp._lattice == laplace._lattice == Lattice.for_domain(REAL)
 
 
@@ -134,8 +135,8 @@ def test_one_rr_law() -> None:
         p, q = rr_probabilities(eps, m)
         assert p == pytest.approx(math.exp(eps) * q, rel=1e-12)
         assert p + (m - 1) * q == pytest.approx(1.0, abs=1e-15)
-        rr = RandomizedResponse(eps, m).fit()
-        bins = RROnBins(eps).fit(np.linspace(0, 1, 64), np.ones(64))
+        rr = RandomizedResponse(eps, m).fit_to()
+        bins = RROnBins(eps).fit_to(Prior(np.linspace(0, 1, 64), np.ones(64)))
         assert (rr.keep_probability_, rr.other_probability_) == (p, q)
         assert (bins.keep_probability_, bins.other_probability_) == rr_probabilities(eps, bins.outputs_.size)
 
@@ -152,13 +153,13 @@ def awkward_labels(domain: LabelDomain, n: int, seed: int) -> np.ndarray:
 
 
 IDENTICAL = [
-    ("laplace continuous", lambda: Laplace(0.7, REAL, "continuous").fit(), REAL),
-    ("laplace discrete", lambda: Laplace(0.7, INTEGER, "discrete").fit(), INTEGER),
-    ("staircase continuous", lambda: Staircase(2.0, REAL).fit(), REAL),
-    ("staircase discrete", lambda: Staircase(2.0, INTEGER).fit(), INTEGER),
-    ("gaussian", lambda: Gaussian(1.0, REAL, 1e-5, "discrete").fit(), REAL),
-    ("unbiased", lambda: UnbiasedRandomizer(1.0, REAL).fit(), REAL),
-    ("rr_on_bins", lambda: RROnBins(4.0, REAL).fit(np.linspace(-1, 4, 40), np.ones(40)), REAL),
+    ("laplace continuous", lambda: Laplace(0.7, REAL, "continuous").fit_to(), REAL),
+    ("laplace discrete", lambda: Laplace(0.7, INTEGER, "discrete").fit_to(), INTEGER),
+    ("staircase continuous", lambda: Staircase(2.0, REAL).fit_to(), REAL),
+    ("staircase discrete", lambda: Staircase(2.0, INTEGER).fit_to(), INTEGER),
+    ("gaussian", lambda: Gaussian(1.0, REAL, 1e-5, "discrete").fit_to(), REAL),
+    ("unbiased", lambda: UnbiasedRandomizer(1.0, REAL).fit_to(), REAL),
+    ("rr_on_bins", lambda: RROnBins(4.0, REAL).fit_to(Prior(np.linspace(-1, 4, 40), np.ones(40))), REAL),
 ]
 
 
@@ -179,7 +180,7 @@ def test_categorical_kernels_equal_their_twins(cls: type) -> None:
     rng = np.random.default_rng(2)
     p = 0.6 ** np.arange(8)
     labels = rng.choice(8, size=50_001, p=p / p.sum())
-    rr = RandomizedResponse(1.0, 8).fit()
+    rr = RandomizedResponse(1.0, 8).fit_to()
     twin = reference.privatize_reference(rr, labels, generator(3))
     np.testing.assert_array_equal(rr.privatize(labels, generator(3)), twin)
     split = SplitPriorRandomizer(cls, 1.0, 8)
@@ -188,8 +189,8 @@ def test_categorical_kernels_equal_their_twins(cls: type) -> None:
 
 
 def test_kernels_refuse_non_finite_labels_and_keep_the_shape() -> None:
-    for mech in (Laplace(1.0, REAL).fit(), Exponential(1.0, REAL).fit(), RPWithPrior(1.0, REAL).fit(),
-                 UnbiasedRandomizer(1.0, REAL).fit()):
+    for mech in (Laplace(1.0, REAL).fit_to(), Exponential(1.0, REAL).fit_to(), RPWithPrior(1.0, REAL).fit_to(),
+                 UnbiasedRandomizer(1.0, REAL).fit_to()):
         with pytest.raises(ValueError, match="finite"):
             mech.privatize(np.array([0.5, np.nan]), generator(0))
         with pytest.raises(ValueError, match="finite"):
@@ -200,7 +201,7 @@ def test_kernels_refuse_non_finite_labels_and_keep_the_shape() -> None:
 
 def test_kernels_read_the_callers_stream_and_nothing_else() -> None:
     """Same generator state → same outputs; a different state → different outputs."""
-    mech = Laplace(1.0, REAL).fit()
+    mech = Laplace(1.0, REAL).fit_to()
     labels = np.linspace(-1, 4, 1000)
     np.testing.assert_array_equal(mech.privatize(labels, generator(9)), mech.privatize(labels, generator(9)))
     assert not np.array_equal(mech.privatize(labels, generator(9)), mech.privatize(labels, generator(10)))
@@ -238,13 +239,13 @@ def lattice_law(mech, label: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 LAWS = [
-    ("laplace discrete", lambda: Laplace(0.5, INTEGER, "discrete").fit(), lattice_law, [0.0, 7.0, 20.0, -3.0]),
-    ("laplace real J=40", lambda: Laplace(1.5, SMALL_REAL, step=0.125).fit(), lattice_law, [-1.0, 0.3, 4.0]),
-    ("staircase discrete", lambda: Staircase(1.0, INTEGER).fit(), lattice_law, [0.0, 9.0, 20.0]),
-    ("staircase gamma", lambda: Staircase(3.0, SMALL_REAL, step=0.125, gamma=0.3).fit(), lattice_law, [-1.0, 2.0]),
-    ("gaussian", lambda: Gaussian(2.0, INTEGER, 1e-4).fit(), lattice_law, [0.0, 10.0, 20.0]),
-    ("exponential", lambda: Exponential(2.0, INTEGER).fit(), lattice_law, [0.0, 3.0, 20.0]),
-    ("exponential real", lambda: Exponential(6.0, SMALL_REAL, step=0.125).fit(), lattice_law, [-1.0, 1.0]),
+    ("laplace discrete", lambda: Laplace(0.5, INTEGER, "discrete").fit_to(), lattice_law, [0.0, 7.0, 20.0, -3.0]),
+    ("laplace real J=40", lambda: Laplace(1.5, SMALL_REAL, step=0.125).fit_to(), lattice_law, [-1.0, 0.3, 4.0]),
+    ("staircase discrete", lambda: Staircase(1.0, INTEGER).fit_to(), lattice_law, [0.0, 9.0, 20.0]),
+    ("staircase gamma", lambda: Staircase(3.0, SMALL_REAL, step=0.125, gamma=0.3).fit_to(), lattice_law, [-1.0, 2.0]),
+    ("gaussian", lambda: Gaussian(2.0, INTEGER, 1e-4).fit_to(), lattice_law, [0.0, 10.0, 20.0]),
+    ("exponential", lambda: Exponential(2.0, INTEGER).fit_to(), lattice_law, [0.0, 3.0, 20.0]),
+    ("exponential real", lambda: Exponential(6.0, SMALL_REAL, step=0.125).fit_to(), lattice_law, [-1.0, 1.0]),
 ]
 
 
@@ -261,7 +262,7 @@ def test_additive_output_law_is_the_exact_law(name: str, build, law, labels: lis
 
 
 def test_rp_with_prior_output_law_is_the_exact_law() -> None:
-    mech = RPWithPrior(1.0, INTEGER, zeta=2.0).fit(np.arange(21.0), np.exp(-np.arange(21.0) / 5))
+    mech = RPWithPrior(1.0, INTEGER, zeta=2.0).fit_to(Prior(np.arange(21.0), np.exp(-np.arange(21.0) / 5)))
     assert mech.a2_index_ > mech.a1_index_
     for seed, label in enumerate([0.0, 5.0, 20.0, 13.0]):
         out = mech.privatize(np.full(DRAWS, label), generator(40 + seed))
@@ -307,7 +308,7 @@ def test_rp_with_prior_decides_each_label_on_its_own_keep_word() -> None:
 
 
 def test_unbiased_output_law_is_the_exact_law() -> None:
-    mech = UnbiasedRandomizer(1.0, SMALL_REAL, grid_size=9).fit()
+    mech = UnbiasedRandomizer(1.0, SMALL_REAL, grid_size=9).fit_to()
     for seed, label in enumerate([-1.0, 0.3, 1.25, 4.0, 9.0]):
         out = mech.privatize(np.full(DRAWS, label), generator(60 + seed))
         index = np.searchsorted(mech.outputs_, out)
@@ -317,14 +318,16 @@ def test_unbiased_output_law_is_the_exact_law() -> None:
 
 
 def test_categorical_and_rr_on_bins_output_laws_are_the_exact_laws() -> None:
-    prior = np.array([0.4, 0.3, 0.15, 0.1, 0.04, 0.01])
-    mechs = [RandomizedResponse(1.0, 6).fit(), RRWithPrior(1.0, 6).fit(prior), BlockRR(1.0, 6, sigma=0.5).fit(prior)]
+    prior = Prior.over_classes(np.array([0.4, 0.3, 0.15, 0.1, 0.04, 0.01]))
+    mechs = [
+        RandomizedResponse(1.0, 6).fit_to(), RRWithPrior(1.0, 6).fit_to(prior), BlockRR(1.0, 6, sigma=0.5).fit_to(prior)
+    ]
     for m, mech in enumerate(mechs):
         for y in range(6):
             out = mech.privatize(np.full(DRAWS // 4, y), generator(80 + 10 * m + y))
             p = chi_square_p(np.bincount(out, minlength=6), mech.output_probabilities(y))
             assert p > P_MIN, (type(mech).__name__, y, p)
-    bins = RROnBins(3.0, SMALL_REAL).fit(np.linspace(-1, 4, 30), np.ones(30))
+    bins = RROnBins(3.0, SMALL_REAL).fit_to(Prior(np.linspace(-1, 4, 30), np.ones(30)))
     for seed, label in enumerate([-1.0, 1.7, 4.0]):
         out = bins.privatize(np.full(DRAWS, label), generator(120 + seed))
         p = chi_square_p(np.bincount(np.searchsorted(bins.outputs_, out), minlength=bins.outputs_.size),
@@ -334,7 +337,7 @@ def test_categorical_and_rr_on_bins_output_laws_are_the_exact_laws() -> None:
 
 def test_the_chi_square_check_fails_a_wrong_law() -> None:
     """The check used above refutes a law off by a factor in one cell's pair (the doubled-zero bug)."""
-    mech = Laplace(0.5, INTEGER, "discrete").fit()
+    mech = Laplace(0.5, INTEGER, "discrete").fit_to()
     probs = mech.output_probabilities(7.0)
     wrong = probs.copy()
     wrong[7] *= 1.3  # e.g. P(N = 0) counted once per sign

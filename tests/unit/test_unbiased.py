@@ -8,6 +8,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 import pytest
 
+from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.unbiased import (
     ONE,
@@ -52,7 +53,7 @@ def debiased_rr_variance(grid: np.ndarray, epsilon: float) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def fitted() -> dict[float, UnbiasedRandomizer]:
-    return {eps: UnbiasedRandomizer(eps, REAL).fit() for eps in EPSILONS}
+    return {eps: UnbiasedRandomizer(eps, REAL).fit_to() for eps in EPSILONS}
 
 
 # -- grids ---------------------------------------------------------------------
@@ -109,7 +110,7 @@ def test_banded_lp_equals_the_literal_pairwise_lp(eps: float) -> None:
 @pytest.mark.parametrize("eps", [0.1, 1.0, 4.0, 10.0])
 def test_two_point_grid_gives_the_known_optimum(eps: float) -> None:
     """Binary labels: the optimal unbiased ε-DP randomizer is debiased RR, variance e^ε/(e^ε − 1)²."""
-    mech = UnbiasedRandomizer(eps, UNIT, grid_size=2).fit()
+    mech = UnbiasedRandomizer(eps, UNIT, grid_size=2).fit_to()
     e = math.exp(mech.lp_epsilon_)
     np.testing.assert_allclose(mech.row_variances_, e / (e - 1) ** 2, rtol=1e-9)
 
@@ -124,7 +125,7 @@ def test_variance_is_no_worse_than_simple_unbiased_baselines(fitted, eps: float)
     # Unbiased (unclipped) Laplace with scale Δ/ε, Δ = width, has variance 2(Δ/ε)² for every label;
     # ours, rounding included, must not be worse on a fine uniform prior.
     fine = np.linspace(REAL.low, REAL.high, 801)
-    loss = mech.expected_loss(fine, np.ones(fine.size))
+    loss = mech.loss_under(Prior(fine, np.ones(fine.size)))
     assert loss <= 2 * (width / eps) ** 2
     # and the weighted LP variance is what was optimized
     assert mech.variance_ == pytest.approx(mech.lp_objective_, rel=1e-9, abs=1e-15)
@@ -139,13 +140,13 @@ def test_prior_weights_push_the_prior_through_the_rounding() -> None:
 def test_prior_weights_lower_the_expected_loss_under_that_prior() -> None:
     values = np.linspace(REAL.low, REAL.high, 201)
     probs = np.exp(-3.0 * (values - REAL.low))  # mass near the low end
-    uniform = UnbiasedRandomizer(1.0, REAL).fit(values, probs)  # weights='uniform' ignores the prior
-    tuned = UnbiasedRandomizer(1.0, REAL, weights="prior").fit(values, probs)
+    uniform = UnbiasedRandomizer(1.0, REAL).fit_to(Prior(values, probs))  # weights='uniform' ignores the prior
+    tuned = UnbiasedRandomizer(1.0, REAL, weights="prior").fit_to(Prior(values, probs))
     assert not uniform.uses_prior and tuned.uses_prior
-    assert tuned.expected_loss(values, probs) < uniform.expected_loss(values, probs)
+    assert tuned.loss_under(Prior(values, probs)) < uniform.loss_under(Prior(values, probs))
     np.testing.assert_allclose(tuned.conditional_mean(values), values, rtol=0, atol=1e-12)
     with pytest.raises(ValueError):
-        UnbiasedRandomizer(1.0, REAL, weights="prior").fit()
+        UnbiasedRandomizer(1.0, REAL, weights="prior").fit_to()
 
 
 # -- privacy -------------------------------------------------------------------
@@ -259,7 +260,7 @@ def test_conditional_mean_is_the_label(fitted, eps: float) -> None:
 
 
 def test_integer_domain_is_unbiased_without_rounding() -> None:
-    mech = UnbiasedRandomizer(1.0, SMALL_INT).fit()
+    mech = UnbiasedRandomizer(1.0, SMALL_INT).fit_to()
     np.testing.assert_array_equal(mech.grid_, np.arange(11.0))
     _lower, p_up = rounding_probabilities(np.arange(11.0), mech.grid_)
     assert np.all((p_up == 0) | (p_up == 1))
@@ -267,7 +268,7 @@ def test_integer_domain_is_unbiased_without_rounding() -> None:
 
 
 def test_monte_carlo_mean_and_frequencies_match_the_exact_law() -> None:
-    mech = UnbiasedRandomizer(2.0, REAL).fit()
+    mech = UnbiasedRandomizer(2.0, REAL).fit_to()
     rng = np.random.default_rng(2024)
     n = 200_000
     for y in (-1.0, 0.37, 1.0, 2.9):
@@ -283,7 +284,7 @@ def test_monte_carlo_mean_and_frequencies_match_the_exact_law() -> None:
 
 
 def test_privatize_shapes_and_out_of_domain_labels() -> None:
-    mech = UnbiasedRandomizer(1.0, REAL).fit()
+    mech = UnbiasedRandomizer(1.0, REAL).fit_to()
     rng = np.random.default_rng(5)
     labels = rng.uniform(-10, 10, (40, 25))
     out = mech.privatize(labels, rng)
@@ -293,21 +294,21 @@ def test_privatize_shapes_and_out_of_domain_labels() -> None:
 
 
 def test_expected_loss_is_exact() -> None:
-    mech = UnbiasedRandomizer(1.5, REAL, grid_size=9).fit()
+    mech = UnbiasedRandomizer(1.5, REAL, grid_size=9).fit_to()
     values = np.array([-1.0, -0.3, 0.0, 1.11, 3.0])
     probs = np.array([0.1, 0.2, 0.3, 0.15, 0.25])
     brute = sum(p * float(mech.output_probabilities(y) @ (mech.outputs_ - y) ** 2) for y, p in zip(values, probs))
-    assert mech.expected_loss(values, probs) == pytest.approx(brute, rel=1e-12)
+    assert mech.loss_under(Prior(values, probs)) == pytest.approx(brute, rel=1e-12)
     # unbiased: the loss is the conditional variance
     variance = float(probs @ mech.conditional_variance(values))
-    assert mech.expected_loss(values, probs) == pytest.approx(variance, rel=1e-9)
+    assert mech.loss_under(Prior(values, probs)) == pytest.approx(variance, rel=1e-9)
 
 
 # -- wire form ---------------------------------------------------------------------
 
 
 def test_spec_round_trip_is_exact() -> None:
-    mech = UnbiasedRandomizer(1.3, REAL, weights="prior").fit(np.linspace(-1, 3, 50), np.ones(50))
+    mech = UnbiasedRandomizer(1.3, REAL, weights="prior").fit_to(Prior(np.linspace(-1, 3, 50), np.ones(50)))
     spec = mech.to_spec()
     assert spec.name == "unbiased" and spec.weights == "prior" and spec.lp_epsilon < spec.epsilon
     again = UnbiasedSpec.model_validate_json(spec.model_dump_json())
@@ -323,7 +324,7 @@ def test_spec_round_trip_is_exact() -> None:
 
 
 def test_from_spec_rejects_tampered_tables() -> None:
-    spec = UnbiasedRandomizer(1.0, REAL, grid_size=5).fit().to_spec()
+    spec = UnbiasedRandomizer(1.0, REAL, grid_size=5).fit_to().to_spec()
     rows = [list(r) for r in spec.transition]
     j = int(np.argmax(rows[0]))
     k = int(np.argmin([x if x > 0 else 2.0 for x in rows[0]]))

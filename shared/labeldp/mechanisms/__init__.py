@@ -1,7 +1,7 @@
 """Label-DP mechanisms of the papers, one module per family.
 
 Each mechanism is an estimator-shaped object (parameters in the constructor,
-``fit`` from a public or DP prior, fitted state in trailing-underscore
+``fit_to`` a public or DP prior, fitted state in trailing-underscore
 attributes) that satisfies one contract (``contract.Mechanism``: fit to a prior,
 privatize, exact expected loss, transition law, guarantee, wire spec, params
 model) and has one entry in ``registry`` (docs/architecture.md, "The mechanism

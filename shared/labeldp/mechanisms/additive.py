@@ -224,8 +224,8 @@ class LatticeMechanism(ABC):
         self.variant = variant
         self.step = step
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
-        """Fix the lattice and calibrate the noise; prior-free, ``grid``/``probs`` are ignored.
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Fix the lattice and calibrate the noise; prior-free, so ``prior`` is ignored.
 
         The caller's parameters are checked by the class's params model (the one validation).
         """
@@ -251,17 +251,8 @@ class LatticeMechanism(ABC):
         """Exact E[ŷ | y]."""
 
     @abstractmethod
-    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[(ŷ − y)²] for y ~ (grid, probs)."""
-
-    # -- the contract (labeldp.mechanisms.contract) ---------------------------
-
-    def fit_to(self, prior: Prior | None = None) -> Self:
-        """Prior-free: the prior, if any, is ignored."""
-        return self.fit()
-
     def loss_under(self, prior: Prior) -> float:
-        return self.expected_loss(prior.values, prior.probs)
+        """Exact E[(ŷ − y)²] for y ~ prior."""
 
     def law(self) -> TransitionLaw:
         """Monotone on the domain lattice (clipped or range-restricted noise moves the mean
@@ -282,10 +273,10 @@ class LatticeMechanism(ABC):
         """The J + 1 lattice points of the domain."""
         return self._lattice.points
 
-    def _loss_terms(self, grid: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _loss_terms(self, prior: Prior) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(j, x_j − y, normalized probs) of a prior over labels."""
-        grid = check_labels(grid).ravel()
-        probs = np.asarray(probs, dtype=np.float64).ravel()
+        grid = check_labels(prior.values).ravel()
+        probs = np.asarray(prior.probs, dtype=np.float64).ravel()
         if probs.shape != grid.shape:
             raise ValueError("grid and probs must have the same length")
         if np.any(probs < 0) or not np.isfinite(probs).all() or probs.sum() <= 0:
@@ -331,8 +322,8 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         low, high = self.domain.low, self.domain.high
         return TransitionLaw.affine(self.name, 1.0, 0.0, low, high, self.conditional_mean, snap)
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> Self:
-        super().fit(grid, probs)
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        super().fit_to(prior)
         self._tables: tuple[np.ndarray, np.ndarray] | None = None  # H and G, built on first use (no O(J) memory)
         self._noise_table: TableSampler | None = None  # the folded clipped noise, built on first privatize
         return self
@@ -434,13 +425,13 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         h, _ = self._moment_tables()
         return center + self.step_ * (h[self.n_steps_ - j] - h[j])
 
-    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[(ŷ − y)²] for y ~ (grid, probs).
+    def loss_under(self, prior: Prior) -> float:
+        """Exact E[(ŷ − y)²] for y ~ prior.
 
         E[(ŷ − y)²] = step²·E[(ŷ_idx − j)²] + 2(x_j − y)·step·E[ŷ_idx − j] + (x_j − y)²,
         with the clipped moments from H and G, or E[N²] and 0 without clipping.
         """
-        j, err, p = self._loss_terms(grid, probs)
+        j, err, p = self._loss_terms(prior)
         J = self.n_steps_
         if self.clip:
             h, g = self._moment_tables()
@@ -515,7 +506,7 @@ class Laplace(AdditiveLatticeMechanism):
 
     @classmethod
     def from_spec(cls, spec: LaplaceSpec) -> Laplace:
-        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step, spec.clip).fit()
+        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step, spec.clip).fit_to()
         _check_close(mech.scale_, spec.scale, "scale")
         return mech
 
@@ -636,7 +627,7 @@ class Staircase(AdditiveLatticeMechanism):
         domain = LabelDomain.from_spec(spec.domain)
         mech = cls(spec.epsilon, domain, spec.variant, spec.step, spec.clip)
         mech.gamma = spec.r / max(1, int(round(domain.width / spec.step)))
-        mech.fit()
+        mech.fit_to()
         if mech.r_ != spec.r:
             raise ValueError("staircase spec: r does not match the lattice")
         return mech
@@ -722,7 +713,7 @@ class Gaussian(AdditiveLatticeMechanism):
     @classmethod
     def from_spec(cls, spec: GaussianSpec) -> Gaussian:
         domain = LabelDomain.from_spec(spec.domain)
-        mech = cls(spec.epsilon, domain, spec.delta, spec.variant, spec.step, spec.clip).fit()
+        mech = cls(spec.epsilon, domain, spec.delta, spec.variant, spec.step, spec.clip).fit_to()
         _check_close(mech.sigma_label_, spec.sigma, "sigma")
         return mech
 
@@ -826,9 +817,9 @@ class Exponential(LatticeMechanism):
         shift = (p1[self.n_steps_ - j] - p1[j]) / self._normalizer(j)
         return self.lattice_value(j) + self.step_ * shift
 
-    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[(ŷ − y)²] for y ~ (grid, probs), from the prefix sums."""
-        j, err, p = self._loss_terms(grid, probs)
+    def loss_under(self, prior: Prior) -> float:
+        """Exact E[(ŷ − y)²] for y ~ prior, from the prefix sums."""
+        j, err, p = self._loss_terms(prior)
         J, z = self.n_steps_, self._normalizer(j)
         p1, p2 = self._moment_tables()
         second = (p2[j] + p2[J - j]) / z
@@ -859,7 +850,7 @@ class Exponential(LatticeMechanism):
 
     @classmethod
     def from_spec(cls, spec: ExponentialSpec) -> Exponential:
-        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step).fit()
+        mech = cls(spec.epsilon, LabelDomain.from_spec(spec.domain), spec.variant, spec.step).fit_to()
         _check_close(mech.scale_, spec.scale, "scale")
         return mech
 

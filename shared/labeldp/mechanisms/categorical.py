@@ -16,7 +16,7 @@ ratio bound is sensitive to — are never rounded down. The top 63 bits of one r
 word per label then pick the output from its row's exact alias table
 (``sampling.TableSampler``: each output owns exactly its cells of the 2^63 values).
 
-Prior-based mechanisms (RRWithPrior, BlockRR) are ``fit`` to a prior that must
+Prior-based mechanisms (RRWithPrior, BlockRR) are fitted (``fit_to``) to a prior that must
 itself be public or DP; ``SplitPriorRandomizer`` builds such a prior from the
 data as in Alg. 2 while randomizing every row exactly once.
 """
@@ -318,7 +318,7 @@ class _CategoricalMechanism(ABC):
 
     def _fitted(self) -> np.ndarray:
         if not hasattr(self, "matrix_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit() first")
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit_to() first")
         return self.matrix_
 
     def sampler(self) -> TableSampler:
@@ -341,15 +341,11 @@ class _CategoricalMechanism(ABC):
         (y,) = check_class_labels(np.asarray([label]), matrix.shape[0])
         return matrix[y].copy()
 
-    def expected_accuracy(self, probs: np.ndarray, *, grid: np.ndarray | None = None) -> float:
-        """Exact Pr[ŷ = y] for y ~ probs (over classes ``grid``, default all): Σ_y p_y T[y, y]."""
+    def expected_accuracy(self, prior: Prior) -> float:
+        """Exact Pr[ŷ = y] for y ~ prior (over the classes ``prior.values``): Σ_y p_y T[y, y]."""
         matrix = self._fitted()
-        p = check_class_probs(probs, matrix.shape[0], grid)
+        p = check_class_probs(prior.probs, matrix.shape[0], prior.values)
         return float(np.dot(p, np.diag(matrix)))
-
-    def expected_loss(self, probs: np.ndarray, *, grid: np.ndarray | None = None) -> float:
-        """Exact expected 0-1 loss Pr[ŷ ≠ y] for y ~ probs."""
-        return 1.0 - self.expected_accuracy(probs, grid=grid)
 
     # -- sampling --------------------------------------------------------------
 
@@ -371,18 +367,13 @@ class _CategoricalMechanism(ABC):
     # -- the contract (labeldp.mechanisms.contract) ------------------------------
 
     @abstractmethod
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
-        """Each mechanism's own fit: RR needs no prior, RRWithPrior and BlockRR pick from one."""
-
     def fit_to(self, prior: Prior | None = None) -> Self:
-        """Fit to a prior over class indices (``values``); RR ignores it, the others need one."""
-        if prior is None:
-            return self.fit()
-        return self.fit(prior.probs, grid=prior.values)
+        """Fit to a prior over class indices (``values``): RR ignores it, RRWithPrior and BlockRR
+        pick from it."""
 
     def loss_under(self, prior: Prior) -> float:
         """The exact 0-1 loss Pr[ŷ ≠ y] for y ~ prior."""
-        return self.expected_loss(prior.probs, grid=prior.values)
+        return 1.0 - self.expected_accuracy(prior)
 
     def law(self) -> TransitionLaw:
         """The K×K transition matrix T[y, ŷ] = Pr[ŷ | y]."""
@@ -390,7 +381,7 @@ class _CategoricalMechanism(ABC):
 
 
 class RandomizedResponse(_CategoricalMechanism):
-    """K-ary randomized response (Def. 2.3); prior-free, ``fit`` takes no data.
+    """K-ary randomized response (Def. 2.3); prior-free, ``fit_to`` takes no data.
 
     Fitted: ``classes_``, ``keep_probability_`` = e^ε/(e^ε+K−1),
     ``other_probability_`` = 1/(e^ε+K−1), ``matrix_``.
@@ -402,8 +393,8 @@ class RandomizedResponse(_CategoricalMechanism):
         "and 1/(e^ε+K−1) under any other, ratio exactly e^ε"
     )
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
-        """Build the matrix; ``probs``/``grid`` are accepted and ignored (no prior needed)."""
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Build the matrix; ``prior`` is accepted and ignored (no prior needed)."""
         epsilon = check_epsilon(self.epsilon)
         k = len(check_classes(self.classes))
         matrix = randomized_response_matrix(epsilon, k)
@@ -414,7 +405,7 @@ class RandomizedResponse(_CategoricalMechanism):
 
     def _fitted(self) -> np.ndarray:
         if not hasattr(self, "matrix_"):
-            self.fit()
+            self.fit_to()
         return self.matrix_
 
     def estimate_prior(self, privatized: np.ndarray) -> np.ndarray:
@@ -445,13 +436,13 @@ class RandomizedResponse(_CategoricalMechanism):
 
     @classmethod
     def from_spec(cls, spec: RandomizedResponseSpec) -> RandomizedResponse:
-        return cls(spec.epsilon, list(spec.classes)).fit()
+        return cls(spec.epsilon, list(spec.classes)).fit_to()
 
 
 class RRWithPrior(_CategoricalMechanism):
     """RRWithPrior (Def. 2.4, Ghazi et al. 2021) with the exactly optimal k.
 
-    ``fit(probs)`` ranks classes by the prior and picks k maximizing the exact
+    ``fit_to(prior)`` ranks classes by the prior and picks k maximizing the exact
     Pr[ŷ = y] (``optimal_top_k``). Fitted: ``prior_`` (None after ``from_spec``),
     ``top_k_`` (Y_k, most likely first), ``k_``, ``keep_probability_`` =
     e^ε/(e^ε+k−1), ``other_probability_`` = 1/(e^ε+k−1), ``outside_probability_`` = 1/k,
@@ -467,15 +458,15 @@ class RRWithPrior(_CategoricalMechanism):
         "ratio at most e^ε; outputs outside Y_k have probability 0 for every label"
     )
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
-        """Choose Y_k from the prior ``probs`` (public or DP; over classes ``grid``, default all)."""
-        if probs is None:
-            raise ValueError("rr_with_prior needs a prior: fit(probs)")
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Choose Y_k from ``prior`` (public or DP, over the class indices ``prior.values``)."""
+        if prior is None:
+            raise ValueError("rr_with_prior needs a prior: fit_to(prior)")
         epsilon = check_epsilon(self.epsilon)
         k_classes = len(check_classes(self.classes))
-        prior = check_class_probs(probs, k_classes, grid)
-        order, k, accuracy = optimal_top_k(prior, epsilon)
-        self.prior_: np.ndarray | None = prior
+        probs = check_class_probs(prior.probs, k_classes, prior.values)
+        order, k, accuracy = optimal_top_k(probs, epsilon)
+        self.prior_: np.ndarray | None = probs
         self.accuracy_by_k_ = accuracy
         self._set_top_k(epsilon, k_classes, order[:k])
         return self
@@ -512,7 +503,7 @@ class RRWithPrior(_CategoricalMechanism):
 class BlockRR(_CategoricalMechanism):
     """BlockRR (Liu & Ding Alg. 1) with B = identity, partitioned by the weight matrix.
 
-    ``fit(probs)``: S₁ = {i : w_ii ≥ w_ij ∀j} for w of eq. (3.3) with ``sigma``,
+    ``fit_to(prior)``: S₁ = {i : w_ii ≥ w_ij ∀j} for w of eq. (3.3) with ``sigma``,
     S₂ = the rest; Δ = the ``l`` most likely classes of S̃₁ (``l=None``: all of S̃₁;
     an ``l`` above |S̃₁| is capped; ``l="auto"``, the default: the l in 0..|S̃₁| with the
     highest exact expected accuracy P(S₁)·e^ε·β(l) + P(S₂)·e^ε·γ(l) under the prior —
@@ -555,21 +546,21 @@ class BlockRR(_CategoricalMechanism):
         params = BlockRRParams(sigma=self.sigma, l=self.l, outputs=self.outputs)
         return epsilon, params.sigma
 
-    def fit(self, probs: np.ndarray | None = None, *, grid: np.ndarray | None = None) -> Self:
-        """Partition by the weight matrix of the prior ``probs`` (public or DP), then eq. (3.2)."""
-        if probs is None:
-            raise ValueError("block_rr needs a prior: fit(probs)")
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Partition by the weight matrix of ``prior`` (public or DP, over class indices), then eq. (3.2)."""
+        if prior is None:
+            raise ValueError("block_rr needs a prior: fit_to(prior)")
         epsilon, sigma = self._check_params()
         k_classes = len(check_classes(self.classes))
-        prior = check_class_probs(probs, k_classes, grid)
-        majority = np.flatnonzero(majority_mask(prior, sigma))
+        probs = check_class_probs(prior.probs, k_classes, prior.values)
+        majority = np.flatnonzero(majority_mask(probs, sigma))
         n_major = majority.size
         if self.l == "auto":
-            l = self._most_accurate_l(epsilon, prior, majority, k_classes)
+            l = self._most_accurate_l(epsilon, probs, majority, k_classes)
         else:
             l = n_major if self.l is None else min(int(self.l), n_major)
-        ranked = majority[np.lexsort((majority, -prior[majority]))]
-        self.prior_: np.ndarray | None = prior
+        ranked = majority[np.lexsort((majority, -probs[majority]))]
+        self.prior_: np.ndarray | None = probs
         self._set_partition(epsilon, k_classes, majority, ranked[:l])
         return self
 
@@ -676,7 +667,7 @@ class SplitPriorRandomizer:
     1. the rows of ``prior_split_mask(n, prior_fraction, split)`` — chosen from n alone —
        are randomized with plain ε-RR (``first_stage_``);
     2. ``prior_`` = the debiased frequency of those outputs (post-processing);
-    3. ``mechanism_`` = ``mechanism_cls(epsilon, classes, **params).fit(prior_)``
+    3. ``mechanism_`` = ``mechanism_cls(epsilon, classes, **params).fit_to(prior_)``
        randomizes every other row.
 
     Each row is randomized exactly once, by an ε-DP mechanism chosen from data the
@@ -711,7 +702,7 @@ class SplitPriorRandomizer:
 
     def mechanism_for_prior(self, prior: np.ndarray) -> RRWithPrior | BlockRR:
         """The second-stage mechanism fitted to ``prior`` (the debiased first-stage output)."""
-        return self.mechanism_cls(self.epsilon, self.classes, **self.params).fit(prior)
+        return self.mechanism_cls(self.epsilon, self.classes, **self.params).fit_to(Prior.over_classes(prior))
 
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if not getattr(self.mechanism_cls, "uses_prior", False):
@@ -723,7 +714,7 @@ class SplitPriorRandomizer:
             raise ValueError("labels must be 1-D (one per row)")
         n = y.size
         mask = prior_split_mask(n, self.prior_fraction, self.split)
-        first = RandomizedResponse(epsilon, classes).fit()
+        first = RandomizedResponse(epsilon, classes).fit_to()
         prior_rows = np.flatnonzero(mask)
         out = np.empty(n, dtype=np.int64)
         # Each stage draws in place over its own rows (one word each, in row order): the

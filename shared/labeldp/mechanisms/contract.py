@@ -53,6 +53,12 @@ class Prior:
     values: np.ndarray
     probs: np.ndarray
 
+    @classmethod
+    def over_classes(cls, probs: np.ndarray) -> Prior:
+        """A prior over class indices 0..K−1 (categorical mechanisms), ``probs`` one per class."""
+        probs = np.asarray(probs, dtype=np.float64)
+        return cls(np.arange(probs.size, dtype=np.int64), probs)
+
 
 @runtime_checkable
 class Mechanism(Protocol):

@@ -143,7 +143,7 @@ def privatize_reference(mech: Any, labels: np.ndarray, rng: np.random.Generator)
         from labeldp.mechanisms.categorical import RandomizedResponse
 
         classes = mech.classes
-        first = RandomizedResponse(mech.epsilon, classes).fit()
+        first = RandomizedResponse(mech.epsilon, classes).fit_to()
         y = check_class_labels(labels, len(first.classes_))
         mask = prior_split_mask(y.size, mech.prior_fraction, mech.split)
         out = np.empty(y.size, dtype=np.int64)

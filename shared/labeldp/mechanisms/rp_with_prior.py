@@ -37,7 +37,7 @@ from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.law import TransitionLaw
-from labeldp.mechanisms.prior import LabelDomain, LaplaceHistogramPrior, _two_sided_geometric, default_grid
+from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
 from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RPWithPriorSpec
 
 ZETA_SCALE = 0.4
@@ -66,10 +66,12 @@ _BLOCK = 256
 
 @dataclass(frozen=True)
 class StepPrior:
-    """A histogram prior: cell k = [nodes[k], nodes[k+1]] carries probability masses[k]."""
+    """A histogram prior: cell k = [nodes[k], nodes[k+1]] carries probability masses[k];
+    ``sigma``: the bin width it was built with from noised labels (Alg. 3), if so."""
 
     nodes: np.ndarray
     masses: np.ndarray
+    sigma: float | None = None
 
     def __post_init__(self) -> None:
         nodes = np.ascontiguousarray(self.nodes, dtype=np.float64)
@@ -385,8 +387,10 @@ class NoisyLabelHistogramPrior:
         noised = laplace_noised_indices(labels, lattice, self.epsilon, rng)
         sigma_steps = None if self.sigma is None else float(self.sigma) / lattice.step
         nodes, counts, sigma_used = histogram_from_noised(noised, sigma_steps)
-        self.prior_ = StepPrior(lattice.low + lattice.step * nodes.astype(np.float64), counts.astype(np.float64))
         self.sigma_ = sigma_used * lattice.step
+        self.prior_ = StepPrior(
+            lattice.low + lattice.step * nodes.astype(np.float64), counts.astype(np.float64), sigma=self.sigma_
+        )
         self.n_ = int(noised.size)
         self.step_ = lattice.step
         self.n_steps_ = lattice.n_steps
@@ -452,10 +456,9 @@ class RPWithPrior:
 
     Parameters: ``epsilon`` (ε₂, the randomizer's budget), ``domain``, ``zeta``
     (label units; default clip(0.4/ε, 0.05, 0.2)·(high − low)), ``private_prior`` (the ε₁ prior
-    :meth:`fit_private` buys: "histogram" or "noised_labels", see
-    :class:`RPWithPriorParams`), ``sigma`` (Alg. 3's bin width; default: the std of
-    the noised labels), ``step`` (lattice step; default 1 for integer domains,
-    (high − low)/1024 otherwise).
+    a release buys for it: "histogram" or "noised_labels", see :class:`RPWithPriorParams`),
+    ``sigma`` (Alg. 3's bin width; default: the std of the noised labels), ``step``
+    (lattice step; default 1 for integer domains, (high − low)/1024 otherwise).
 
     Fitted: ``a1_index_``, ``a2_index_``, ``a1_``, ``a2_``, ``zeta_steps_`` (z),
     ``zeta_effective_`` ((z + ½)h), ``keep_numerator_`` (T), ``keep_probability_``
@@ -494,24 +497,18 @@ class RPWithPrior:
         z = max(0, math.floor(zeta / lattice.step + 1e-9))  # the lattice points of N_y = [y − ζ, y + ζ]
         return epsilon, lattice, zeta, z
 
-    def fit(
-        self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None
-    ) -> RPWithPrior:
+    def fit_to(self, prior: Prior | StepPrior | None = None) -> Self:
         """Choose [A₁, A₂] for ``self.epsilon`` (ε₂) from a prior that is public or already DP.
 
-        ``prior``: a step-function prior (Alg. 1 on it, restricted to the domain,
-        nodes snapped to the lattice). ``grid``/``probs``: a point-mass prior (exact
-        search over pairs of support points). Neither: uniform on the domain.
+        A point-mass :class:`Prior`: exact search over pairs of support points. A
+        :class:`StepPrior`: Alg. 1 on it, restricted to the domain, nodes snapped to the
+        lattice. None: uniform on the domain.
         """
         epsilon, lattice, zeta, z = self._prepare()
         zeta_eff = z + 0.5  # in lattice steps
-        if prior is not None and grid is not None:
-            raise ValueError("give either a step prior or grid/probs, not both")
-        if grid is not None:
-            if probs is None:
-                raise ValueError("grid needs probs")
-            grid = check_labels(grid)
-            probs = np.asarray(probs, dtype=np.float64)
+        if isinstance(prior, Prior):
+            grid = check_labels(prior.values)
+            probs = np.asarray(prior.probs, dtype=np.float64)
             if grid.shape != probs.shape or grid.ndim != 1 or np.any(probs < 0) or not probs.sum() > 0:
                 raise ValueError("grid and probs must be 1-D of equal length, probs >= 0 with a positive sum")
             idx = lattice.index(grid)
@@ -519,7 +516,7 @@ class RPWithPrior:
             masses = np.bincount(where, weights=probs / probs.sum())
             a, b, value = optimal_interval_points(support.astype(np.float64), masses, epsilon, zeta_eff)
             a1, a2 = int(support[a]), int(support[b])
-            fitted_prior: StepPrior | tuple[np.ndarray, np.ndarray] = (grid, probs / probs.sum())
+            fitted_prior: StepPrior | Prior = Prior(grid, probs / probs.sum())
         else:
             if prior is None:
                 prior = StepPrior(np.array([self.domain.low, self.domain.high]), np.array([1.0]))
@@ -532,37 +529,9 @@ class RPWithPrior:
             a1, a2 = int(np.rint(A1)), int(np.rint(A2))  # nodes are integers, so exact
             fitted_prior = prior
         self._set_interval(epsilon, lattice, zeta, z, a1, a2)
-        self.__dict__.pop("prior_estimator_", None)  # a new prior replaces any earlier private one
         self.objective_ = float(value)
         self.prior_ = fitted_prior
-        if isinstance(fitted_prior, StepPrior):
-            self.expected_loss_ = self.expected_loss(prior=fitted_prior)
-        else:
-            self.expected_loss_ = self.expected_loss(*fitted_prior)
-        return self
-
-    def fit_private(self, labels: np.ndarray, epsilon_prior: float, rng: np.random.Generator) -> RPWithPrior:
-        """Alg. 4 up to training: an ε₁-DP prior, then the interval for ε₂.
-
-        Spends ``epsilon_prior`` (ε₁) on the prior; :meth:`privatize` spends
-        ``self.epsilon`` (ε₂) per label; the release is (ε₁ + ε₂)-DP. The prior is
-        ``private_prior``'s: the Laplace histogram over the release's public grid
-        (:func:`~labeldp.mechanisms.prior.default_grid` of the domain, n and ε₁ + ε₂,
-        as a release builds it) or Alg. 3's noised-label histogram. The fitted
-        ``prior_estimator_`` holds the ε₁ guarantee and the prior's spec.
-        """
-        self._prepare()
-        estimator: LaplaceHistogramPrior | NoisyLabelHistogramPrior
-        if self.private_prior == "histogram":
-            grid = default_grid(self.domain, int(np.size(labels)), float(epsilon_prior) + float(self.epsilon))
-            estimator = LaplaceHistogramPrior(epsilon_prior, grid).fit(labels, rng)
-            self.fit(grid, estimator.probs_)
-        else:
-            estimator = NoisyLabelHistogramPrior(epsilon_prior, self.domain, sigma=self.sigma, step=self.step).fit(
-                labels, rng
-            )
-            self.fit(prior=estimator.prior_)
-        self.prior_estimator_ = estimator
+        self.expected_loss_ = self.loss_under(fitted_prior)
         return self
 
     def _set_interval(self, epsilon: float, lattice: Lattice, zeta: float, z: int, a1: int, a2: int) -> None:
@@ -613,17 +582,6 @@ class RPWithPrior:
         return mech
 
     # -- the contract (labeldp.mechanisms.contract) ------------------------------------
-
-    def fit_to(self, prior: Prior | None = None) -> Self:
-        """The interval for a point-mass prior; no prior: uniform on the domain."""
-        if prior is None:
-            self.fit()
-        else:
-            self.fit(prior.values, prior.probs)
-        return self
-
-    def loss_under(self, prior: Prior) -> float:
-        return self.expected_loss(prior.values, prior.probs)
 
     def law(self) -> TransitionLaw:
         """E[ŷ | y] = (1 − κ)·t(y) + κ·centre, t(y) = the snapped label projected onto [A₁, A₂].
@@ -695,20 +653,16 @@ class RPWithPrior:
         d = self._lattice.value(c) - y
         return self.step_**2 * second + 2.0 * self.step_ * first * d + d * d
 
-    def expected_loss(
-        self, grid: np.ndarray | None = None, probs: np.ndarray | None = None, *, prior: StepPrior | None = None
-    ) -> float:
-        """Exact E[(ŷ − y)²] for a point-mass prior (grid, probs) or a step prior.
+    def loss_under(self, prior: Prior | StepPrior) -> float:
+        """Exact E[(ŷ − y)²] for a point-mass :class:`Prior` or a :class:`StepPrior`.
 
         Point masses: a finite sum of closed-form lattice moments. Step prior: the
         label's lattice index is constant between half-step boundaries, so the
         loss is a quadratic in y there and is integrated in closed form per piece.
         """
-        if prior is None:
-            if grid is None or probs is None:
-                raise ValueError("give grid and probs, or prior")
-            grid = check_labels(grid)
-            probs = np.asarray(probs, dtype=np.float64)
+        if isinstance(prior, Prior):
+            grid = check_labels(prior.values)
+            probs = np.asarray(prior.probs, dtype=np.float64)
             probs = probs / probs.sum()
             c = self.projected_index(grid)
             return float(np.dot(probs, self._loss_given_index(c, grid)))
@@ -747,9 +701,9 @@ class RPWithPrior:
         )
 
     def to_spec(self) -> RPWithPriorSpec:
-        estimator = getattr(self, "prior_estimator_", None)
-        if isinstance(estimator, NoisyLabelHistogramPrior):
-            sigma: float | None = float(estimator.sigma_)
+        fitted = getattr(self, "prior_", None)
+        if isinstance(fitted, StepPrior) and fitted.sigma is not None:  # Alg. 3's bin width, as used
+            sigma: float | None = float(fitted.sigma)
         else:
             sigma = None if self.sigma is None else float(self.sigma)
         return RPWithPriorSpec(

@@ -1,6 +1,6 @@
 """RR-on-Bins (Ghazi et al. 2023, Alg. 1): randomized response over loss-optimal bins.
 
-``fit`` learns the bins from a prior (which must itself be DP or public), so the
+``fit_to`` learns the bins from a prior (which must itself be DP or public), so the
 fitted object is public; ``privatize`` then spends ε once per label. Each label
 y is mapped to a bin Φ(y); the mechanism reports that bin's value with
 probability p = e^ε / (e^ε + m − 1) and every other bin's value with
@@ -74,13 +74,13 @@ class RROnBins:
         self.domain = domain
         self.loss = loss
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> RROnBins:
-        """Choose bins and outputs minimizing E[ℓ(ŷ, y)] under the prior (grid, probs)."""
-        if grid is None or probs is None:
-            raise ValueError("RR-on-Bins is fitted to a prior: pass grid and probs")
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Choose bins and outputs minimizing E[ℓ(ŷ, y)] under ``prior`` (its bins are optimal for it)."""
+        if prior is None:
+            raise ValueError("RR-on-Bins is fitted to a prior: pass one")
         epsilon = check_epsilon(self.epsilon)
-        grid = np.ascontiguousarray(grid, dtype=np.float64)
-        _, outputs, _ = optimal_bins(grid, probs, epsilon, self.loss)  # distinct, ascending
+        grid = np.ascontiguousarray(prior.values, dtype=np.float64)
+        _, outputs, _ = optimal_bins(grid, prior.probs, epsilon, self.loss)  # distinct, ascending
         self._set_outputs(epsilon, outputs)
         self.grid_ = grid
         # For fixed outputs the loss of a label is q·Σ_o ℓ(o, y) + (p − q)·ℓ(Φ(y), y),
@@ -88,7 +88,7 @@ class RROnBins:
         # labels alike (the optimal partition agrees on every point with positive mass,
         # and zero-mass points do not change the loss).
         self.bin_of_grid_ = self.bin_index(grid)
-        self.expected_loss_ = self.expected_loss(grid, probs)
+        self.expected_loss_ = self.loss_under(Prior(grid, prior.probs))
         return self
 
     def _set_outputs(self, epsilon: float, outputs: np.ndarray) -> None:
@@ -115,18 +115,6 @@ class RROnBins:
         if not all(math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12) for u, v in pairs):
             raise ValueError("the spec's debias_a/debias_b disagree with its epsilon and outputs")
         return mech
-
-    # -- the contract (labeldp.mechanisms.contract) ------------------------------------
-
-    def fit_to(self, prior: Prior | None = None) -> Self:
-        """RR-on-Bins needs a prior: its bins are optimal for it."""
-        if prior is None:
-            raise ValueError("RR-on-Bins is fitted to a prior: pass grid and probs")
-        self.fit(prior.values, prior.probs)
-        return self
-
-    def loss_under(self, prior: Prior) -> float:
-        return self.expected_loss(prior.values, prior.probs)
 
     def law(self) -> TransitionLaw:
         """E[ŷ | y] = a·Φ(y) + b with a = p − q, b = q·Σ outputs; t = Φ, the bin value."""
@@ -168,13 +156,13 @@ class RROnBins:
         probs[int(self.bin_index(np.asarray([label]))[0])] = self.keep_probability_
         return probs
 
-    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[ℓ(ŷ, y)] for y ~ (grid, probs) under the fitted Φ and outputs.
+    def loss_under(self, prior: Prior) -> float:
+        """Exact E[ℓ(ŷ, y)] for y ~ prior under the fitted Φ and outputs.
 
         Per label: q·Σ_j ℓ(o_j, y) + (p − q)·ℓ(Φ(y), y), summed in closed form.
         """
-        grid = check_labels(grid)
-        probs = np.asarray(probs, dtype=np.float64)
+        grid = check_labels(prior.values)
+        probs = np.asarray(prior.probs, dtype=np.float64)
         probs = probs / probs.sum()
         if self.loss == "poisson" and np.any(grid < 0):
             raise ValueError("Poisson loss needs labels >= 0")

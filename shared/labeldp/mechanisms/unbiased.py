@@ -401,7 +401,7 @@ class UnbiasedRandomizer:
     ``grid_size`` K (default 33; every integer of a small integer domain);
     ``output_grid``: None (the default rule above), an int (that many points on
     [L_ε, U_ε]) or an explicit ascending array; ``weights``: "uniform" (the LP
-    ignores any prior; no ε is spent on one), "prior" (``fit(grid, probs)`` pushes
+    ignores any prior; no ε is spent on one), "prior" (``fit_to(prior)`` pushes
     the prior through the rounding) or an explicit array of K public weights.
 
     Fitted: ``grid_`` (K), ``outputs_`` (L), ``lp_epsilon_``, ``weights_``,
@@ -430,7 +430,7 @@ class UnbiasedRandomizer:
 
     @property
     def uses_prior(self) -> bool:
-        """Whether ``fit`` needs a prior (and so a release must spend ε₁ or have a public one)."""
+        """Whether ``fit_to`` needs a prior (and so a release must spend ε₁ or have a public one)."""
         return isinstance(self.weights, str) and self.weights == "prior"
 
     # -- fitting --------------------------------------------------------------
@@ -445,29 +445,29 @@ class UnbiasedRandomizer:
             raise ValueError("the output grid must cover the label domain (unbiasedness at the ends)")
         return outputs
 
-    def _weights(self, grid: np.ndarray, prior_grid, probs) -> tuple[np.ndarray, str]:
+    def _weights(self, grid: np.ndarray, prior: Prior | None) -> tuple[np.ndarray, str]:
         if isinstance(self.weights, str):
             if self.weights == "uniform":
                 return np.full(grid.size, 1.0 / grid.size), "uniform"
             if self.weights == "prior":
-                if prior_grid is None or probs is None:
-                    raise ValueError("weights='prior' needs fit(grid, probs)")
-                return prior_weights(grid, prior_grid, probs), "prior"
+                if prior is None:
+                    raise ValueError("weights='prior' needs a prior: fit_to(prior)")
+                return prior_weights(grid, prior.values, prior.probs), "prior"
             raise ValueError("weights must be 'uniform', 'prior' or an array of grid weights")
         w = np.asarray(self.weights, dtype=np.float64)
         if w.shape != grid.shape or np.any(~np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
             raise ValueError("explicit weights must be K finite values >= 0 with a positive sum")
         return w / w.sum(), "custom"
 
-    def fit(self, grid: np.ndarray | None = None, probs: np.ndarray | None = None) -> UnbiasedRandomizer:
-        """Solve the LP; ``grid``/``probs`` (a DP or public prior) are used only with weights='prior'."""
+    def fit_to(self, prior: Prior | None = None) -> Self:
+        """Solve the LP; ``prior`` (DP or public) only weights the variances (weights='prior', where it is required)."""
         epsilon = check_epsilon(self.epsilon)
         # The one validation of the caller's parameters (an explicit weight array is checked in _weights).
         UnbiasedParams(grid_size=self.grid_size, weights=self.weights if isinstance(self.weights, str) else "uniform")
         lp_eps = lp_epsilon(epsilon)
         in_grid = input_grid(self.domain, self.grid_size)
         outputs = self._outputs(in_grid, lp_eps)
-        w, kind = self._weights(in_grid, grid, probs)
+        w, kind = self._weights(in_grid, prior)
         solution = solve_unbiased_lp(in_grid, outputs, lp_eps, w)
         counts = quantize_transition(solution.matrix, in_grid, outputs, epsilon, lp_eps)
         self.weights_ = w
@@ -501,17 +501,6 @@ class UnbiasedRandomizer:
         self._table = transition_sampler(counts)
 
     # -- the contract (labeldp.mechanisms.contract) ----------------------------
-
-    def fit_to(self, prior: Prior | None = None) -> Self:
-        """Solve the LP; the prior only weights the variances (weights='prior', where it is required)."""
-        if prior is None:
-            self.fit()
-        else:
-            self.fit(prior.values, prior.probs)
-        return self
-
-    def loss_under(self, prior: Prior) -> float:
-        return self.expected_loss(prior.values, prior.probs)
 
     def law(self) -> TransitionLaw:
         """E[ŷ | y] = y for labels in the domain (labels outside are clipped first): a = 1, b = 0."""
@@ -550,14 +539,14 @@ class UnbiasedRandomizer:
         e2 = (1.0 - p_up) * second[lower] + p_up * second[lower + 1]
         return e2 - self.conditional_mean(labels) ** 2
 
-    def expected_loss(self, grid: np.ndarray, probs: np.ndarray) -> float:
-        """Exact E[(ŷ − y)²] for y ~ (grid, probs), rounding included.
+    def loss_under(self, prior: Prior) -> float:
+        """Exact E[(ŷ − y)²] for y ~ prior, rounding included.
 
         Per input point i: Σ_j Q_ij (o_j − y)² = V_i + 2(μ_i − g_i)(g_i − y) + (g_i − y)²
         with V_i = Σ_j Q_ij (o_j − g_i)², μ_i the row mean (no cancellation).
         """
-        grid = check_labels(grid)
-        probs = np.asarray(probs, dtype=np.float64)
+        grid = check_labels(prior.values)
+        probs = np.asarray(prior.probs, dtype=np.float64)
         probs = probs / probs.sum()
         r = rounding_matrix(grid, self.grid_)
         gap = self.grid_[None, :] - grid[:, None]

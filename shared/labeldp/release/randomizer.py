@@ -27,7 +27,7 @@ from labeldp.mechanisms.categorical import SplitPriorRandomizer
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.registry import NAMES, REGISTRY, Entry
-from labeldp.mechanisms.rp_with_prior import RPWithPrior
+from labeldp.mechanisms.rp_with_prior import NoisyLabelHistogramPrior, RPWithPrior
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
@@ -227,9 +227,10 @@ def _randomize(
     elif prior_kind == "noised_labels":
         if not isinstance(mech, RPWithPrior):  # pragma: no cover - the registry pairs the two
             raise TypeError(f"{mechanism} has no noised-label prior")
-        mech.fit_private(labels, eps1, rng)
-        prior_spec = mech.prior_estimator_.to_spec()
-        prior_guarantee = mech.prior_estimator_.guarantee
+        noised = NoisyLabelHistogramPrior(eps1, domain, sigma=mech.sigma).fit(labels, rng)
+        mech.fit_to(noised.prior_)
+        prior_spec = noised.to_spec()
+        prior_guarantee = noised.guarantee
     else:
         prior = LaplaceHistogramPrior(eps1, grid).fit(labels, rng)
         mech.fit_to(Prior(grid, prior.probs_))
