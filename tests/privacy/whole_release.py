@@ -51,9 +51,9 @@ from tests.privacy.audit import AuditResult, audit_epsilon_lower_bound, events_f
 
 from labeldp.epsilon import exact_micro
 from labeldp.mechanisms import LabelDomain
-from labeldp.mechanisms.categorical import release_laws
 from labeldp.mechanisms.prior import snap_to_grid
 from labeldp.mechanisms.registry import entry_for_spec
+from labeldp.mechanisms.release_laws import release_laws
 from labeldp.release import randomizer
 from labeldp.release.randomizer import PublicPrior, Randomized
 

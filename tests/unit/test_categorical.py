@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from typing import cast
 
 import numpy as np
 import pytest
@@ -31,11 +32,12 @@ from labeldp.mechanisms.categorical import (
     prior_split_size,
     randomized_response_matrix,
     realized_matrix,
-    release_laws,
     weight_matrix,
 )
 from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.reference import rows as rows_reference
+from labeldp.mechanisms.registry import entry_for_spec
+from labeldp.mechanisms.release_laws import release_laws
 from labeldp.specs.categorical import BlockRRSpec, RandomizedResponseSpec, RRWithPriorSpec
 
 EPSILONS = [0.01, 0.1, 0.6, 1.0, 2.0, 4.0, 8.0, 30.0]
@@ -424,7 +426,7 @@ def test_specs_round_trip_to_the_same_matrix() -> None:
         assert spec.classes == names and spec.name == mech.name
         wire = json.loads(spec.model_dump_json())
         again = type(spec).model_validate(wire)
-        rebuilt = cat.mechanism_from_spec(again)
+        rebuilt = cast(RandomizedResponse, entry_for_spec(again).from_spec(again))
         np.testing.assert_array_equal(rebuilt.transition_matrix(), mech.transition_matrix())
         assert rebuilt.guarantee.epsilon == 1.0
 

@@ -198,3 +198,22 @@ def test_every_entry_has_an_audit_case_and_a_whole_release_pair(entry: Entry) ->
 @functools.cache
 def _pairs() -> tuple:
     return tuple(release_pairs())
+
+
+def test_the_import_contract_covers_every_family_module() -> None:
+    """The contract that keeps the families from importing the registry lists every module of
+    labeldp.mechanisms but the registry and what sits above it (a new module cannot slip past)."""
+    import pkgutil
+    import tomllib
+    from pathlib import Path
+
+    import labeldp.mechanisms
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    contract = next(
+        c for c in pyproject["tool"]["importlinter"]["contracts"]
+        if c.get("forbidden_modules") == ["labeldp.mechanisms.registry"]
+    )
+    modules = {f"labeldp.mechanisms.{m.name}" for m in pkgutil.iter_modules(labeldp.mechanisms.__path__)}
+    above = {"labeldp.mechanisms.registry", "labeldp.mechanisms.release_laws"}
+    assert set(contract["source_modules"]) == modules - above

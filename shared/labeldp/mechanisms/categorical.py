@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Self, cast
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -41,7 +41,6 @@ from labeldp.mechanisms.rr_sampling import rr_probabilities
 from labeldp.mechanisms.sampling import TableSampler, cumulative_cells
 from labeldp.specs.categorical import (
     BlockRRSpec,
-    CategoricalMechanismSpec,
     PriorSplitSpec,
     RandomizedResponseSpec,
     RRWithPriorSpec,
@@ -616,17 +615,6 @@ class BlockRR(_CategoricalMechanism):
         return mech
 
 
-CategoricalMechanism = RandomizedResponse | RRWithPrior | BlockRR
-
-
-
-def mechanism_from_spec(spec: CategoricalMechanismSpec) -> CategoricalMechanism:
-    """The fitted public mechanism a categorical spec describes (through the registry's entry)."""
-    from labeldp.mechanisms.registry import entry_for_spec  # the registry imports this module
-
-    return cast(CategoricalMechanism, entry_for_spec(spec).from_spec(spec))
-
-
 # --------------------------------------------------------------------------- Alg. 2: split prior
 
 
@@ -754,22 +742,3 @@ class SplitPriorRandomizer:
             prior_probs=self.prior_.tolist(),
         )
         return self.mechanism_.to_spec(prior_split=split)
-
-
-def release_laws(spec: CategoricalMechanismSpec, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(stage, matrices): row i of a release was drawn from ``matrices[stage[i]]``.
-
-    Stage 0 is the spec's mechanism; stage 1, present only with a prior split, is the
-    first-stage RR. What the features party needs to debias or forward-correct each row.
-    """
-    main = mechanism_from_spec(spec).transition_matrix()
-    split = getattr(spec, "prior_split", None)
-    if split is None:
-        return np.zeros(n_rows, dtype=np.int64), main[None]
-    if split.n_rows != n_rows:
-        raise ValueError(f"the prior split describes {split.n_rows} rows, not {n_rows}")
-    mask = prior_split_mask(n_rows, split.fraction, split.rule)
-    if int(mask.sum()) != split.prior_rows:
-        raise ValueError("the prior split's row count does not match its rule")
-    first = RandomizedResponse.from_spec(split.first_stage).transition_matrix()
-    return mask.astype(np.int64), np.stack([main, first])
