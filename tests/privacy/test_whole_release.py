@@ -22,11 +22,11 @@ from tests.privacy.audit import AuditResult, audit_summary
 
 from labeldp.epsilon import exact_micro
 from labeldp.mechanisms import LaplaceHistogramPrior
-from labeldp.mechanisms.categorical import SplitPriorRandomizer, check_class_labels
+from labeldp.mechanisms.categorical import BlockRR, PriorSplit, RRWithPrior
 from labeldp.mechanisms.checks import check_grid
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import snap_to_grid
-from labeldp.release import randomizer
+from labeldp.release import priors, randomizer
 
 from .release_cases import CLASS_LABELS, CLASSES, ENDS, UNIT, release_pairs
 from .whole_release import ReleasePair, audit_release, released_count_difference
@@ -104,15 +104,16 @@ class _SensitivityOnePrior(LaplaceHistogramPrior):
             self.epsilon = claimed
 
 
-class _SplitRowsTwice(SplitPriorRandomizer):
+class _SplitRowsTwice(PriorSplit):
     """Broken: the split rows' first-stage outputs only feed the prior, and the rows are
     randomized *again* by the second-stage mechanism for the message — two ε-DP looks at
     one label, charged as one."""
 
-    def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        out = super().privatize(labels, rng)
-        y = check_class_labels(labels, len(self.mechanism_.classes_))
-        out[self.prior_mask_] = self.mechanism_.privatize(y[self.prior_mask_], rng)
+    def complete(self, mechanism: RRWithPrior | BlockRR, rng: np.random.Generator) -> np.ndarray:
+        y = self._labels
+        out = super().complete(mechanism, rng)
+        assert y is not None
+        out[self.mask_] = mechanism.privatize(y[self.mask_], rng)
         return out
 
 
@@ -142,14 +143,14 @@ SPLIT_BUG_PAIR = ReleasePair(
 
 BUGS: dict[str, tuple[ReleasePair, Callable[[pytest.MonkeyPatch, ReleasePair], None]]] = {
     "prior_from_true_labels": (
-        HISTOGRAM_BUG_PAIR, lambda mp, pair: mp.setattr(randomizer, "LaplaceHistogramPrior", _TrueCountsPrior)
+        HISTOGRAM_BUG_PAIR, lambda mp, pair: mp.setattr(priors, "LaplaceHistogramPrior", _TrueCountsPrior)
     ),
     "histogram_sensitivity_1": (
-        HISTOGRAM_BUG_PAIR, lambda mp, pair: mp.setattr(randomizer, "LaplaceHistogramPrior", _SensitivityOnePrior)
+        HISTOGRAM_BUG_PAIR, lambda mp, pair: mp.setattr(priors, "LaplaceHistogramPrior", _SensitivityOnePrior)
     ),
     "epsilon_prior_not_subtracted": (HISTOGRAM_BUG_PAIR, _eps1_not_subtracted),
     "split_rows_randomized_twice": (
-        SPLIT_BUG_PAIR, lambda mp, pair: mp.setattr(randomizer, "SplitPriorRandomizer", _SplitRowsTwice)
+        SPLIT_BUG_PAIR, lambda mp, pair: mp.setattr(priors, "PriorSplit", _SplitRowsTwice)
     ),
 }
 

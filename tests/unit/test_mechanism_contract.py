@@ -27,6 +27,7 @@ from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.registry import ENTRIES, LABEL_TYPES, NAMES, REGISTRY, Entry, entry_for_spec, serving
 from labeldp.release.defaults import default_mechanism
+from labeldp.release.priors import PRIORS
 from labeldp.release.randomizer import MECHANISMS
 from labeldp.schema import CATEGORICAL_SPECS, MechanismSpec
 from labeldp_research.utility import CLASSIFICATION_MECHANISMS, REGRESSION_MECHANISMS
@@ -83,7 +84,7 @@ def test_entry_declares_the_contract(entry: Entry) -> None:
     assert entry.mechanism.name == entry.name == entry.spec.model_fields["name"].default
     assert issubclass(entry.params, Params) and entry.params is entry.mechanism.params_model
     assert entry.label_types and entry.label_types <= set(LABEL_TYPES)
-    assert entry.prior_kind(entry.parse_params({})) in ("none", "histogram", "noised_labels", "split")
+    assert entry.prior_kind(entry.parse_params({})) in PRIORS  # one function obtains each kind
     mech = fitted(entry.name)
     assert isinstance(mech, Mechanism) and isinstance(mech, entry.mechanism)
     g = mech.guarantee

@@ -17,8 +17,8 @@ word per label then pick the output from its row's exact alias table
 (``sampling.TableSampler``: each output owns exactly its cells of the 2^63 values).
 
 Prior-based mechanisms (RRWithPrior, BlockRR) are fitted (``fit_to``) to a prior that must
-itself be public or DP; ``SplitPriorRandomizer`` builds such a prior from the
-data as in Alg. 2 while randomizing every row exactly once.
+itself be public or DP; ``PriorSplit`` (and ``SplitPriorRandomizer`` around it) builds such
+a prior from the data as in Alg. 2 while randomizing every row exactly once.
 """
 
 from __future__ import annotations
@@ -647,25 +647,88 @@ def prior_split_mask(n_rows: int, fraction: float, rule: SplitRule = "evenly_spa
     return mask
 
 
+class PriorSplit:
+    """Alg. 2's first stage: a label-independent split of the rows, released with ε-RR, whose
+    debiased output is the prior of the other rows.
+
+    ``release(labels, rng)`` randomizes the rows of ``prior_split_mask(n, fraction, rule)``
+    — chosen from n alone — with plain ε-RR (``first_stage_``) and sets ``prior_``, the
+    debiased frequency of those outputs (post-processing); ``complete(mechanism, rng)`` then
+    randomizes every other row of the same labels with ``mechanism``, an ε-DP mechanism
+    fitted to ``prior_``. Each row is randomized exactly once, by an ε-DP mechanism chosen from data
+    the row does not affect except through other rows' DP outputs, so the release is ε-DP
+    (parallel composition, adaptive in the prior). Deviation from the paper: its D₁ gets a
+    Laplace histogram and is dropped from the release; here D₁ is released through RR, and
+    that RR output is the private prior — no extra ε.
+
+    Fitted: ``n_rows_``, ``mask_``, ``rows_`` (indices), ``first_stage_``, ``prior_``,
+    ``outputs_`` (int64 class indices; the split rows' after ``release``, all after ``complete``).
+    """
+
+    def __init__(
+        self, epsilon: float, classes: int | Sequence[str], fraction: float = 0.1, rule: SplitRule = "evenly_spaced"
+    ) -> None:
+        self.epsilon = epsilon
+        self.classes = classes
+        self.fraction = fraction
+        self.rule = rule
+
+    def release(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """ε-RR on the split rows (one raw word each, in row order); returns ``prior_``."""
+        epsilon = check_epsilon(self.epsilon)
+        classes = check_classes(self.classes)
+        y = check_class_labels(labels, len(classes))
+        if y.ndim != 1:
+            raise ValueError("labels must be 1-D (one per row)")
+        n = y.size
+        mask = prior_split_mask(n, self.fraction, self.rule)
+        first = RandomizedResponse(epsilon, classes).fit_to()
+        rows = np.flatnonzero(mask)
+        out = np.empty(n, dtype=np.int64)
+        kernels.rows_at(y, rows, first.sampler(), rng, out)
+        self.n_rows_ = n
+        self.mask_ = mask
+        self.rows_ = rows
+        self.first_stage_ = first
+        self.prior_ = first.estimate_prior(out[rows])
+        self.outputs_ = out
+        self._labels: np.ndarray | None = y  # checked once; complete() reads and drops them
+        return self.prior_
+
+    def complete(self, mechanism: RRWithPrior | BlockRR, rng: np.random.Generator) -> np.ndarray:
+        """Every other row of the released labels through ``mechanism`` (fitted to ``prior_``), in place.
+
+        The draws are those of ``mechanism.privatize`` on the rows outside the split, in row
+        order, after the first stage's: one word per row, without copying the labels.
+        """
+        y = getattr(self, "_labels", None)
+        if y is None:
+            raise RuntimeError("PriorSplit.complete needs release() first, once")
+        self._labels = None
+        kernels.rows_where(y, self.mask_, False, mechanism.sampler(), rng, self.outputs_)
+        return self.outputs_
+
+    def to_spec(self) -> PriorSplitSpec:
+        return PriorSplitSpec(
+            rule=self.rule,
+            fraction=float(self.fraction),
+            n_rows=self.n_rows_,
+            prior_rows=int(self.rows_.size),
+            first_stage=self.first_stage_.to_spec(),
+            prior_probs=self.prior_.tolist(),
+        )
+
+
 class SplitPriorRandomizer:
-    """Alg. 2 with every row released: RR on a public split, its debiased output as the prior.
+    """Alg. 2 with every row released (:class:`PriorSplit`) for a given prior-based mechanism.
 
-    ``privatize(labels, rng)`` (labels in the canonical sorted-id order):
-
-    1. the rows of ``prior_split_mask(n, prior_fraction, split)`` — chosen from n alone —
-       are randomized with plain ε-RR (``first_stage_``);
-    2. ``prior_`` = the debiased frequency of those outputs (post-processing);
-    3. ``mechanism_`` = ``mechanism_cls(epsilon, classes, **params).fit_to(prior_)``
-       randomizes every other row.
-
-    Each row is randomized exactly once, by an ε-DP mechanism chosen from data the
-    row does not affect except through other rows' DP outputs, so the release is
-    ε-DP (parallel composition, adaptive in the prior). Deviation from the paper:
-    its D₁ gets a Laplace histogram and is dropped from the release; here D₁ is
-    released through RR, and that RR output is the private prior — no extra ε.
+    ``privatize(labels, rng)`` (labels in the canonical sorted-id order) releases the split
+    with ε-RR and every other row with ``mechanism_`` =
+    ``mechanism_cls(epsilon, classes, **params).fit_to(prior_)``. The release pipeline runs
+    the same two stages around the registry's mechanism (``labeldp.release.priors``).
 
     Fitted: ``n_rows_``, ``prior_mask_``, ``prior_rows_`` (indices), ``first_stage_``,
-    ``prior_``, ``mechanism_``.
+    ``prior_``, ``mechanism_``, ``split_`` (the :class:`PriorSplit`).
     """
 
     def __init__(
@@ -695,26 +758,15 @@ class SplitPriorRandomizer:
     def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if not getattr(self.mechanism_cls, "uses_prior", False):
             raise ValueError("the split prior is for prior-based mechanisms (rr_with_prior, block_rr)")
-        epsilon = check_epsilon(self.epsilon)
-        classes = check_classes(self.classes)
-        y = check_class_labels(labels, len(classes))
-        if y.ndim != 1:
-            raise ValueError("labels must be 1-D (one per row)")
-        n = y.size
-        mask = prior_split_mask(n, self.prior_fraction, self.split)
-        first = RandomizedResponse(epsilon, classes).fit_to()
-        prior_rows = np.flatnonzero(mask)
-        out = np.empty(n, dtype=np.int64)
-        # Each stage draws in place over its own rows (one word each, in row order): the
-        # same draws as privatize(y[mask]) then privatize(y[~mask]), without the copies.
-        kernels.rows_at(y, prior_rows, first.sampler(), rng, out)
-        prior = first.estimate_prior(out[prior_rows])
+        split = PriorSplit(self.epsilon, self.classes, self.prior_fraction, self.split)
+        prior = split.release(labels, rng)
         mechanism = self.mechanism_for_prior(prior)
-        kernels.rows_where(y, mask, False, mechanism.sampler(), rng, out)
-        self.n_rows_ = n
-        self.prior_mask_ = mask
-        self.prior_rows_ = prior_rows
-        self.first_stage_ = first
+        out = split.complete(mechanism, rng)
+        self.split_ = split
+        self.n_rows_ = split.n_rows_
+        self.prior_mask_ = split.mask_
+        self.prior_rows_ = split.rows_
+        self.first_stage_ = split.first_stage_
         self.prior_ = prior
         self.mechanism_ = mechanism
         return out
@@ -733,12 +785,4 @@ class SplitPriorRandomizer:
     def to_spec(self) -> RRWithPriorSpec | BlockRRSpec:
         if not hasattr(self, "mechanism_"):
             raise RuntimeError("SplitPriorRandomizer has not privatized anything yet")
-        split = PriorSplitSpec(
-            rule=self.split,
-            fraction=float(self.prior_fraction),
-            n_rows=self.n_rows_,
-            prior_rows=int(self.prior_rows_.size),
-            first_stage=self.first_stage_.to_spec(),
-            prior_probs=self.prior_.tolist(),
-        )
-        return self.mechanism_.to_spec(prior_split=split)
+        return self.mechanism_.to_spec(prior_split=self.split_.to_spec())

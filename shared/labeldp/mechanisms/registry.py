@@ -34,7 +34,8 @@ from labeldp.specs.rr_on_bins import RROnBinsSpec
 from labeldp.specs.unbiased import UnbiasedSpec
 
 PriorKind = Literal["none", "histogram", "noised_labels", "split"]
-"""How a release obtains the prior a mechanism is fitted to:
+"""How a release obtains the prior a mechanism is fitted to (each kind by the one function
+``labeldp.release.priors.PRIORS`` maps it to):
 
 - ``none``: prior-free; the whole ε goes to the randomizer;
 - ``histogram``: the ε₁ Laplace histogram over the public grid (Ghazi et al. Alg. 4), or

@@ -3,10 +3,9 @@
 Everything returned here is ε-DP in the labels and may leave the labels party.
 Every mechanism comes from the registry (``labeldp.mechanisms.registry``; docs/architecture.md,
 "The mechanism contract"): its entry says which labels it takes, validates its parameters
-with the mechanism's params model, builds it, and says how its prior is obtained
-(``PriorKind``): none, the ε₁ Laplace histogram over the public grid (Alg. 4) or a public
-prior at ε₁ = 0, Liu & Huang's noised-label histogram (Alg. 3), or Liu & Ding's
-label-independent split (Alg. 2, no separate ε₁).
+with the mechanism's params model, builds it, and says how its prior is obtained (its
+``PriorKind``, obtained by the one function :data:`labeldp.release.priors.PRIORS` maps it to).
+A release is: validate → obtain the prior → ``fit_to`` it → privatize → accounting.
 
 Each label is randomized once per release (parallel composition across rows), and the
 accounting is the basic composition of the parts' guarantees (``labeldp.accounting``).
@@ -21,36 +20,20 @@ import numpy as np
 from pydantic import ValidationError
 
 from labeldp.accounting import compose
-from labeldp.epsilon import InvalidEpsilon, from_micro, split_budget
-from labeldp.mechanisms import LabelDomain, LaplaceHistogramPrior, default_grid
-from labeldp.mechanisms.categorical import SplitPriorRandomizer
+from labeldp.epsilon import from_micro
+from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
-from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.registry import NAMES, REGISTRY, Entry
-from labeldp.mechanisms.rp_with_prior import NoisyLabelHistogramPrior, RPWithPrior
+from labeldp.release.errors import RandomizerError
+from labeldp.release.priors import PriorRequest, PublicPrior, need_classes, need_domain, obtain_prior
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
+__all__ = ["MECHANISMS", "PublicPrior", "Randomized", "RandomizerError", "randomize", "validate_public_prior"]
+
 MAX_DELTA = 1e-3
 """The largest δ a release may carry, whatever its mechanism's parameters allow."""
-PUBLIC_PRIOR = PrivacyGuarantee(0.0, statement="a public prior reads no label of this release")
 MECHANISMS = NAMES
-
-
-class RandomizerError(ValueError):
-    """A request the randomizer cannot serve; ``code`` is the API error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class PublicPrior:
-    """A prior the caller already knows publicly: costs no ε."""
-
-    values: np.ndarray
-    probs: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -96,27 +79,13 @@ def parse_params(entry: Entry, params: dict[str, Any] | None) -> Params:
         raise RandomizerError("invalid_parameters", f"invalid parameters for {entry.name}: {fields}") from exc
 
 
-def _need_domain(domain: LabelDomain | None) -> LabelDomain:
-    """The label domain a real-valued mechanism needs (a categorical set has none)."""
-    if domain is None:
-        raise RandomizerError("invalid_request", "this mechanism needs a real or integer label domain")
-    return domain
-
-
-def _need_classes(classes: list[str] | None) -> list[str]:
-    """The class list a categorical mechanism needs (a real-valued set has none)."""
-    if classes is None:
-        raise RandomizerError("invalid_request", "this mechanism needs categorical labels")
-    return classes
-
-
 def _build(name: str, epsilon: float, domain: LabelDomain | None, classes: list[str] | None, p: Params) -> Mechanism:
     """The registry's mechanism ``name`` at ``epsilon`` (unfitted), its δ within ``MAX_DELTA``."""
     entry = REGISTRY[name]
     if entry.categorical:
-        mech = entry.build(epsilon, p, classes=_need_classes(classes))
+        mech = entry.build(epsilon, p, classes=need_classes(classes))
     else:
-        mech = entry.build(epsilon, p, domain=_need_domain(domain))
+        mech = entry.build(epsilon, p, domain=need_domain(domain))
     if mech.guarantee.delta > MAX_DELTA:
         raise RandomizerError("invalid_parameters", f"{name}: a release's delta must be at most {MAX_DELTA}")
     return mech
@@ -167,77 +136,12 @@ def _randomize(
     if epsilon_micro <= 0:
         raise RandomizerError("invalid_epsilon", "epsilon must be greater than 0")
     labels = np.asarray(labels, dtype=np.float64)
-    n = labels.size
-    prior_kind = entry.prior_kind(p)
-    public = None if public_prior is None else Prior(public_prior.values, public_prior.probs)
-
-    if prior_kind in ("none", "split"):
-        if public_prior is not None and prior_kind == "none":
-            raise RandomizerError("invalid_request", f"{mechanism} uses no prior")
-        if epsilon_prior_micro:
-            raise RandomizerError("invalid_request", f"{mechanism} spends no separate epsilon_prior")
-        eps = from_micro(epsilon_micro)
-        if prior_kind == "split":
-            if public is not None:
-                mech = _build(mechanism, eps, domain, classes, p).fit_to(public)
-                out, spec, guarantee = mech.privatize(labels, rng), mech.to_spec(), mech.guarantee
-            else:
-                split = SplitPriorRandomizer(
-                    type(_build(mechanism, eps, domain, classes, p)),  # type: ignore[arg-type]
-                    eps,
-                    _need_classes(classes),
-                    prior_fraction=p.prior_fraction,  # type: ignore[attr-defined]
-                    **p.mechanism_kwargs(),
-                )
-                out = split.privatize(labels, rng)
-                spec, guarantee = split.to_spec(), split.guarantee
-        else:
-            mech = _build(mechanism, eps, domain, classes, p).fit_to(None)
-            out, spec, guarantee = mech.privatize(labels, rng), mech.to_spec(), mech.guarantee
-        accounting = compose([("randomizer", epsilon_micro, guarantee)])
-        prior_spec: NoisyPrior | HistogramPriorSpec | None = (
-            None
-            if public_prior is None
-            else NoisyPrior(
-                source="public", grid=public_prior.values.tolist(), probs=public_prior.probs.tolist(), epsilon=0.0
-            )
-        )
-        return Randomized(spec, prior_spec, accounting, np.asarray(out, dtype=np.float64))
-
-    # Mechanisms fitted to a prior that costs ε₁ (or nothing, when public).
-    domain = _need_domain(domain)
-    grid = default_grid(domain, n, from_micro(epsilon_micro))  # k from public n and ε only
-    if public_prior is not None:
-        if epsilon_prior_micro:
-            raise RandomizerError("invalid_request", "a public prior costs no epsilon: omit epsilon_prior")
-        eps1_micro, eps2_micro = 0, epsilon_micro
-    else:
-        try:
-            eps1_micro, eps2_micro = split_budget(epsilon_micro, grid.size, n, epsilon_prior_micro)
-        except InvalidEpsilon as exc:
-            raise RandomizerError("invalid_epsilon", str(exc)) from exc
-        if eps1_micro == 0:
-            raise RandomizerError("invalid_epsilon", "a private prior needs epsilon_prior > 0")
-    eps1, eps2 = from_micro(eps1_micro), from_micro(eps2_micro)
-    mech = _build(mechanism, eps2, domain, classes, p)
-    if public is not None:
-        mech.fit_to(public)
-        prior_spec = NoisyPrior(source="public", grid=public.values.tolist(), probs=public.probs.tolist(), epsilon=0.0)
-        prior_guarantee = PUBLIC_PRIOR
-    elif prior_kind == "noised_labels":
-        if not isinstance(mech, RPWithPrior):  # pragma: no cover - the registry pairs the two
-            raise TypeError(f"{mechanism} has no noised-label prior")
-        noised = NoisyLabelHistogramPrior(eps1, domain, sigma=mech.sigma).fit(labels, rng)
-        mech.fit_to(noised.prior_)
-        prior_spec = noised.to_spec()
-        prior_guarantee = noised.guarantee
-    else:
-        prior = LaplaceHistogramPrior(eps1, grid).fit(labels, rng)
-        mech.fit_to(Prior(grid, prior.probs_))
-        prior_spec = prior.to_spec()
-        prior_guarantee = prior.guarantee
-    accounting = compose([("prior", eps1_micro, prior_guarantee), ("randomizer", eps2_micro, mech.guarantee)])
-    return Randomized(mech.to_spec(), prior_spec, accounting, np.asarray(mech.privatize(labels, rng), dtype=np.float64))
+    ask = PriorRequest(mechanism, labels, domain, classes, p, epsilon_micro, epsilon_prior_micro, public_prior)
+    obtained = obtain_prior(entry.prior_kind(p), ask, rng)
+    mech = obtained.fit(_build(mechanism, from_micro(obtained.epsilon_micro), domain, classes, p))
+    out = obtained.privatize(mech, labels, rng)
+    accounting = compose([*obtained.parts, ("randomizer", obtained.epsilon_micro, mech.guarantee)])
+    return Randomized(obtained.mechanism_spec(mech), obtained.spec, accounting, np.asarray(out, dtype=np.float64))
 
 
 def fit_to_public_prior(
@@ -252,15 +156,14 @@ def fit_to_public_prior(
 ) -> Mechanism:
     """The mechanism fitted for ``epsilon`` to a public prior (``labeldp optimize``).
 
-    Prior-free mechanisms are built and fitted without it; the prior then only
-    serves to evaluate their expected loss.
+    Prior-free mechanisms ignore it in ``fit_to``; it then only serves to evaluate
+    their expected loss.
     """
     label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
     entry = entry_for(mechanism, label_type)
     p = parse_params(entry, params)
     try:
-        mech = _build(mechanism, epsilon, domain, classes, p)
-        return mech.fit_to(None if entry.prior_kind(p) == "none" else Prior(values, probs))
+        return _build(mechanism, epsilon, domain, classes, p).fit_to(Prior(values, probs))
     except RandomizerError:
         raise
     except ValueError as exc:

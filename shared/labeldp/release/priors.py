@@ -1,0 +1,213 @@
+"""How a release obtains the prior its mechanism is fitted to: one function per prior kind.
+
+The registry entry alone decides which (``Entry.prior``, a function of the parameters,
+gives a ``PriorKind``); :data:`PRIORS` maps each kind to the one function that obtains it,
+and the randomizer only looks it up (docs/architecture.md, "The mechanism contract"):
+
+- ``none``: prior-free, the whole ε goes to the randomizer;
+- ``histogram``: the ε₁ Laplace histogram over the public grid (Ghazi et al. Alg. 4);
+- ``noised_labels``: Liu & Huang Alg. 3, every label Laplace-noised with ε₁, the histogram
+  built from the noised values only;
+- ``split``: Liu & Ding Alg. 2, a label-independent split of the rows released with ε-RR,
+  its debiased output the prior of the other rows (no separate ε₁).
+
+A public prior, where the kind takes one, costs no ε and replaces the private one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from labeldp.epsilon import InvalidEpsilon, from_micro, split_budget
+from labeldp.mechanisms.categorical import BlockRR, PriorSplit, RRWithPrior, RRWithPriorParams
+from labeldp.mechanisms.contract import Mechanism, Params, Prior
+from labeldp.mechanisms.guarantee import PrivacyGuarantee
+from labeldp.mechanisms.prior import LabelDomain, LaplaceHistogramPrior, default_grid
+from labeldp.mechanisms.registry import PriorKind
+from labeldp.mechanisms.rp_with_prior import NoisyLabelHistogramPrior, RPWithPrior, RPWithPriorParams, StepPrior
+from labeldp.release.errors import RandomizerError
+from labeldp.specs.base import MechanismSpecBase, NoisyPrior
+from labeldp.specs.rp_with_prior import HistogramPriorSpec
+
+PUBLIC_PRIOR = PrivacyGuarantee(0.0, statement="a public prior reads no label of this release")
+
+Part = tuple[str, int, PrivacyGuarantee]
+"""One part of a release's accounting: (name, allotted µε, guarantee)."""
+
+
+@dataclass(frozen=True)
+class PublicPrior:
+    """A prior the caller already knows publicly: costs no ε."""
+
+    values: np.ndarray
+    probs: np.ndarray
+
+
+@dataclass(frozen=True)
+class PriorRequest:
+    """What a release asks of its prior: the labels, their domain or classes, the validated
+    parameters, the release's ε (µε), the caller's ε₁ if any, and a public prior if any."""
+
+    mechanism: str
+    labels: np.ndarray
+    domain: LabelDomain | None
+    classes: list[str] | None
+    params: Params
+    epsilon_micro: int
+    epsilon_prior_micro: int | None = None
+    public: PublicPrior | None = None
+
+
+@dataclass(frozen=True)
+class ObtainedPrior:
+    """The prior a release fits its mechanism to, what it cost and what it already released.
+
+    ``prior``: what ``fit_to`` gets (None: prior-free); ``spec``: the prior as the message
+    states it; ``epsilon_micro``: the ε left to the randomizer; ``parts``: the accounting
+    parts the prior spent; ``split``: Alg. 2's first stage, whose rows are already released.
+    """
+
+    prior: Prior | StepPrior | None
+    spec: NoisyPrior | HistogramPriorSpec | None
+    epsilon_micro: int
+    parts: tuple[Part, ...] = ()
+    split: PriorSplit | None = None
+
+    def fit(self, mechanism: Mechanism) -> Mechanism:
+        """``mechanism.fit_to`` this prior (a step prior reaches only RPWithPrior, the one
+        mechanism the registry pairs with noised labels)."""
+        if isinstance(self.prior, StepPrior):
+            if not isinstance(mechanism, RPWithPrior):  # pragma: no cover - the registry pairs the two
+                raise TypeError(f"{mechanism.name} is not fitted to a step prior")
+            return mechanism.fit_to(self.prior)
+        return mechanism.fit_to(self.prior)
+
+    def privatize(self, mechanism: Mechanism, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Every row the prior has not released, through the fitted ``mechanism``."""
+        if self.split is None:
+            return mechanism.privatize(labels, rng)
+        return self.split.complete(_prior_based(mechanism), rng)  # the labels its release() took
+
+    def mechanism_spec(self, mechanism: Mechanism) -> MechanismSpecBase:
+        """The fitted mechanism's spec, with the split that gave its prior."""
+        if self.split is None:
+            return mechanism.to_spec()
+        return _prior_based(mechanism).to_spec(prior_split=self.split.to_spec())
+
+
+def no_prior(ask: PriorRequest, rng: np.random.Generator) -> ObtainedPrior:
+    """Prior-free: no prior, no ε₁."""
+    if ask.public is not None:
+        raise RandomizerError("invalid_request", f"{ask.mechanism} uses no prior")
+    _no_epsilon_prior(ask)
+    return ObtainedPrior(None, None, ask.epsilon_micro)
+
+
+def label_independent_split(ask: PriorRequest, rng: np.random.Generator) -> ObtainedPrior:
+    """Alg. 2: ε-RR on a split chosen from n alone; its debiased output is the prior (no ε₁)."""
+    _no_epsilon_prior(ask)
+    if ask.public is not None:
+        return ObtainedPrior(_as_prior(ask.public), _public_spec(ask.public), ask.epsilon_micro)
+    if not isinstance(ask.params, RRWithPriorParams):  # pragma: no cover - the registry pairs the two
+        raise TypeError(f"{ask.mechanism} has no prior split")
+    split = PriorSplit(from_micro(ask.epsilon_micro), need_classes(ask.classes), ask.params.prior_fraction)
+    prior = split.release(ask.labels, rng)
+    return ObtainedPrior(Prior.over_classes(prior), None, ask.epsilon_micro, split=split)
+
+
+def laplace_histogram(ask: PriorRequest, rng: np.random.Generator) -> ObtainedPrior:
+    """Ghazi et al. Alg. 4: ε₁ Laplace noise on the counts over the public grid."""
+
+    def estimate(epsilon_prior: float, grid: np.ndarray) -> tuple[Prior, NoisyPrior, PrivacyGuarantee]:
+        estimator = LaplaceHistogramPrior(epsilon_prior, grid).fit(ask.labels, rng)
+        return Prior(grid, estimator.probs_), estimator.to_spec(), estimator.guarantee
+
+    return _spending_epsilon_prior(ask, estimate)
+
+
+def noised_labels(ask: PriorRequest, rng: np.random.Generator) -> ObtainedPrior:
+    """Liu & Huang Alg. 3: every label noised with ε₁, the histogram of the noised values."""
+    if not isinstance(ask.params, RPWithPriorParams):  # pragma: no cover - the registry pairs the two
+        raise TypeError(f"{ask.mechanism} has no noised-label prior")
+    sigma = ask.params.sigma
+
+    def estimate(epsilon_prior: float, grid: np.ndarray) -> tuple[StepPrior, HistogramPriorSpec, PrivacyGuarantee]:
+        domain = need_domain(ask.domain)
+        estimator = NoisyLabelHistogramPrior(epsilon_prior, domain, sigma=sigma).fit(ask.labels, rng)
+        return estimator.prior_, estimator.to_spec(), estimator.guarantee
+
+    return _spending_epsilon_prior(ask, estimate)
+
+
+Estimate = Callable[[float, np.ndarray], tuple[Prior | StepPrior, NoisyPrior | HistogramPriorSpec, PrivacyGuarantee]]
+
+PRIORS: dict[PriorKind, Callable[[PriorRequest, np.random.Generator], ObtainedPrior]] = {
+    "none": no_prior,
+    "histogram": laplace_histogram,
+    "noised_labels": noised_labels,
+    "split": label_independent_split,
+}
+"""The one table from a registry entry's prior kind to how a release obtains that prior."""
+
+
+def obtain_prior(kind: PriorKind, ask: PriorRequest, rng: np.random.Generator) -> ObtainedPrior:
+    """The prior of ``kind`` for the release ``ask`` describes."""
+    return PRIORS[kind](ask, rng)
+
+
+# -- shared steps ---------------------------------------------------------------------
+
+
+def _spending_epsilon_prior(ask: PriorRequest, estimate: Estimate) -> ObtainedPrior:
+    """The kinds that buy a prior with ε₁ out of the release's ε (or take a public one at ε₁ = 0)."""
+    domain = need_domain(ask.domain)
+    grid = default_grid(domain, ask.labels.size, from_micro(ask.epsilon_micro))  # k from public n and ε only
+    if ask.public is not None:
+        if ask.epsilon_prior_micro:
+            raise RandomizerError("invalid_request", "a public prior costs no epsilon: omit epsilon_prior")
+        parts: tuple[Part, ...] = (("prior", 0, PUBLIC_PRIOR),)
+        return ObtainedPrior(_as_prior(ask.public), _public_spec(ask.public), ask.epsilon_micro, parts)
+    try:
+        eps1_micro, eps2_micro = split_budget(ask.epsilon_micro, grid.size, ask.labels.size, ask.epsilon_prior_micro)
+    except InvalidEpsilon as exc:
+        raise RandomizerError("invalid_epsilon", str(exc)) from exc
+    if eps1_micro == 0:
+        raise RandomizerError("invalid_epsilon", "a private prior needs epsilon_prior > 0")
+    prior, spec, guarantee = estimate(from_micro(eps1_micro), grid)
+    return ObtainedPrior(prior, spec, eps2_micro, (("prior", eps1_micro, guarantee),))
+
+
+def _no_epsilon_prior(ask: PriorRequest) -> None:
+    if ask.epsilon_prior_micro:
+        raise RandomizerError("invalid_request", f"{ask.mechanism} spends no separate epsilon_prior")
+
+
+def _as_prior(public: PublicPrior) -> Prior:
+    return Prior(public.values, public.probs)
+
+
+def _public_spec(public: PublicPrior) -> NoisyPrior:
+    return NoisyPrior(source="public", grid=public.values.tolist(), probs=public.probs.tolist(), epsilon=0.0)
+
+
+def need_domain(domain: LabelDomain | None) -> LabelDomain:
+    """The label domain a real-valued mechanism needs (a categorical set has none)."""
+    if domain is None:
+        raise RandomizerError("invalid_request", "this mechanism needs a real or integer label domain")
+    return domain
+
+
+def need_classes(classes: list[str] | None) -> list[str]:
+    """The class list a categorical mechanism needs (a real-valued set has none)."""
+    if classes is None:
+        raise RandomizerError("invalid_request", "this mechanism needs categorical labels")
+    return classes
+
+
+def _prior_based(mechanism: Mechanism) -> RRWithPrior | BlockRR:
+    if not isinstance(mechanism, (RRWithPrior, BlockRR)):  # pragma: no cover - the registry pairs the two
+        raise TypeError(f"{mechanism.name} takes no prior split")
+    return mechanism
