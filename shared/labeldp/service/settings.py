@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from labeldp.signing import secrets_of
+from labeldp.storage import ObjectStore
 
 DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
 MIN_SECRET_LENGTH = 16
@@ -88,6 +89,18 @@ class Settings(BaseSettings):
     )
 
     # --- both ---------------------------------------------------------------
+    storage_url: str = Field(
+        "",
+        description="object store of the service's files (labeldp.storage): a local folder or file:// URL, or "
+        "s3://bucket/prefix for any S3-compatible store that replicas share; empty: the folder 'objects' under the "
+        "service's own data dir",
+    )
+    storage_s3_endpoint: str = Field(
+        "", description="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO; empty: AWS (or AWS_ENDPOINT_URL)"
+    )
+    storage_s3_region: str = Field("", description="S3 region; empty: the AWS environment's or the SDK default")
+    storage_s3_access_key: str = Field("", description="S3 access key id; empty: AWS_ACCESS_KEY_ID and the like")
+    storage_s3_secret_key: str = Field("", description="S3 secret key; empty: AWS_SECRET_ACCESS_KEY and the like")
     exchange_secret: str = Field(
         "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
     )
@@ -127,6 +140,18 @@ class Settings(BaseSettings):
         gt=0,
         description="how long a request holding an Idempotency-Key may run before a retry may take the key over "
         "(longer than the slowest release; a process killed mid-request frees its key after this)",
+    )
+
+
+def open_object_store(settings: Settings, data_dir: Path) -> ObjectStore:
+    """The service's object store: ``storage_url``, or ``<data_dir>/objects`` where it is empty."""
+    url = settings.storage_url or str(Path(data_dir) / "objects")
+    return ObjectStore.from_url(
+        url,
+        endpoint_override=settings.storage_s3_endpoint or None,
+        region=settings.storage_s3_region or None,
+        access_key=settings.storage_s3_access_key or None,
+        secret_key=settings.storage_s3_secret_key or None,
     )
 
 
