@@ -32,9 +32,9 @@ from labeldp.parquet_batches import open_for_batches
 from labeldp.service.idempotency import Claim, StoredResponse
 
 from . import id_lookup
-from .columnar import release_unused_memory, write_array
+from .columnar import put_array, release_unused_memory
 from .context import LabelsContext
-from .label_sets import class_names, labels_path, load_label_set, read_ids, read_labels, set_ids
+from .label_sets import class_names, labels_key, load_label_set, read_ids, read_labels, set_ids
 from .store import LabelSetRow
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
@@ -389,7 +389,7 @@ def upload_labels(
     new_labels[positions] = upload.values
     del upload
     version = row.labels_version + 1
-    write_array(labels_path(ctx, label_set_id, version), new_labels)
+    put_array(ctx.store, labels_key(label_set_id, version), new_labels)
     out = StoredResponse(200, response)
     with ctx.sessions.begin() as s:
         moved = s.execute(
@@ -405,7 +405,7 @@ def upload_labels(
         if claim is not None:
             claim.complete(s, out)
     # The version before the previous one is named by no row and read by no one now.
-    labels_path(ctx, label_set_id, version - 2).unlink(missing_ok=True)
+    ctx.store.delete(labels_key(label_set_id, version - 2))
     release_unused_memory()
     return out
 

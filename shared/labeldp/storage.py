@@ -30,6 +30,7 @@ import hashlib
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,14 @@ class ObjectStore:
             raise NotFound("object_not_found", f"no stored object {key!r}")
         return int(info.size)
 
+    def modified(self, key: str) -> float:
+        """When ``key`` was written (POSIX seconds): sweeps leave young objects to their writers."""
+        with _storage_errors(f"look up object {key!r}"):
+            info = self._fs.get_file_info(self._path(key))
+        if info.type != pafs.FileType.File or info.mtime is None:
+            raise NotFound("object_not_found", f"no stored object {key!r}")
+        return info.mtime.timestamp()
+
     def delete(self, key: str) -> None:
         """Remove ``key``; removing a key that is not there is not an error."""
         path = self._path(key)
@@ -220,6 +229,20 @@ class ObjectStore:
             if info.type == pafs.FileType.File and info.path.startswith(root)
         ]
         return sorted(k for k in keys if not k.startswith(INCOMING + "/"))
+
+    def remove_unfinished(self, older_than_seconds: float) -> int:
+        """Delete the temporaries of writes a crash interrupted (older than the given age); how many."""
+        cutoff = time.time() - older_than_seconds
+        selector = pafs.FileSelector(f"{self._root}/{INCOMING}", recursive=True, allow_not_found=True)
+        with _storage_errors("list unfinished writes"):
+            infos = self._fs.get_file_info(selector)
+        removed = 0
+        for info in infos:
+            if info.type == pafs.FileType.File and info.mtime is not None and info.mtime.timestamp() < cutoff:
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.delete_file(info.path)
+                    removed += 1
+        return removed
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"

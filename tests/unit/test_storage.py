@@ -170,3 +170,16 @@ def test_an_unreachable_server_is_a_storage_error() -> None:
     assert caught.value.code == "storage_unavailable" and caught.value.status_code == 503
     with pytest.raises(StorageError):
         store.get_bytes("k")
+
+
+def test_unfinished_writes_are_removed_once_old(store: ObjectStore) -> None:
+    # What a crash between finishing a temporary and moving it to its key leaves behind.
+    store._fs.create_dir(f"{store._root}/{INCOMING}")
+    with store._fs.open_output_stream(f"{store._root}/{INCOMING}/crashed") as raw:
+        raw.write(b"partial")
+    store.put_bytes("done", b"ok")
+    assert store.list() == ["done"]
+    assert store.remove_unfinished(older_than_seconds=3600) == 0
+    assert raw_paths(store) == [f"{INCOMING}/crashed", "done"]
+    assert store.remove_unfinished(older_than_seconds=-60) == 1
+    assert raw_paths(store) == ["done"]

@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
     labels_data_dir: Path = Field(
         Path("var/labels-data"),
-        description="label-set ids and labels, ledger columns and message files; API replicas and the outbox "
-        "must share it",
+        description="this process's own folder: request spools, the outbox's metric files and the ledger's columns "
+        "(which API replicas must still share); also the object store of ids, labels and messages unless "
+        "LABELDP_STORAGE_URL names one",
     )
     default_domain_epsilon: float = Field(
         10.0, gt=0, le=1000, description="per-id ε budget of the 'default' privacy domain, created on first use"
@@ -92,8 +93,8 @@ class Settings(BaseSettings):
     storage_url: str = Field(
         "",
         description="object store of the service's files (labeldp.storage): a local folder or file:// URL, or "
-        "s3://bucket/prefix for any S3-compatible store that replicas share; empty: the folder 'objects' under the "
-        "service's own data dir",
+        "s3://bucket/prefix for any S3-compatible store that replicas share; empty: the service's own data dir (a "
+        "local folder: one host)",
     )
     storage_s3_endpoint: str = Field(
         "", description="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO; empty: AWS (or AWS_ENDPOINT_URL)"
@@ -144,8 +145,12 @@ class Settings(BaseSettings):
 
 
 def open_object_store(settings: Settings, data_dir: Path) -> ObjectStore:
-    """The service's object store: ``storage_url``, or ``<data_dir>/objects`` where it is empty."""
-    url = settings.storage_url or str(Path(data_dir) / "objects")
+    """The service's object store: ``storage_url``, or its own ``data_dir`` where that is empty.
+
+    The data dir itself, so the files of a folder written before the store existed keep
+    their names (``messages/…``, ``label_sets/…``) and need no migration.
+    """
+    url = settings.storage_url or str(data_dir)
     return ObjectStore.from_url(
         url,
         endpoint_override=settings.storage_s3_endpoint or None,
