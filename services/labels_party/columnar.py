@@ -12,11 +12,12 @@ modified once a committed row names it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -24,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from labeldp.errors import NotFound, StorageError
 from labeldp.storage import ObjectStore
 
 
@@ -70,7 +72,7 @@ def put_array(store: ObjectStore, key: str, values: np.ndarray) -> None:
 
 def get_array(store: ObjectStore, key: str) -> np.ndarray:
     """A private, writable copy of the ``.npy`` object ``key``, read in 2 MB blocks."""
-    with store.open_input_file(key) as f:
+    with _named(key), store.open_input_file(key) as f:
         return np.lib.format.read_array(f, allow_pickle=False)
 
 
@@ -82,8 +84,19 @@ def put_table(store: ObjectStore, key: str, table: pa.Table) -> None:
 
 def get_table(store: ObjectStore, key: str) -> pa.Table:
     """The Arrow IPC file object ``key``, read through random access (no mmap: it may be remote)."""
-    with store.open_input_file(key) as f:
+    with _named(key), store.open_input_file(key) as f:
         return ipc.open_file(f).read_all()
+
+
+@contextlib.contextmanager
+def _named(key: str) -> Iterator[None]:
+    """An object a committed row names is missing: the store is not the one that row was written to
+    (a replica with its own folder, a wrong LABELDP_STORAGE_URL) — a server fault, never a 404 that
+    would tell the client its label set does not exist."""
+    try:
+        yield
+    except NotFound as exc:
+        raise StorageError("stored_object_missing", f"the stored object {key!r} is missing from the store") from exc
 
 
 class HashingWriter:
