@@ -37,7 +37,7 @@ class LabelsContext:
 
 
 def label_set_prefix(label_set_id: str) -> str:
-    return f"label_sets/{label_set_id}"
+    return f"{LABEL_SETS}/{label_set_id}"
 
 
 def message_key(message_file: str) -> str:
@@ -46,3 +46,4 @@ def message_key(message_file: str) -> str:
 
 
 MESSAGES = "messages"
+LABEL_SETS = "label_sets"

@@ -218,7 +218,22 @@ def ids_key(label_set_id: str) -> str:
 
 
 def labels_key(label_set_id: str, version: int) -> str:
+    """Where labels were kept before they were content-addressed (rows whose ``labels_object`` is null)."""
     return f"{label_set_prefix(label_set_id)}/labels-{version:09d}.npy"
+
+
+def labels_prefix(label_set_id: str) -> str:
+    """Every labels object of a set: ``<prefix>/<sha256 of the float64 labels>``."""
+    return f"{label_set_prefix(label_set_id)}/labels"
+
+
+def current_labels_key(row: LabelSetRow) -> str:
+    return row.labels_object or labels_key(row.id, row.labels_version)
+
+
+def is_labels_key(key: str) -> bool:
+    name = key.rsplit("/", 2)
+    return name[-2] == "labels" or name[-1].startswith("labels-")
 
 
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
@@ -227,7 +242,7 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
     if row.labels_version == 0:
         return np.full(row.n_ids, np.nan)
-    return get_array(ctx.store, labels_key(row.id, row.labels_version))
+    return get_array(ctx.store, current_labels_key(row))
 
 
 def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
@@ -326,6 +341,6 @@ def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         s.flush()
         out = describe(ctx, s, row)
     for key in ctx.store.list(label_set_prefix(label_set_id)):
-        if key.rsplit("/", 1)[1].startswith("labels-"):
+        if is_labels_key(key):
             ctx.store.delete(key)
     return out

@@ -43,7 +43,7 @@ class PrivacyDomainRow(Base):
 
 
 class LabelSetRow(Base):
-    """A label set: public ids (file), labels (versioned file), its own cap and spend.
+    """A label set: public ids (an object), labels (versioned, content-addressed objects), its own cap and spend.
 
     ``cap_micro`` bounds the sum of this set's releases (default: the domain's per-id
     budget); the per-id ledger of its privacy domain bounds every id across all sets.
@@ -64,6 +64,11 @@ class LabelSetRow(Base):
     ids_ready: Mapped[int] = mapped_column(Integer, default=0, comment="1 once the id file is written")
     labeled: Mapped[int] = mapped_column(BigInteger, default=0)
     labels_version: Mapped[int] = mapped_column(BigInteger, default=0, comment="0: no label yet")
+    labels_object: Mapped[str | None] = mapped_column(
+        String(200),
+        nullable=True,
+        comment="key of the current labels object (label_sets/<id>/labels/<sha256>); null: labels-<version>.npy",
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
