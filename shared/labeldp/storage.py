@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -40,6 +41,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from labeldp.errors import InvalidInput, NotFound, StorageError
+
+log = logging.getLogger("labeldp.storage")
 
 INCOMING = ".incoming"
 """Where unfinished writes live: never listed, removable by a sweep."""
@@ -79,7 +82,7 @@ class ObjectStore:
             try:
                 fs: pafs.FileSystem = pafs.S3FileSystem(**s3_options)
             except (OSError, pa.ArrowException) as exc:
-                raise StorageError("storage_unavailable", f"cannot open the object store: {exc}") from exc
+                raise _unavailable("open the object store", exc) from exc
             root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
             return cls(fs, root, url, local=False)
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
@@ -146,7 +149,7 @@ class ObjectStore:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, path)
             except OSError as exc:
-                raise StorageError("storage_unavailable", f"cannot write object {key!r}: {exc}") from exc
+                raise _unavailable(f"write object {key!r}", exc) from exc
             finally:
                 Path(tmp).unlink(missing_ok=True)
             return
@@ -212,7 +215,7 @@ class ObjectStore:
             with contextlib.suppress(OSError, pa.ArrowException):
                 if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
                     return
-            raise StorageError("storage_unavailable", f"cannot delete object {key!r}: {exc}") from exc
+            raise _unavailable(f"delete object {key!r}", exc) from exc
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under the folder ``prefix`` (all keys for ``""``), sorted."""
@@ -261,7 +264,14 @@ def _storage_errors(action: str, key: str | None = None) -> Iterator[None]:
         yield
     except FileNotFoundError as exc:
         if key is None:
-            raise StorageError("storage_unavailable", f"cannot {action}: {exc}") from exc
+            raise _unavailable(action, exc) from exc
         raise NotFound("object_not_found", f"no stored object {key!r}") from exc
     except (OSError, pa.ArrowException) as exc:
-        raise StorageError("storage_unavailable", f"cannot {action}: {exc}") from exc
+        raise _unavailable(action, exc) from exc
+
+
+def _unavailable(action: str, exc: BaseException) -> StorageError:
+    """A 503 whose message names the action only: the backend's text (endpoint, bucket, paths) goes to the
+    operator's log, not to API clients."""
+    log.warning("object store: cannot %s (%s: %s)", action, type(exc).__name__, exc)
+    return StorageError("storage_unavailable", f"the object store could not {action}; retry later")
