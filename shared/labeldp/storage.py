@@ -1,26 +1,21 @@
 """One object store for every file a service keeps: a local folder or any S3-compatible bucket.
 
-Why objects and not files: replicas on several hosts share no POSIX folder, and object
-storage offers no rename, hard link, append or mmap. So every stored object is written
-once, complete, and never changed (immutable; most are content-addressed, named
-``prefix/<sha256>`` by :meth:`ObjectStore.content_key`), and the SQL catalogue is the only
-mutable state and the only compare-and-swap: a catalogue row names an object only after
-the object is complete, and a crash leaves at most an unreferenced object.
+Why objects, not files: replicas on several hosts share no POSIX folder, and object storage
+has no rename, hard link, append or mmap. So an object is written once, complete, and never
+changed (immutable; content-addressed, ``prefix/<sha256>`` by :meth:`ObjectStore.content_key`,
+where writers could race for a name), and the SQL catalogue is the only mutable state and the
+only compare-and-swap: a row names an object only once it is complete, and a crash leaves at
+most an unreferenced object (docs/architecture.md, "Storage").
 
-Chosen by a URL (``LABELDP_STORAGE_URL``), built on :mod:`pyarrow.fs`:
+Chosen by a URL (``LABELDP_STORAGE_URL``), over :mod:`pyarrow.fs`: a path or ``file://`` URL
+is a local folder (write to a temporary, fsync, rename: fine, as it is never what replicas
+share); ``s3://bucket/prefix`` is S3 or any S3-compatible server. pyarrow cannot abort a
+multipart upload, so on S3 a streamed write goes to a temporary key that is copied
+server-side (atomically; at most 5 GiB) to its key only when the stream closes cleanly.
 
-- a path or ``file://`` URL: a local folder, the embedded default of ``make demo``; a write
-  goes to a temporary name, is fsynced and renamed into place (fine locally: this backend
-  is never the path replicas share);
-- ``s3://bucket/prefix``: S3 or any S3-compatible server (``endpoint_override``, credentials
-  from the options or the AWS environment). pyarrow cannot abort a multipart upload, so a
-  streamed write goes to a temporary key and is copied server-side (atomically) to its
-  key only when the stream closes successfully; S3 copies one object of at most 5 GiB.
-
-Keys are ``/``-separated relative names; a segment may not be empty, ``.``/``..`` or start
-with ``.`` (the store keeps its temporaries under ``.incoming/``). Failures raise
-:mod:`labeldp.errors` classes: :class:`~labeldp.errors.NotFound` for a missing key,
-:class:`~labeldp.errors.StorageError` (503) for a backend that failed.
+Keys are ``/``-separated names whose segments are not empty and do not start with ``.``
+(temporaries live under ``.incoming/``). A missing key raises
+:class:`~labeldp.errors.NotFound`; a failing backend :class:`~labeldp.errors.StorageError` (503).
 """
 
 from __future__ import annotations
