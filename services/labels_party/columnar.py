@@ -70,10 +70,28 @@ def put_array(store: ObjectStore, key: str, values: np.ndarray) -> None:
         np.save(out, values, allow_pickle=False)
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def get_array(store: ObjectStore, key: str) -> np.ndarray:
-    """A private, writable copy of the ``.npy`` object ``key``, read in 2 MB blocks."""
+    """A private, writable copy of the ``.npy`` object ``key``, read in one request after its header.
+
+    Not ``np.load``: on anything but a real file it reads 256 KiB at a time, which on S3 is
+    one GET each (a 40 MB column took 15 s against a loopback S3 server, 150 requests).
+    """
     with _named(key), store.open_input_file(key) as f:
-        return np.lib.format.read_array(f, allow_pickle=False)
+        head = io.BytesIO(f.read(min(f.size(), 1 << 16)))
+        version = np.lib.format.read_magic(head)
+        if version not in _NPY_HEADERS:
+            raise ValueError(f"unsupported .npy version {version} in {key!r}")
+        shape, fortran, dtype = _NPY_HEADERS[version](head)
+        if dtype.hasobject:
+            raise ValueError(f"{key!r} holds Python objects, which are never loaded")
+        raw = np.empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, dtype=np.uint8)
+        f.seek(head.tell())
+        if f.readinto(raw.data) != raw.size:
+            raise ValueError(f"{key!r} is shorter than its .npy header says")
+    return raw.view(dtype).reshape(shape, order="F" if fortran else "C")
 
 
 def put_table(store: ObjectStore, key: str, table: pa.Table) -> None:

@@ -13,6 +13,7 @@ from tests.s3_server import S3Server
 from labeldp.errors import LabelDPError, StorageError
 from labeldp.storage import ObjectStore
 from labels_party import uploads
+from labels_party.columnar import get_array, put_array
 from labels_party.context import message_key
 from labels_party.label_sets import (
     LabelSetCreate,
@@ -121,3 +122,25 @@ def test_an_upload_that_loses_the_swap_never_replaces_the_winners_labels(
     labels = read_labels(ctx, row)
     assert row.labeled == 5
     assert labels[:5].tolist() == [1.0] * 5 and np.isnan(labels[5:]).all()
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_arrays_round_trip_through_either_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    store = (
+        ObjectStore.from_url(str(tmp_path / "o")) if backend == "local"
+        else request.getfixturevalue("s3_server").store()
+    )
+    cases = [
+        np.random.default_rng(0).uniform(size=300_000),  # 2.4 MB: more than np.load's 256 KiB blocks
+        np.array([np.nan, 1.5]), np.zeros(0), np.arange(12, dtype=np.int64).reshape(3, 4),
+        np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    ]
+    for n, values in enumerate(cases):
+        put_array(store, f"a/{n}.npy", values)
+        back = get_array(store, f"a/{n}.npy")
+        assert back.dtype == values.dtype and back.shape == values.shape
+        assert np.array_equal(back, values, equal_nan=True)
+        back[...] = 0  # a private, writable copy
+    store.put_bytes("a/short.npy", store.get_bytes("a/0.npy")[:-8])
+    with pytest.raises(ValueError, match="shorter"):
+        get_array(store, "a/short.npy")
