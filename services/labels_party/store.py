@@ -1,7 +1,8 @@
-"""The labels party's SQL catalogue. Raw labels live in this service's files and nowhere else.
+"""The labels party's SQL catalogue. Raw labels live in this service's objects and nowhere else.
 
-Rows here are small: ids, labels, ledger columns and message bytes are columnar files
-under ``labels_data_dir`` that the rows reference (services/labels_party/columnar.py).
+Rows here are small: ids, labels and message bytes are immutable objects in the object store
+(``LABELDP_STORAGE_URL``), the ledger's columns files under ``labels_data_dir``, and the rows
+reference them (services/labels_party/columnar.py; docs/architecture.md, "Storage").
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class LabelSetRow(Base):
 
 
 class ReleaseRow(Base):
-    """A charged release; the exact message bytes are the file ``message_file`` (sha256 below)."""
+    """A charged release; the exact message bytes are the object ``messages/<message_file>`` (sha256 below)."""
 
     __tablename__ = "releases"
 
