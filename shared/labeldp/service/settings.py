@@ -93,8 +93,8 @@ class Settings(BaseSettings):
     storage_url: str = Field(
         "",
         description="object store of the service's files (labeldp.storage): a local folder or file:// URL, or "
-        "s3://bucket/prefix for any S3-compatible store that replicas share; empty: the service's own data dir (a "
-        "local folder: one host)",
+        "s3://bucket/prefix for any S3-compatible store that replicas share (each party its own: the labels "
+        "party's holds raw labels); empty: the service's own data dir (a local folder: one host)",
     )
     storage_s3_endpoint: str = Field(
         "", description="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO; empty: AWS (or AWS_ENDPOINT_URL)"
