@@ -1,7 +1,8 @@
 """Fixtures for the whole suite: markers, and the databases the ledger tests run on.
 
 ``database_url`` gives each test a fresh, empty database on SQLite *and* on a real
-PostgreSQL server that this session starts by itself (tests/postgres_server.py).
+PostgreSQL server that this session starts by itself (tests/postgres_server.py);
+``s3_server`` a real S3-compatible server (moto's) on loopback (tests/s3_server.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.postgres_server import PostgresServer
+from tests.s3_server import S3Server, create_bucket
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,6 +36,21 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on a free loopback port with one bucket; tests take fresh prefixes in it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        create_bucket(host, port, "labeldp-test")
+        yield S3Server(host, port, "labeldp-test")
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -1,14 +1,16 @@
-"""What every labels-party domain function needs: the catalogue, the data directory, the settings."""
+"""What every labels-party domain function needs: the catalogue, the object store, the settings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.service.idempotency import IdempotencyKeys
-from labeldp.service.settings import Settings
+from labeldp.service.settings import Settings, open_object_store
+from labeldp.storage import ObjectStore
 
 from .store import IDEMPOTENCY_KEYS
 
@@ -17,19 +19,31 @@ from .store import IDEMPOTENCY_KEYS
 class LabelsContext:
     sessions: sessionmaker[Session]
     data_dir: Path
+    """This process's own folder: request spools, and (for now) the ledger's columns."""
     settings: Settings
 
     @property
     def idempotency(self) -> IdempotencyKeys:
         return IdempotencyKeys(IDEMPOTENCY_KEYS, self.sessions, self.settings.idempotency_lease_seconds)
 
-    def label_set_dir(self, label_set_id: str) -> Path:
-        return self.data_dir / "label_sets" / label_set_id
-
-    @property
-    def messages_dir(self) -> Path:
-        return self.data_dir / "messages"
+    @cached_property
+    def store(self) -> ObjectStore:
+        """Ids, labels and messages: ``LABELDP_STORAGE_URL``, shared by every replica and the outbox."""
+        return open_object_store(self.settings, self.data_dir)
 
     @property
     def spool_dir(self) -> Path:
         return self.data_dir / "spool"
+
+
+def label_set_prefix(label_set_id: str) -> str:
+    return f"{LABEL_SETS}/{label_set_id}"
+
+
+def message_key(message_file: str) -> str:
+    """The stored message a release row names (``ReleaseRow.message_file``)."""
+    return f"{MESSAGES}/{message_file}"
+
+
+MESSAGES = "messages"
+LABEL_SETS = "label_sets"

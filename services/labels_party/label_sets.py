@@ -1,4 +1,4 @@
-"""Label sets: public ids registered in a privacy domain's ledger, labels in versioned files.
+"""Label sets: public ids registered in a privacy domain's ledger, labels in versioned objects.
 
 A label set's ids come inline (JSON, up to ``MAX_INLINE_IDS``) or as one upload of an
 ``id`` column (CSV, Parquet, Arrow, JSON; :mod:`.uploads`). They are validated, sorted
@@ -28,8 +28,8 @@ from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
 
 from . import ledger
-from .columnar import read_array, read_table, release_unused_memory, write_table
-from .context import LabelsContext
+from .columnar import get_array, get_table, put_table, release_unused_memory
+from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
 from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
 
@@ -165,7 +165,7 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
 def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
     domain = ledger.lock_domain(s, row.privacy_domain_id)
     positions = ledger.register_ids(ctx.data_dir, domain, ordered)
-    write_table(ctx.label_set_dir(row.id) / "ids.arrow", pa.table({"id": ordered, "pos": pa.array(positions)}))
+    put_table(ctx.store, ids_key(row.id), pa.table({"id": ordered, "pos": pa.array(positions)}))
     row.n_ids = len(ordered)
     row.ids_ready = 1
 
@@ -210,11 +210,30 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
     """Columns ``id`` (sorted) and ``pos`` (ledger position)."""
     if not row.ids_ready:
         return pa.table({"id": pa.array([], pa.string()), "pos": pa.array([], pa.int64())})
-    return read_table(ctx.label_set_dir(row.id) / "ids.arrow")
+    return get_table(ctx.store, ids_key(row.id))
 
 
-def labels_path(ctx: LabelsContext, label_set_id: str, version: int):
-    return ctx.label_set_dir(label_set_id) / f"labels-{version:09d}.npy"
+def ids_key(label_set_id: str) -> str:
+    return f"{label_set_prefix(label_set_id)}/ids.arrow"
+
+
+def labels_key(label_set_id: str, version: int) -> str:
+    """Where labels were kept before they were content-addressed (rows whose ``labels_object`` is null)."""
+    return f"{label_set_prefix(label_set_id)}/labels-{version:09d}.npy"
+
+
+def labels_prefix(label_set_id: str) -> str:
+    """Every labels object of a set: ``<prefix>/<sha256 of the float64 labels>``."""
+    return f"{label_set_prefix(label_set_id)}/labels"
+
+
+def current_labels_key(row: LabelSetRow) -> str:
+    return row.labels_object or labels_key(row.id, row.labels_version)
+
+
+def is_labels_key(key: str) -> bool:
+    name = key.rsplit("/", 2)
+    return name[-2] == "labels" or name[-1].startswith("labels-")
 
 
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
@@ -223,7 +242,7 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
     if row.labels_version == 0:
         return np.full(row.n_ids, np.nan)
-    return read_array(labels_path(ctx, row.id, row.labels_version))
+    return get_array(ctx.store, current_labels_key(row))
 
 
 def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
@@ -321,6 +340,7 @@ def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         row.labels_version = LABELS_DELETED
         s.flush()
         out = describe(ctx, s, row)
-    for path in ctx.label_set_dir(label_set_id).glob("labels-*.npy"):
-        path.unlink(missing_ok=True)
+    for key in ctx.store.list(label_set_prefix(label_set_id)):
+        if is_labels_key(key):
+            ctx.store.delete(key)
     return out

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 from sqlalchemy import func, or_, select, update
@@ -36,9 +35,11 @@ from labeldp.service.database import backoff_seconds, is_transient, make_session
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, require_secrets
-from labeldp.signing import sign_file, signing_secret
+from labeldp.service.settings import Settings, open_object_store, require_secrets
+from labeldp.signing import sign_stream, signing_secret
+from labeldp.storage import ObjectStore
 
+from .context import message_key
 from .store import ReleaseRow
 
 log = logging.getLogger("labeldp.outbox")
@@ -71,17 +72,19 @@ def deliver_one(
     release_id: str,
     rng: random.Random,
     metrics: OutboxMetrics | None = None,
+    store: ObjectStore | None = None,
 ) -> str:
-    """Push one release; returns its new status."""
+    """Push one release (its message read from ``store``, by default the settings' store); returns its new status."""
+    store = store or open_object_store(settings, settings.labels_data_dir)
     with sessions() as s:
         row = s.get(ReleaseRow, release_id)
         if row is None or row.status != "pending":
             return row.status if row else "missing"
-        path = settings.labels_data_dir / "messages" / row.message_file
+        key = message_key(row.message_file)
         attempts = row.attempts + 1
         request_id = row.request_id
     with bound_request_id(request_id) as rid:
-        return _attempt(sessions, client, settings, release_id, attempts, path, rid, rng, metrics)
+        return _attempt(sessions, client, settings, release_id, attempts, store, key, rid, rng, metrics)
 
 
 def _attempt(
@@ -90,24 +93,27 @@ def _attempt(
     settings: Settings,
     release_id: str,
     attempts: int,
-    path: Path,
+    store: ObjectStore,
+    key: str,
     request_id: str,
     rng: random.Random,
     metrics: OutboxMetrics | None,
 ) -> str:
-    # The exact bytes charged (the file never changes once a row names it), signed and sent
+    # The exact bytes charged (the object never changes once a row names it), signed and sent
     # a chunk at a time: the sender's memory does not grow with the release.
+    with store.open_input_stream(key) as f:
+        signature = sign_stream(f, signing_secret(settings.exchange_secret))
     headers = {
         "content-type": "application/json",
-        "content-length": str(path.stat().st_size),
-        SIGNATURE_HEADER: sign_file(path, signing_secret(settings.exchange_secret)),
+        "content-length": str(store.size(key)),
+        SIGNATURE_HEADER: signature,
         REQUEST_ID_HEADER: request_id,
     }
     status, error, outcome = "pending", None, "network"
     started = time.perf_counter()
     try:
         response = client.post(
-            f"{settings.features_url.rstrip('/')}/v1/releases", content=_chunks(path), headers=headers
+            f"{settings.features_url.rstrip('/')}/v1/releases", content=_chunks(store, key), headers=headers
         )
         if response.status_code in (200, 201):
             status = outcome = "delivered"
@@ -136,9 +142,9 @@ def _attempt(
     return status
 
 
-def _chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
-    with open(path, "rb") as f:
-        yield from iter(lambda: f.read(size), b"")
+def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:
+    with store.open_input_stream(key) as f:
+        yield from iter(lambda: bytes(f.read(size)), b"")
 
 
 def _error_code(response: httpx.Response) -> str:
@@ -166,9 +172,10 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
     metrics = outbox_metrics()
     metrics_file = OutboxMetricsFile(settings.labels_data_dir / OUTBOX_METRICS_DIR, metrics)
     metrics_file.remove_stale()
+    store = open_object_store(settings, settings.labels_data_dir)
     try:
         with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
-            _loop(sessions, client, settings, rng, metrics, metrics_file, stop, once)
+            _loop(sessions, client, settings, rng, metrics, metrics_file, stop, once, store)
     finally:
         metrics_file.remove()
         engine.dispose()
@@ -183,11 +190,12 @@ def _loop(
     metrics_file: OutboxMetricsFile,
     stop: threading.Event,
     once: bool,
+    store: ObjectStore | None = None,
 ) -> None:
     failures = 0
     while not stop.is_set():
         try:
-            due = deliver_due(sessions, client, settings, rng, metrics, metrics_file)
+            due = deliver_due(sessions, client, settings, rng, metrics, metrics_file, store)
             if due or metrics_file.due():
                 measure_queue(sessions, metrics)
             failures = 0
@@ -239,6 +247,7 @@ def deliver_due(
     rng: random.Random,
     metrics: OutboxMetrics | None = None,
     heartbeat: OutboxMetricsFile | None = None,
+    store: ObjectStore | None = None,
 ) -> list[str]:
     """One pass: lease due releases (retrying a lock briefly) and push each; returns the ids leased.
 
@@ -247,9 +256,11 @@ def deliver_due(
     releases, so a pass of long deliveries does not read as a dead sender.
     """
     due = retry_transient(lambda: claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2))
+    if due and store is None:
+        store = open_object_store(settings, settings.labels_data_dir)
     for release_id in due:
         try:
-            deliver_one(sessions, client, settings, release_id, rng, metrics)
+            deliver_one(sessions, client, settings, release_id, rng, metrics, store)
         except Exception as exc:
             if is_transient(exc):
                 raise

@@ -1,20 +1,19 @@
 """Releases: validate, privatize, write the message, then charge every id and record it in ONE transaction.
 
 Order matters (docs/architecture.md, invariants 3 and 4): every check that can fail
-runs before anything is charged; the message bytes are written to their file before
-the transaction (a file no committed row names is never sent); the per-id ledger charge,
+runs before anything is charged; the message bytes are written as their object in the
+store before the transaction (an object no committed row names is never sent); the per-id ledger charge,
 the label set's spend, the release row and the idempotency answer commit together or
 not at all. Delivery later resends those bytes, never new ones.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
 from datetime import UTC, datetime
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,8 +35,8 @@ from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso
 
 from . import ledger
-from .columnar import atomic_write, file_sha256, release_unused_memory
-from .context import LabelsContext
+from .columnar import HashingWriter, release_unused_memory
+from .context import LabelsContext, message_key
 from .label_sets import class_names, load_label_set, read_ids, read_labels
 from .store import PrivacyDomainRow, ReleaseRow
 
@@ -161,11 +160,13 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         payload_digest=payload_digest(ids, out.labels),
         payload=JsonPayload(ids=[], labels=[]),  # replaced by the columns as the file is written
     )
-    path = message_path(ctx, release_id)
-    atomic_write(path, partial(write_message, release=message, ids=ids, labels=out.labels))
+    message_file = f"{release_id}.json"
+    key = message_key(message_file)
+    with ctx.store.open_output_stream(key) as stream:
+        hashed = HashingWriter(stream)
+        write_message(hashed, release=message, ids=ids, labels=out.labels)  # type: ignore[arg-type]
     del ids_table, ids, out
-    size = path.stat().st_size
-    sha = file_sha256(path)
+    size, sha = hashed.size, hashed.hexdigest()
     try:
         with ctx.sessions.begin() as s:
             domain_row = ledger.lock_domain(s, ls.privacy_domain_id)
@@ -189,7 +190,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
                 prior_source=None if body.prior is None else body.prior.source,
                 feature_table=body.feature_table,
                 row_count=message.row_count,
-                message_file=path.name,
+                message_file=message_file,
                 message_bytes=size,
                 message_sha256=sha,
                 status="pending",
@@ -202,14 +203,11 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
             if claim is not None:
                 claim.complete(s, response)
     except BaseException:
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
+            ctx.store.delete(key)
         raise
     release_unused_memory()
     return response
-
-
-def message_path(ctx: LabelsContext, release_id: str) -> Path:
-    return ctx.messages_dir / f"{release_id}.json"
 
 
 DELIVERY_STAGES = ("queued", "sending", "retrying", "delivered", "rejected")

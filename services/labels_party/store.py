@@ -1,7 +1,8 @@
-"""The labels party's SQL catalogue. Raw labels live in this service's files and nowhere else.
+"""The labels party's SQL catalogue. Raw labels live in this service's objects and nowhere else.
 
-Rows here are small: ids, labels, ledger columns and message bytes are columnar files
-under ``labels_data_dir`` that the rows reference (services/labels_party/columnar.py).
+Rows here are small: ids, labels and message bytes are immutable objects in the object store
+(``LABELDP_STORAGE_URL``), the ledger's columns files under ``labels_data_dir``, and the rows
+reference them (services/labels_party/columnar.py; docs/architecture.md, "Storage").
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class PrivacyDomainRow(Base):
 
 
 class LabelSetRow(Base):
-    """A label set: public ids (file), labels (versioned file), its own cap and spend.
+    """A label set: public ids (an object), labels (versioned, content-addressed objects), its own cap and spend.
 
     ``cap_micro`` bounds the sum of this set's releases (default: the domain's per-id
     budget); the per-id ledger of its privacy domain bounds every id across all sets.
@@ -64,11 +65,16 @@ class LabelSetRow(Base):
     ids_ready: Mapped[int] = mapped_column(Integer, default=0, comment="1 once the id file is written")
     labeled: Mapped[int] = mapped_column(BigInteger, default=0)
     labels_version: Mapped[int] = mapped_column(BigInteger, default=0, comment="0: no label yet")
+    labels_object: Mapped[str | None] = mapped_column(
+        String(200),
+        nullable=True,
+        comment="key of the current labels object (label_sets/<id>/labels/<sha256>); null: labels-<version>.npy",
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ReleaseRow(Base):
-    """A charged release; the exact message bytes are the file ``message_file`` (sha256 below)."""
+    """A charged release; the exact message bytes are the object ``messages/<message_file>`` (sha256 below)."""
 
     __tablename__ = "releases"
 

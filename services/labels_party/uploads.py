@@ -12,6 +12,7 @@ and a code, never the label value (docs/architecture.md, invariant 5).
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -30,11 +31,12 @@ from sqlalchemy import update
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, UnsupportedMediaType
 from labeldp.parquet_batches import open_for_batches
 from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.storage import ObjectStore
 
 from . import id_lookup
-from .columnar import release_unused_memory, write_array
+from .columnar import put_array, release_unused_memory
 from .context import LabelsContext
-from .label_sets import class_names, labels_path, load_label_set, read_ids, read_labels, set_ids
+from .label_sets import class_names, labels_prefix, load_label_set, read_ids, read_labels, set_ids
 from .store import LabelSetRow
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
@@ -389,13 +391,16 @@ def upload_labels(
     new_labels[positions] = upload.values
     del upload
     version = row.labels_version + 1
-    write_array(labels_path(ctx, label_set_id, version), new_labels)
+    # Named by content, not by version: an upload that loses the compare-and-swap below has
+    # written its own object, never over the winner's.
+    key = ObjectStore.content_key(labels_prefix(label_set_id), hashlib.sha256(new_labels.data).hexdigest())
+    put_array(ctx.store, key, new_labels)
     out = StoredResponse(200, response)
     with ctx.sessions.begin() as s:
         moved = s.execute(
             update(LabelSetRow)
             .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
-            .values(labels_version=version, labeled=labeled_after)
+            .values(labels_version=version, labels_object=key, labeled=labeled_after)
         )
         if moved.rowcount != 1:  # type: ignore[attr-defined]
             raise Conflict(
@@ -404,8 +409,8 @@ def upload_labels(
             )
         if claim is not None:
             claim.complete(s, out)
-    # The version before the previous one is named by no row and read by no one now.
-    labels_path(ctx, label_set_id, version - 2).unlink(missing_ok=True)
+    # The object this one replaces may still be open in a reader that loaded the row before
+    # the swap: the sweep removes it once no row names it and it is old.
     release_unused_memory()
     return out
 

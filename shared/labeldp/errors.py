@@ -14,6 +14,7 @@ row and the public id.
     ├── UnsupportedMediaType     415  a body type this route does not read
     ├── Busy                     429  a bounded queue is full: retry later
     └── Unavailable              503  a dependency is down: retry later
+        └── StorageError         503  the object store failed (storage_unavailable)
 """
 
 from __future__ import annotations
@@ -79,3 +80,19 @@ BY_STATUS: dict[int, type[LabelDPError]] = {
         InvalidInput, NotFound, Conflict, Unauthorized, PayloadTooLarge, UnsupportedMediaType, Busy, Unavailable
     )
 }
+
+
+class StorageError(Unavailable):
+    """The object store failed (network, throttling, a full disk): transient, retry later.
+
+    Code ``storage_unavailable``; a missing key is :class:`NotFound` instead.
+    """
+
+    def __init__(
+        self,
+        code: str = "storage_unavailable",
+        message: str = "the object store is unavailable",
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(code, message, details, headers if headers is not None else {"Retry-After": "1"})

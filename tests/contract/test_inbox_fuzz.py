@@ -32,7 +32,7 @@ JSON = st.recursive(
 @pytest.fixture(scope="module")
 def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A real release message, as the labels party wrote it."""
-    from labels_party import releases
+    from labels_party.context import message_key
 
     with TestClient(labels_app(tmp_path_factory.mktemp("labels"))) as labels:
         ids = [f"u{i}" for i in range(20)]
@@ -45,8 +45,8 @@ def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         rel = labels.post(
             f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "rr_on_bins", "epsilon": 1}, headers=LABELS_AUTH
         ).json()
-        path = releases.message_path(labels.app.state.ctx, rel["id"])  # type: ignore[attr-defined]
-        return json.loads(path.read_bytes())
+        store = labels.app.state.ctx.store  # type: ignore[attr-defined]
+        return json.loads(store.get_bytes(message_key(f"{rel['id']}.json")))
 
 
 @pytest.fixture(scope="module")

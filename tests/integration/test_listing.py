@@ -43,11 +43,11 @@ def test_raw_labels_can_be_deleted_after_release_and_the_ledger_stays(stack) -> 
         assert upload_csv(labels, ls, [("d1", 0.5), ("d2", 0.25)]).status_code == 200
         release = labels.post(f"/v1/label-sets/{ls}/releases", json={"mechanism": "laplace", "epsilon": 1}).json()
         before = labels.get(f"/v1/label-sets/{ls}").json()["budget"]
-        folder = stack.workdir / "labels-data" / "label_sets" / ls
-        assert list(folder.glob("labels-*.npy"))
+        folder = stack.workdir / "labels-data" / "label_sets" / ls / "labels"  # the local object store
+        assert list(folder.glob("*"))
         gone = labels.delete(f"/v1/label-sets/{ls}/labels")
         assert gone.status_code == 200 and gone.json()["labels_deleted"] is True
-        assert not list(folder.glob("labels-*.npy"))
+        assert not list(folder.glob("*"))
         assert gone.json()["budget"]["spent_micro"] == before["spent_micro"]
         again = labels.post(f"/v1/label-sets/{ls}/releases", json={"mechanism": "laplace", "epsilon": 1})
         assert again.status_code == 409 and again.json()["code"] == "labels_deleted"

@@ -6,7 +6,9 @@ import os
 import time
 from pathlib import Path
 
+from labels_party.label_sets import LabelSetCreate, create_label_set, current_labels_key, load_label_set, read_labels
 from labels_party.sweep import sweep_orphans
+from labels_party.uploads import upload_labels
 
 from .test_ledger import labeled_set, make_ctx, new_domain, release
 
@@ -15,17 +17,40 @@ def test_only_old_unreferenced_files_are_swept(tmp_path: Path) -> None:
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
     new_domain(ctx, "d", 5)
     kept = release(ctx, labeled_set(ctx, tmp_path, "d", ["a", "b"]), 1)
-    ctx.messages_dir.mkdir(parents=True, exist_ok=True)
+    messages = ctx.data_dir / "messages"  # the default object store is the data dir itself
+    messages.mkdir(parents=True, exist_ok=True)
     ctx.spool_dir.mkdir(parents=True, exist_ok=True)
-    orphan = ctx.messages_dir / "rel_orphan.json"
-    fresh = ctx.messages_dir / "rel_being_committed.json"
+    orphan = messages / "rel_orphan.json"
+    fresh = messages / "rel_being_committed.json"
     spool = ctx.spool_dir / "body-abandoned"
     for p in (orphan, fresh, spool):
         p.write_bytes(b"x")
     old = time.time() - 7200
-    for p in [orphan, spool, *ctx.messages_dir.glob("rel_*.json")]:
+    for p in [orphan, spool, *messages.glob("rel_*.json")]:
         if p != fresh:
             os.utime(p, (old, old))
     assert sweep_orphans(ctx, min_age_seconds=3600) == 2
     assert not orphan.exists() and not spool.exists() and fresh.exists()
-    assert (ctx.messages_dir / f"{kept['id']}.json").exists()
+    assert (messages / f"{kept['id']}.json").exists()
+
+
+def test_replaced_labels_are_swept_once_old_and_current_ones_never(tmp_path: Path) -> None:
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+    ids = [f"u{i}" for i in range(4)]
+    ls = create_label_set(ctx, LabelSetCreate.model_validate(
+        {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d", "ids": ids}), None).body["id"]
+    for n, part in enumerate((ids[:2], ids[2:])):
+        csv = tmp_path / f"part{n}.csv"
+        csv.write_text("id,label\n" + "".join(f"{i},{n + 1}\n" for i in part))
+        upload_labels(ctx, ls, csv, "text/csv", validate_only=False, claim=None)
+    with ctx.sessions() as s:
+        current = current_labels_key(load_label_set(s, ls))
+    objects = ctx.store.list(f"label_sets/{ls}/labels")
+    assert len(objects) == 2 and current in objects
+    old = time.time() - 7200
+    for key in objects:
+        os.utime(ctx.data_dir / key, (old, old))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 1
+    assert ctx.store.list(f"label_sets/{ls}/labels") == [current]
+    assert read_labels(ctx, load_label_set(ctx.sessions(), ls)).tolist() == [1.0, 1.0, 2.0, 2.0]

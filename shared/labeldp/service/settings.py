@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from labeldp.signing import secrets_of
+from labeldp.storage import ObjectStore
 
 DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
 MIN_SECRET_LENGTH = 16
@@ -34,8 +35,9 @@ class Settings(BaseSettings):
     labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
     labels_data_dir: Path = Field(
         Path("var/labels-data"),
-        description="label-set ids and labels, ledger columns and message files; API replicas and the outbox "
-        "must share it",
+        description="this process's own folder: request spools, the outbox's metric files and the ledger's columns "
+        "(which API replicas must still share); also the object store of ids, labels and messages unless "
+        "LABELDP_STORAGE_URL names one",
     )
     default_domain_epsilon: float = Field(
         10.0, gt=0, le=1000, description="per-id ε budget of the 'default' privacy domain, created on first use"
@@ -88,6 +90,18 @@ class Settings(BaseSettings):
     )
 
     # --- both ---------------------------------------------------------------
+    storage_url: str = Field(
+        "",
+        description="object store of the service's files (labeldp.storage): a local folder or file:// URL, or "
+        "s3://bucket/prefix for any S3-compatible store that replicas share (each party its own: the labels "
+        "party's holds raw labels); empty: the service's own data dir (a local folder: one host)",
+    )
+    storage_s3_endpoint: str = Field(
+        "", description="S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO; empty: AWS (or AWS_ENDPOINT_URL)"
+    )
+    storage_s3_region: str = Field("", description="S3 region; empty: the AWS environment's or the SDK default")
+    storage_s3_access_key: str = Field("", description="S3 access key id; empty: AWS_ACCESS_KEY_ID and the like")
+    storage_s3_secret_key: str = Field("", description="S3 secret key; empty: AWS_SECRET_ACCESS_KEY and the like")
     exchange_secret: str = Field(
         "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
     )
@@ -127,6 +141,22 @@ class Settings(BaseSettings):
         gt=0,
         description="how long a request holding an Idempotency-Key may run before a retry may take the key over "
         "(longer than the slowest release; a process killed mid-request frees its key after this)",
+    )
+
+
+def open_object_store(settings: Settings, data_dir: Path) -> ObjectStore:
+    """The service's object store: ``storage_url``, or its own ``data_dir`` where that is empty.
+
+    The data dir itself, so the files of a folder written before the store existed keep
+    their names (``messages/…``, ``label_sets/…``) and need no migration.
+    """
+    url = settings.storage_url or str(data_dir)
+    return ObjectStore.from_url(
+        url,
+        endpoint_override=settings.storage_s3_endpoint or None,
+        region=settings.storage_s3_region or None,
+        access_key=settings.storage_s3_access_key or None,
+        secret_key=settings.storage_s3_secret_key or None,
     )
 
 

@@ -1,0 +1,272 @@
+"""One object store for every file a service keeps: a local folder or any S3-compatible bucket.
+
+Why objects, not files: replicas on several hosts share no POSIX folder, and object storage
+has no rename, hard link, append or mmap. So an object is written once, complete, and never
+changed (immutable; content-addressed, ``prefix/<sha256>`` by :meth:`ObjectStore.content_key`,
+where writers could race for a name), and the SQL catalogue is the only mutable state and the
+only compare-and-swap: a row names an object only once it is complete, and a crash leaves at
+most an unreferenced object (docs/architecture.md, "Storage").
+
+Chosen by a URL (``LABELDP_STORAGE_URL``), over :mod:`pyarrow.fs`: a path or ``file://`` URL
+is a local folder (write to a temporary, fsync, rename: fine, as it is never what replicas
+share); ``s3://bucket/prefix`` is S3 or any S3-compatible server. pyarrow cannot abort a
+multipart upload, so on S3 a streamed write goes to a temporary key that is copied
+server-side (atomically; at most 5 GiB) to its key only when the stream closes cleanly.
+
+Keys are ``/``-separated names whose segments are not empty and do not start with ``.``
+(temporaries live under ``.incoming/``). A missing key raises
+:class:`~labeldp.errors.NotFound`; a failing backend :class:`~labeldp.errors.StorageError` (503).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from labeldp.errors import InvalidInput, NotFound, StorageError
+
+log = logging.getLogger("labeldp.storage")
+
+INCOMING = ".incoming"
+"""Where unfinished writes live: never listed, removable by a sweep."""
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_COPY_CHUNK = 1 << 20
+
+
+class ObjectStore:
+    """Immutable objects under one root, addressed by key. Create with :meth:`from_url`."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str, url: str, *, local: bool) -> None:
+        self._fs = fs
+        self._root = root.rstrip("/")
+        self._local = local
+        self.url = url
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> ObjectStore:
+        """A store for ``url``: a local path, ``file://…`` or ``s3://bucket[/prefix]``.
+
+        S3 options: ``endpoint_override`` (``host:port`` or ``http[s]://host:port``),
+        ``access_key``, ``secret_key``, ``session_token``, ``region``, ``scheme``,
+        ``connect_timeout``, ``request_timeout``; ``None`` values are dropped, and what
+        is left out comes from the AWS environment as pyarrow reads it.
+        """
+        parsed = urlparse(url)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise InvalidInput("storage_url_invalid", "an s3:// storage URL needs a bucket: s3://bucket/prefix")
+            s3_options = {k: v for k, v in options.items() if v not in (None, "")}
+            endpoint = s3_options.get("endpoint_override")
+            if isinstance(endpoint, str) and "://" in endpoint:
+                scheme, _, host = endpoint.partition("://")
+                s3_options["endpoint_override"] = host.rstrip("/")
+                s3_options.setdefault("scheme", scheme)
+            try:
+                fs: pafs.FileSystem = pafs.S3FileSystem(**s3_options)
+            except (OSError, pa.ArrowException) as exc:
+                raise _unavailable("open the object store", exc) from exc
+            root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+            return cls(fs, root, url, local=False)
+        if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+            path = unquote(parsed.path) if parsed.scheme == "file" else url
+            folder = Path(path).absolute()
+            folder.mkdir(parents=True, exist_ok=True)
+            return cls(pafs.LocalFileSystem(), folder.as_posix(), url, local=True)
+        raise InvalidInput("storage_url_invalid", f"unsupported storage URL scheme {parsed.scheme!r}: use a path or s3://")
+
+    # --- naming ---------------------------------------------------------------
+
+    @staticmethod
+    def content_key(prefix: str, data_or_digest: bytes | str) -> str:
+        """``prefix/<sha256>``: the name of immutable content (bytes, or their hex SHA-256)."""
+        if isinstance(data_or_digest, bytes | bytearray | memoryview):
+            digest = hashlib.sha256(data_or_digest).hexdigest()
+        else:
+            digest = data_or_digest.lower()
+            if not _SHA256_HEX.fullmatch(digest):
+                raise ValueError("content_key takes bytes or a 64-character hex SHA-256 digest")
+        key = f"{prefix.strip('/')}/{digest}" if prefix.strip("/") else digest
+        _check_key(key)
+        return key
+
+    def _path(self, key: str) -> str:
+        _check_key(key)
+        return f"{self._root}/{key}"
+
+    # --- writing --------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        """Write ``data`` as the object ``key`` (complete or not at all); returns ``key``."""
+        with self.open_output_stream(key) as out:
+            out.write(data)
+        return key
+
+    def put_file(self, key: str, local_path: str | os.PathLike[str]) -> str:
+        """Upload the local file ``local_path`` as the object ``key``; returns ``key``."""
+        try:
+            source = open(local_path, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError as exc:
+            raise NotFound("file_not_found", f"no local file {os.fspath(local_path)!r} to store") from exc
+        with source, self.open_output_stream(key) as out:
+            for block in iter(lambda: source.read(_COPY_CHUNK), b""):
+                out.write(block)
+        return key
+
+    @contextlib.contextmanager
+    def open_output_stream(self, key: str) -> Iterator[Any]:
+        """A writable binary stream for ``key``; the object appears only if the block ends cleanly.
+
+        An exception inside the block (or a crash) leaves no object at ``key``: the bytes
+        go to a temporary under ``.incoming/`` that is removed (or swept) instead.
+        """
+        path = self._path(key)
+        tmp = f"{self._root}/{INCOMING}/{secrets.token_hex(12)}"
+        if self._local:
+            Path(tmp).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(tmp, "wb") as f:
+                    yield f
+                    f.flush()
+                    os.fsync(f.fileno())
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _unavailable(f"write object {key!r}", exc) from exc
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+            return
+        try:
+            with _storage_errors(f"write object {key!r}"):
+                stream = self._fs.open_output_stream(tmp)
+            try:
+                yield stream
+            finally:
+                # pyarrow completes the upload on close either way (it cannot abort one):
+                # the temporary key is what a failed block leaves, and it is deleted below.
+                with _storage_errors(f"write object {key!r}"):
+                    stream.close()
+            with _storage_errors(f"write object {key!r}"):
+                self._fs.copy_file(tmp, path)
+        finally:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self._fs.delete_file(tmp)
+
+    # --- reading --------------------------------------------------------------
+
+    def get_bytes(self, key: str) -> bytes:
+        with self.open_input_stream(key) as f, _storage_errors(f"read object {key!r}", key):
+            return bytes(f.read())
+
+    def open_input_file(self, key: str) -> pa.NativeFile:
+        """Random-access reader (``pyarrow.parquet``, ``pyarrow.ipc``, ``read_at``); close it after use."""
+        with _storage_errors(f"open object {key!r}", key):
+            return self._fs.open_input_file(self._path(key))
+
+    def open_input_stream(self, key: str) -> pa.NativeFile:
+        """Sequential reader, the cheapest way to stream an object once; close it after use."""
+        with _storage_errors(f"open object {key!r}", key):
+            return self._fs.open_input_stream(self._path(key))
+
+    def exists(self, key: str) -> bool:
+        with _storage_errors(f"look up object {key!r}"):
+            return self._fs.get_file_info(self._path(key)).type == pafs.FileType.File
+
+    def size(self, key: str) -> int:
+        with _storage_errors(f"look up object {key!r}"):
+            info = self._fs.get_file_info(self._path(key))
+        if info.type != pafs.FileType.File or info.size is None:
+            raise NotFound("object_not_found", f"no stored object {key!r}")
+        return int(info.size)
+
+    def modified(self, key: str) -> float:
+        """When ``key`` was written (POSIX seconds): sweeps leave young objects to their writers."""
+        with _storage_errors(f"look up object {key!r}"):
+            info = self._fs.get_file_info(self._path(key))
+        if info.type != pafs.FileType.File or info.mtime is None:
+            raise NotFound("object_not_found", f"no stored object {key!r}")
+        return info.mtime.timestamp()
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; removing a key that is not there is not an error."""
+        path = self._path(key)
+        try:
+            self._fs.delete_file(path)
+        except FileNotFoundError:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
+                    return
+            raise _unavailable(f"delete object {key!r}", exc) from exc
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under the folder ``prefix`` (all keys for ``""``), sorted."""
+        prefix = prefix.strip("/")
+        base = f"{self._root}/{prefix}" if prefix else self._root
+        if prefix:
+            _check_key(prefix)
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        with _storage_errors(f"list {prefix!r}"):
+            infos = self._fs.get_file_info(selector)
+        root = self._root + "/"
+        keys = [
+            info.path[len(root):] for info in infos
+            if info.type == pafs.FileType.File and info.path.startswith(root)
+        ]
+        return sorted(k for k in keys if not k.startswith(INCOMING + "/"))
+
+    def remove_unfinished(self, older_than_seconds: float) -> int:
+        """Delete the temporaries of writes a crash interrupted (older than the given age); how many."""
+        cutoff = time.time() - older_than_seconds
+        selector = pafs.FileSelector(f"{self._root}/{INCOMING}", recursive=True, allow_not_found=True)
+        with _storage_errors("list unfinished writes"):
+            infos = self._fs.get_file_info(selector)
+        removed = 0
+        for info in infos:
+            if info.type == pafs.FileType.File and info.mtime is not None and info.mtime.timestamp() < cutoff:
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.delete_file(info.path)
+                    removed += 1
+        return removed
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+
+def _check_key(key: str) -> None:
+    parts = key.split("/")
+    if not key or any(not p or p in (".", "..") or p.startswith(".") for p in parts):
+        raise ValueError(f"invalid object key {key!r}: '/'-separated names, none empty or starting with '.'")
+
+
+@contextlib.contextmanager
+def _storage_errors(action: str, key: str | None = None) -> Iterator[None]:
+    """Map a backend failure to NotFound (a missing key) or StorageError (503, retry later)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if key is None:
+            raise _unavailable(action, exc) from exc
+        raise NotFound("object_not_found", f"no stored object {key!r}") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise _unavailable(action, exc) from exc
+
+
+def _unavailable(action: str, exc: BaseException) -> StorageError:
+    """A 503 whose message names the action only: the backend's text (endpoint, bucket, paths) goes to the
+    operator's log, not to API clients."""
+    log.warning("object store: cannot %s (%s: %s)", action, type(exc).__name__, exc)
+    return StorageError("storage_unavailable", f"the object store could not {action}; retry later")
