@@ -18,12 +18,13 @@ The goal: throughput limited by the model's arithmetic, not by loading (loader �
 ``--device cuda`` runs every mode on the GPU (``torchrun2`` needs two: one per process).
 
 ``--procs 1,2`` compares instead streamed training with 1 and 2 processes (1: in this
-process; more: a torchrun job), each at the default batch and at ``--scale`` × that batch
-with the learning rate × √scale (Adam's square-root rule; fewer all-reduces per epoch), and
-reports rows/s and the test MSE on a held-out set beside the 1-process default's, so a
-faster recipe shows what it costs in accuracy. Gradient accumulation is not offered: the
-loop has none (it would skip DDP's all-reduce on k − 1 of k micro-batches; the same
-all-reduces per epoch as a k× per-rank batch).
+process; more: a torchrun job), each with three recipes: ``default`` (the default batch);
+``scaled``, ``--scale`` × that batch with the learning rate × √scale (Adam's square-root
+rule; ``--scale`` × fewer all-reduces per epoch), one batch per process and step; ``accum``,
+the same optimization as ``scaled`` by gradient accumulation: ``--scale`` × as many data
+shards, so each process runs ``--scale`` micro-batches of the default per-process size per
+step, all-reducing after the last. It reports rows/s and the test MSE on a held-out set
+beside the 1-process default's, so a faster recipe shows what it costs in accuracy.
 
     python bench/bench_training.py --procs 1,2 --sizes 50000 --epochs 3 --scale 8 --out /tmp/procs.md
 """
@@ -90,7 +91,8 @@ def held_out_mse(model: Any, data: Path) -> float | None:
 
 
 def run_mode(
-    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu", lr: float = 1e-3
+    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu", lr: float = 1e-3,
+    data_shards: int = 0,
 ) -> dict[str, Any]:
     """One mode in this process; returns its measurements."""
     import torch
@@ -106,7 +108,8 @@ def run_mode(
     source = pq.read_table(data, columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
-    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr)
+    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
+                            data_shards=data_shards)
     reports: list[Any] = []
     started = time.perf_counter()
     if mode in PRECISION_MODES:
@@ -159,16 +162,19 @@ def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        result = run_mode(args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr)
+        result = run_mode(
+        args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards
+    )
     result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
     print("RESULT " + json.dumps(result))
 
 
 def measure(
-    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3
+    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3, data_shards: int = 0
 ) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
-           "--work", str(work), "--batch", str(batch), "--device", device, "--lr", repr(lr)]
+           "--work", str(work), "--batch", str(batch), "--device", device, "--lr", repr(lr),
+           "--data-shards", str(data_shards)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
@@ -195,11 +201,14 @@ def ratio(a: float | None, b: float | None) -> str:
     return "—" if not a or not b else f"{a / b:.2f}×"
 
 
-def recipe(mode: str, args: argparse.Namespace) -> tuple[int, float]:
-    """(batch, learning rate) of a ``--procs`` mode: the default, or ``--scale`` × the batch, lr × √scale."""
-    if mode.endswith(":scaled"):
-        return args.batch * args.scale, 1e-3 * math.sqrt(args.scale)
-    return args.batch, 1e-3
+def recipe(mode: str, args: argparse.Namespace) -> tuple[int, float, int]:
+    """(batch, learning rate, data shards) of a ``--procs`` mode: the default; or ``--scale`` × the batch
+    with lr × √scale, in one batch per process (``scaled``) or ``--scale`` micro-batches (``accum``)."""
+    name = mode.split(":")[1]
+    if name == "default":
+        return args.batch, 1e-3, 0
+    shards = procs_of(mode) * args.scale if name == "accum" else 0
+    return args.batch * args.scale, 1e-3 * math.sqrt(args.scale), shards
 
 
 def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
@@ -211,20 +220,24 @@ def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: arg
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} cores, wall {wall:.0f} s.",
         "",
         "Streamed training, one torch thread per process; test MSE on a held-out synthetic set against the noisy "
-        f"target. scaled: batch × {args.scale}, learning rate × √{args.scale}.",
+        f"target. scaled: batch × {args.scale}, learning rate × √{args.scale}; accum: the same by {args.scale} "
+        "micro-batches per process and step (data shards).",
         "",
-        "| n | processes | batch | lr | rows/s | ÷ 1 process default | test MSE | ÷ 1 process default | peak RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| n | processes | recipe | batch | lr | data shards | rows/s | ÷ 1 process default | test MSE "
+        "| ÷ 1 process default | peak RSS MB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, modes in results.items():
         base = modes.get("procs1:default") or {}
         for mode, r in modes.items():
-            batch, lr = recipe(mode, args)
+            batch, lr, shards = recipe(mode, args)
+            procs = procs_of(mode)
+            head = f"| {n:,} | {procs} | {mode.split(':')[1]} | {batch} | {lr:.2g} | {shards or procs}"
             if r is None:
-                lines.append(f"| {n:,} | {procs_of(mode)} | {batch} | {lr:.2g} | failed | | | | |")
+                lines.append(f"{head} | failed | | | | |")
                 continue
             lines.append(
-                f"| {n:,} | {procs_of(mode)} | {batch} | {lr:.2g} | {fmt(r['rows_per_s'])} "
+                f"{head} | {fmt(r['rows_per_s'])} "
                 f"| {ratio(r['rows_per_s'], base.get('rows_per_s'))} | {fmt(r.get('test_mse'), 4)} "
                 f"| {ratio(r.get('test_mse'), base.get('test_mse'))} | {fmt(r['peak_mb'])} |"
             )
@@ -308,6 +321,7 @@ def main() -> None:
     parser.add_argument("--procs", default="", help="compare 1 vs N processes instead, e.g. 1,2 (see the docstring)")
     parser.add_argument("--scale", type=int, default=8, help="--procs: the scaled recipe's batch multiplier")
     parser.add_argument("--lr", type=float, default=1e-3, help=argparse.SUPPRESS)
+    parser.add_argument("--data-shards", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,7 +337,7 @@ def main() -> None:
     results: dict[int, dict[str, dict[str, Any] | None]] = {}
     modes = args.modes.split(",")
     if args.procs:
-        modes = [f"procs{p}:{r}" for p in args.procs.split(",") for r in ("default", "scaled")]
+        modes = [f"procs{p}:{r}" for p in args.procs.split(",") for r in ("default", "scaled", "accum")]
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         for n, e in zip(sizes, epochs):
             data = Path(scratch) / f"data_{n}.parquet"
@@ -334,8 +348,8 @@ def main() -> None:
             for mode in modes:
                 if (str(n), mode) in skip:
                     continue
-                batch, lr = recipe(mode, args) if args.procs else (args.batch, 1e-3)
-                r = measure(mode, data, e, Path(scratch), batch, args.device, lr)
+                batch, lr, shards = recipe(mode, args) if args.procs else (args.batch, 1e-3, 0)
+                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards)
                 if r is not None:
                     r["epochs"] = e if mode != "loader" else 1
                 results[n][mode] = r

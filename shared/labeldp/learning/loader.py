@@ -341,17 +341,22 @@ class RowGroupLoader:
             yield batch(empty, 0, 0)
             emitted += 1
 
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        """Exactly :meth:`steps_per_epoch` batches: step ``k`` holds batch ``k`` of every owned shard, in
-        shard order (a tail may be short or empty)."""
+    def steps(self, epoch: int) -> Iterator[list[Batch]]:
+        """Exactly :meth:`steps_per_epoch` steps, each batch ``k`` of every owned shard, in shard order
+        (a tail may be short or empty): a process's shards are micro-batches of one step."""
         streams = [self._shard_batches(epoch, s) for s in self.owned]
-        if len(streams) == 1:
-            yield from streams[0]
-            return
         try:
             for parts in zip(*streams):
-                x, c, y = (torch.cat(column) for column in zip(*parts))
-                yield x, c, y
+                yield list(parts)
         finally:
             for stream in streams:
                 stream.close()  # type: ignore[attr-defined]
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        """:meth:`steps` with each step's micro-batches in one batch."""
+        for parts in self.steps(epoch):
+            if len(parts) == 1:
+                yield parts[0]
+            else:
+                x, c, y = (torch.cat(column) for column in zip(*parts))
+                yield x, c, y

@@ -7,6 +7,7 @@ before any target is looked at (:func:`make_plan`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
@@ -411,22 +412,28 @@ def fit_streamed(
         started = time.perf_counter()
         trained.train()
         total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
-        for step, (x, c, y) in enumerate(loader.batches(epoch)):
+        for step, parts in enumerate(loader.steps(epoch)):
             lr = learning_rate_at(config, epoch, step, steps_per_epoch)
             if lr != current_lr:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 current_lr = lr
             optimizer.zero_grad(set_to_none=True)
-            with amp.autocast():
-                out = trained(x, c)
-            losses = objective.loss(out.float(), y)
-            # The step's mean over every process's rows (DDP averages the world's gradients).
-            amp.step(losses.sum() * workers.world / loader.step_rows(step), optimizer)
-            total[0] += losses.detach().double().sum()
-            total[1] += len(y)
-            if objective.accuracy:
-                total[2] += (out.detach().argmax(dim=1) == y).sum()
+            for i, (x, c, y) in enumerate(parts):
+                # Each owned shard is a micro-batch whose gradients add up (DDP all-reduces after the
+                # last), so a process owning S shards steps as S processes do, to the bit for S = 2.
+                last = i == len(parts) - 1
+                with contextlib.nullcontext() if last or workers.world == 1 else trained.no_sync():  # type: ignore[operator]
+                    with amp.autocast():
+                        out = trained(x, c)
+                    losses = objective.loss(out.float(), y)
+                    # The step's mean over every process's rows (DDP averages the world's gradients).
+                    amp.backward(losses.sum() * workers.world / loader.step_rows(step))
+                total[0] += losses.detach().double().sum()
+                total[1] += len(y)
+                if objective.accuracy:
+                    total[2] += (out.detach().argmax(dim=1) == y).sum()
+            amp.update(optimizer)
             if on_batch is not None:
                 on_batch(epoch, step + 1, steps_per_epoch)
         if workers.world > 1:
