@@ -130,7 +130,7 @@ def test_two_hosts_train_the_model_one_process_trains_on_the_same_data_order(
     assert two.selection_ is not None and one.selection_ is not None
     assert two.selection_["selected_epoch"] == one.selection_["selected_epoch"]
     assert two.config_["workers"] == 2 and two.config_["data_shards"] == 2
-    assert not (hosts.peer / STAGE_DIR).exists()  # the peer's copy goes with the job
+    assert not (hosts.peer / STAGE_DIR).exists() and not (hosts.peer / JOB_FILE).exists()  # gone with the job
 
 
 def test_a_killed_worker_on_the_peer_host_resumes_every_host_from_the_lead_checkpoint(tmp_path: Path) -> None:

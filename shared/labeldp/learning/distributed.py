@@ -85,7 +85,8 @@ class Rendezvous:
 
     @property
     def loopback(self) -> bool:
-        return self.endpoint.rsplit(":", 1)[0] in LOOPBACK
+        host = self.endpoint.rsplit(":", 1)[0]
+        return host in LOOPBACK or host.startswith("127.")
 
     def args(self, local_addr: str | None = None) -> list[str]:
         """``local_addr``: this host's address as the others reach it (default: its hostname)."""
@@ -284,7 +285,8 @@ def _write_atomic(path: Path, text: str) -> None:
 def host(folder: str | Path, local_addr: str | None = None, wait_seconds: float = HOST_WAIT_SECONDS) -> int:
     """A peer host's part of a multi-node job: wait for the home launcher's delivery of ``job.json`` to
     ``folder`` (this host's own working folder), run its torchrun (log in ``torchrun.log``; ``local_addr``:
-    this host's address as the others reach it), remove the copy of the stage; torchrun's exit status."""
+    this host's address as the others reach it), then remove the copy of the stage and the job file (the
+    folder is ready for the next delivery); torchrun's exit status."""
     folder = Path(folder)
     job_path = folder / JOB_FILE
     deadline = time.monotonic() + wait_seconds
@@ -306,6 +308,7 @@ def host(folder: str | Path, local_addr: str | None = None, wait_seconds: float 
             _terminate(proc)
             raise
     shutil.rmtree(folder / STAGE_DIR, ignore_errors=True)
+    job_path.unlink(missing_ok=True)
     return proc.returncode
 
 
