@@ -92,7 +92,7 @@ def held_out_mse(model: Any, data: Path) -> float | None:
 
 def run_mode(
     mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu", lr: float = 1e-3,
-    data_shards: int = 0,
+    data_shards: int = 0, shards_max: int = 1,
 ) -> dict[str, Any]:
     """One mode in this process; returns its measurements."""
     import torch
@@ -110,6 +110,8 @@ def run_mode(
     del source
     config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
                             data_shards=data_shards)
+    if procs_of(mode):  # every recipe the same row groups, at least 4 per data shard of the most sharded one
+        config = config.replace(row_group_rows=max(1, min(config.row_group_rows, len(y) // (4 * shards_max))))
     reports: list[Any] = []
     started = time.perf_counter()
     if mode in PRECISION_MODES:
@@ -163,18 +165,20 @@ def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         result = run_mode(
-        args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards
+        args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards,
+        args.shards_max,
     )
     result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
     print("RESULT " + json.dumps(result))
 
 
 def measure(
-    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3, data_shards: int = 0
+    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3, data_shards: int = 0,
+    shards_max: int = 1,
 ) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
            "--work", str(work), "--batch", str(batch), "--device", device, "--lr", repr(lr),
-           "--data-shards", str(data_shards)]
+           "--data-shards", str(data_shards), "--shards-max", str(shards_max)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
@@ -322,6 +326,7 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=8, help="--procs: the scaled recipe's batch multiplier")
     parser.add_argument("--lr", type=float, default=1e-3, help=argparse.SUPPRESS)
     parser.add_argument("--data-shards", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--shards-max", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -349,7 +354,8 @@ def main() -> None:
                 if (str(n), mode) in skip:
                     continue
                 batch, lr, shards = recipe(mode, args) if args.procs else (args.batch, 1e-3, 0)
-                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards)
+                shards_max = max(int(p) for p in args.procs.split(",")) * args.scale if args.procs else 1
+                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards, shards_max)
                 if r is not None:
                     r["epochs"] = e if mode != "loader" else 1
                 results[n][mode] = r

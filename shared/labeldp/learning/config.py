@@ -86,8 +86,9 @@ class TrainingConfig(TrainingOptions):
     buffer_row_groups: int = Field(4, ge=1, le=4096)
     join_partition_rows: int = Field(PARTITION_ROWS, ge=1)
     data_shards: int = Field(
-        0, ge=0, le=4096, description="data shards the staged rows are dealt into (0: one per process); the "
-        "steps depend on it, not on the processes, so 1 process of 2 shards trains as 2 processes do"
+        0, ge=0, le=4096, description="data shards the staged row groups are dealt into (0: one per process; "
+        "keep row groups >= shards); the steps depend on it, not on the processes, so 1 process of 2 shards "
+        "trains as 2 processes do"
     )
 
     def replace(self, **changes: Any) -> TrainingConfig:

@@ -24,6 +24,7 @@ process in every all-reduce.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import queue
@@ -38,6 +39,8 @@ import torch
 
 from labeldp.learning.preprocessing import Preprocessor
 from labeldp.learning.staging import TARGET, TRAIN_FILE
+
+log = logging.getLogger("labeldp.features")
 
 SHARDS_FILE = "shards.json"
 """In a host's copy of a stage: the shard layout (its own shards' files, every shard's rows)."""
@@ -83,6 +86,10 @@ class ShardLayout:
         group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         sources = {s: ShardSource(path, tuple(range(s, len(group_rows), shards))) for s in range(shards)}
         rows = tuple(sum(group_rows[g] for g in sources[s].groups) for s in range(shards))
+        if len(group_rows) < shards:
+            # Still the step's mean, but a step holds fewer rows than batch_size and a process may idle.
+            log.warning("%s row groups dealt into %s data shards: lower LABELDP_TRAINING_ROW_GROUP_ROWS",
+                        len(group_rows), shards)
         return cls(rows, sources)
 
     def to_dict(self, base: Path) -> dict[str, object]:
