@@ -163,7 +163,7 @@ def test_a_killed_worker_on_the_peer_host_resumes_every_host_from_the_lead_check
 def test_one_host_stays_standalone_and_an_endpoint_makes_a_c10d_job_of_every_host(tmp_path: Path) -> None:
     """Without LABELDP_TORCHRUN_RDZV_ENDPOINT the launch is the single-host one; with it, the c10d
     rendezvous at that endpoint with one node per host (this one and each peer folder) and a fresh id."""
-    from features_party.app import torchrun_hosts
+    from features_party.context import torchrun_hosts
     from labeldp.learning.distributed import torchrun_command
     from labeldp.service.settings import Settings
 
