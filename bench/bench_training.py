@@ -16,12 +16,24 @@ All use the default options (Adam, batch 256, default learning with private sele
 training rows over the optimizer passes only; s/epoch includes the validation pass.
 The goal: throughput limited by the model's arithmetic, not by loading (loader ≫ loader + step).
 ``--device cuda`` runs every mode on the GPU (``torchrun2`` needs two: one per process).
+
+``--procs 1,2`` compares instead streamed training with 1 and 2 processes (1: in this
+process; more: a torchrun job), each with three recipes: ``default`` (the default batch);
+``scaled``, ``--scale`` × that batch with the learning rate × √scale (Adam's square-root
+rule; ``--scale`` × fewer all-reduces per epoch), one batch per process and step; ``accum``,
+the same optimization as ``scaled`` by gradient accumulation: ``--scale`` × as many data
+shards, so each process runs ``--scale`` micro-batches of the default per-process size per
+step, all-reducing after the last. It reports rows/s and the test MSE on a held-out set
+beside the 1-process default's, so a faster recipe shows what it costs in accuracy.
+
+    python bench/bench_training.py --procs 1,2 --sizes 50000 --epochs 3 --scale 8 --out /tmp/procs.md
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -68,7 +80,20 @@ def peak_mb(children: bool = False) -> float:
     return usage.ru_maxrss / 1024  # KiB on Linux
 
 
-def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu") -> dict[str, Any]:
+def held_out_mse(model: Any, data: Path) -> float | None:
+    """Test MSE on the held-out table beside ``data`` (written when a mode reports accuracy)."""
+    test = data.with_name(data.stem + "_test.parquet")
+    if not test.exists():
+        return None
+    held_out = pq.read_table(test)
+    predictions = model.predict(held_out.drop_columns(["id", "y"]))
+    return float(np.mean((predictions - held_out.column("y").to_numpy()) ** 2))
+
+
+def run_mode(
+    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu", lr: float = 1e-3,
+    data_shards: int = 0, shards_max: int = 1,
+) -> dict[str, Any]:
     """One mode in this process; returns its measurements."""
     import torch
 
@@ -83,7 +108,10 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device:
     source = pq.read_table(data, columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
-    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch)
+    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
+                            data_shards=data_shards)
+    if procs_of(mode):  # every recipe the same row groups, at least 4 per data shard of the most sharded one
+        config = config.replace(row_group_rows=max(1, min(config.row_group_rows, len(y) // (4 * shards_max))))
     reports: list[Any] = []
     started = time.perf_counter()
     if mode in PRECISION_MODES:
@@ -92,11 +120,9 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device:
         config = config.replace(precision=PRECISION_MODES[mode])
         model = fit_private_regressor(features, y, None, config, DEFAULT_LEARNING, reports.append)
         result = {"prepare_s": loaded, **summary(model, reports, time.perf_counter() - started)}
-        test = data.with_name(data.stem + "_test.parquet")
-        if test.exists():
-            held_out = pq.read_table(test)
-            predictions = model.predict(held_out.drop_columns(["id", "y"]))
-            result["test_mse"] = float(np.mean((predictions - held_out.column("y").to_numpy()) ** 2))
+        mse = held_out_mse(model, data)
+        if mse is not None:
+            result["test_mse"] = mse
         return result
     if mode == "loader":
         plan = make_plan(len(y), config)
@@ -112,10 +138,18 @@ def run_mode(mode: str, data: Path, epochs: int, work: Path, batch: int, device:
         seconds = time.perf_counter() - t0
         return {"prepare_s": staged_s, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
                 "batches": batches}
-    workers = 2 if mode == "torchrun2" else 1
+    workers = procs_of(mode) or (2 if mode == "torchrun2" else 1)
     model = fit_release_streamed(data, "id", ids, y, None, config, work, DEFAULT_LEARNING, reports.append,
                                  workers=workers)
-    return summary(model, reports, time.perf_counter() - started)
+    result = summary(model, reports, time.perf_counter() - started)
+    if procs_of(mode):
+        result["test_mse"] = held_out_mse(model, data)
+    return result
+
+
+def procs_of(mode: str) -> int:
+    """Processes of a ``--procs`` mode (``procs2:scaled`` → 2); 0 for the other modes."""
+    return int(mode[len("procs"):].split(":")[0]) if mode.startswith("procs") else 0
 
 
 def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
@@ -130,14 +164,21 @@ def summary(model: Any, reports: list[Any], total: float) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        result = run_mode(args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device)
+        result = run_mode(
+        args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards,
+        args.shards_max,
+    )
     result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
     print("RESULT " + json.dumps(result))
 
 
-def measure(mode: str, data: Path, epochs: int, work: Path, batch: int, device: str) -> dict[str, Any] | None:
+def measure(
+    mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3, data_shards: int = 0,
+    shards_max: int = 1,
+) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
-           "--work", str(work), "--batch", str(batch), "--device", device]
+           "--work", str(work), "--batch", str(batch), "--device", device, "--lr", repr(lr),
+           "--data-shards", str(data_shards), "--shards-max", str(shards_max)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
@@ -162,6 +203,49 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def ratio(a: float | None, b: float | None) -> str:
     return "—" if not a or not b else f"{a / b:.2f}×"
+
+
+def recipe(mode: str, args: argparse.Namespace) -> tuple[int, float, int]:
+    """(batch, learning rate, data shards) of a ``--procs`` mode: the default; or ``--scale`` × the batch
+    with lr × √scale, in one batch per process (``scaled``) or ``--scale`` micro-batches (``accum``)."""
+    name = mode.split(":")[1]
+    if name == "default":
+        return args.batch, 1e-3, 0
+    shards = procs_of(mode) * args.scale if name == "accum" else 0
+    return args.batch * args.scale, 1e-3 * math.sqrt(args.scale), shards
+
+
+def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
+    """The ``--procs`` table: rows/s and test MSE of each (processes, recipe) beside 1 process's default."""
+    lines = [
+        f"# Training with 1 vs more processes (features party, {device_name(args.device)})",
+        "",
+        f"`{' '.join(['python', 'bench/bench_training.py', *sys.argv[1:]])}` — "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} cores, wall {wall:.0f} s.",
+        "",
+        "Streamed training, one torch thread per process; test MSE on a held-out synthetic set against the noisy "
+        f"target. scaled: batch × {args.scale}, learning rate × √{args.scale}; accum: the same by {args.scale} "
+        "micro-batches per process and step (data shards).",
+        "",
+        "| n | processes | recipe | batch | lr | data shards | rows/s | ÷ 1 process default | test MSE "
+        "| ÷ 1 process default | peak RSS MB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, modes in results.items():
+        base = modes.get("procs1:default") or {}
+        for mode, r in modes.items():
+            batch, lr, shards = recipe(mode, args)
+            procs = procs_of(mode)
+            head = f"| {n:,} | {procs} | {mode.split(':')[1]} | {batch} | {lr:.2g} | {shards or procs}"
+            if r is None:
+                lines.append(f"{head} | failed | | | | |")
+                continue
+            lines.append(
+                f"{head} | {fmt(r['rows_per_s'])} "
+                f"| {ratio(r['rows_per_s'], base.get('rows_per_s'))} | {fmt(r.get('test_mse'), 4)} "
+                f"| {ratio(r.get('test_mse'), base.get('test_mse'))} | {fmt(r['peak_mb'])} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
@@ -238,6 +322,11 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="n:mode pairs to leave out, e.g. 10000000:memory")
     parser.add_argument("--out", default="bench/results/training.md")
     parser.add_argument("--work", default=None, help="scratch folder (default: the system's)")
+    parser.add_argument("--procs", default="", help="compare 1 vs N processes instead, e.g. 1,2 (see the docstring)")
+    parser.add_argument("--scale", type=int, default=8, help="--procs: the scaled recipe's batch multiplier")
+    parser.add_argument("--lr", type=float, default=1e-3, help=argparse.SUPPRESS)
+    parser.add_argument("--data-shards", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--shards-max", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -251,23 +340,29 @@ def main() -> None:
     skip = {tuple(p.split(":")) for p in args.skip.split(",") if p}
     started = time.perf_counter()
     results: dict[int, dict[str, dict[str, Any] | None]] = {}
+    modes = args.modes.split(",")
+    if args.procs:
+        modes = [f"procs{p}:{r}" for p in args.procs.split(",") for r in ("default", "scaled", "accum")]
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         for n, e in zip(sizes, epochs):
             data = Path(scratch) / f"data_{n}.parquet"
             write_data(data, n)
-            if any(m in PRECISION_MODES for m in args.modes.split(",")):
+            if args.procs or any(m in PRECISION_MODES for m in modes):
                 write_data(data.with_name(data.stem + "_test.parquet"), min(n // 4, 200_000), seed=99)
             results[n] = {}
-            for mode in args.modes.split(","):
+            for mode in modes:
                 if (str(n), mode) in skip:
                     continue
-                r = measure(mode, data, e, Path(scratch), args.batch, args.device)
+                batch, lr, shards = recipe(mode, args) if args.procs else (args.batch, 1e-3, 0)
+                shards_max = max(int(p) for p in args.procs.split(",")) * args.scale if args.procs else 1
+                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards, shards_max)
                 if r is not None:
                     r["epochs"] = e if mode != "loader" else 1
                 results[n][mode] = r
                 print(n, mode, r, flush=True)
             data.unlink()
-    text = render(results, args, time.perf_counter() - started)
+    wall = time.perf_counter() - started
+    text = render_procs(results, args, wall) if args.procs else render(results, args, wall)
     Path(args.out).write_text(text)
     print(text)
 

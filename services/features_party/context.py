@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import jobs, models, store
 from labeldp.learning.device import resolve_device
+from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
 from labeldp.service.idempotency import IdempotencyKeys
 from labeldp.service.metrics import TrainingObserver, features_metrics
@@ -37,6 +38,14 @@ class AppContext:
     """Signed messages received at once; one more is a 503 ``inbox_busy``."""
 
 
+def torchrun_hosts(settings: Settings) -> Hosts | None:
+    """The peer hosts of a torchrun job across hosts, when a rendezvous endpoint is set (else one host)."""
+    if not settings.torchrun_rdzv_endpoint:
+        return None
+    peers = tuple(Path(p.strip()) for p in settings.torchrun_peer_dirs.split(",") if p.strip())
+    return Hosts(settings.torchrun_rdzv_endpoint, peers, settings.torchrun_local_addr or None)
+
+
 def build_context(settings: Settings) -> AppContext:
     engine = open_database(settings.features_database_url, "features_party.migrations", settings)
     sessions = make_session_factory(engine)
@@ -56,6 +65,7 @@ def build_context(settings: Settings) -> AppContext:
             row_group_rows=settings.training_row_group_rows,
             buffer_row_groups=settings.training_buffer_row_groups,
             join_partition_rows=settings.training_join_partition_rows,
+            hosts=torchrun_hosts(settings),
             on_status=training_metrics.status_changed,
             on_trained=training_metrics.trained,
         )

@@ -42,6 +42,7 @@ from labeldp.learning import streamed
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
 from labeldp.learning.device import resolve_device
+from labeldp.learning.distributed import Hosts
 from labeldp.learning.loop import EpochReport
 from labeldp.learning.persistence import TrainedModel
 from labeldp.learning.regression import fit_private_regressor
@@ -461,6 +462,7 @@ class JobContext:
     row_group_rows: int = 65_536
     buffer_row_groups: int = 4
     join_partition_rows: int = 1 << 18
+    hosts: Hosts | None = None  # a torchrun job across hosts (LABELDP_TORCHRUN_RDZV_ENDPOINT)
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
 
@@ -559,18 +561,19 @@ def _train_and_record(
         if ctx.board.cancel_requested(training_id):
             raise TrainingCancelled()
         trained: TrainedModel
-        if (ctx.workers > 1 or ctx.streaming) and task.task != CLASSIFICATION:  # docs/architecture.md
+        streaming = ctx.workers > 1 or ctx.streaming or ctx.hosts is not None
+        if streaming and task.task != CLASSIFICATION:  # docs/architecture.md
             trained = streamed.fit_in_work_dir(
                 Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
-                learning, listener, workers=ctx.workers,
+                learning, listener, workers=ctx.workers, hosts=ctx.hosts,
             )
-        elif ctx.workers > 1 or ctx.streaming:  # a classifier, streamed
+        elif streaming:  # a classifier, streamed
             indices, matrix = classifier_targets(task, labels, forward_correction)
             with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
                 trained = streamed.fit_classifier_streamed(
                     table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
                     config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
-                    workers=ctx.workers,
+                    workers=ctx.workers, hosts=ctx.hosts,
                 )
         else:
             features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)

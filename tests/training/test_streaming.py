@@ -155,9 +155,29 @@ def test_sharded_loader_gives_each_worker_its_row_groups_and_the_same_number_of_
     shards = [w.shard(1) for w in workers]
     groups = [g for s in shards for g in s.groups]
     n_groups = pq.ParquetFile(staged.train_path).metadata.num_row_groups
-    assert set(groups) == set(range(n_groups)) and len({len(s.groups) for s in shards}) == 1
-    steps = [len(list(w.batches(1))) for w in workers]
-    assert len(set(steps)) == 1 and steps[0] == workers[0].steps_per_epoch(1)
+    assert sorted(groups) == list(range(n_groups))  # each row group in exactly one shard: no row twice
+    steps = [[len(y) for _, _, y in w.batches(1)] for w in workers]
+    assert len({len(s) for s in steps}) == 1 and len(steps[0]) == workers[0].steps_per_epoch(1)
+    per_step = [sum(rows) for rows in zip(*steps)]
+    assert per_step == [workers[0].step_rows(k) for k in range(len(per_step))] and sum(per_step) == 900
+
+
+def test_one_process_reading_every_shard_takes_the_steps_the_processes_take_together(tmp_path: Path) -> None:
+    """The data order depends on the shards, not on the processes: one process owning both shards of
+    2 yields, step by step, the rows of the two processes' batches together (in shard order)."""
+    from labeldp.learning.loader import ShardLayout
+
+    staged, _, _ = stage(tmp_path, n=1000, rows=64)
+    layout = ShardLayout.of_file(staged.train_path, 2)
+    one = RowGroupLoader(staged.train_path, staged.preprocessor, 50, target_mean=0.0, target_std=1.0, seed=3,
+                         layout=layout, owned=[0, 1])
+    two = [RowGroupLoader(staged.train_path, staged.preprocessor, 50, target_mean=0.0, target_std=1.0, seed=3,
+                          rank=r, world=2, layout=layout) for r in range(2)]
+    for epoch in (1, 2):
+        together = [torch.cat([a[2], b[2]]) for a, b in zip(two[0].batches(epoch), two[1].batches(epoch))]
+        alone = [y for _, _, y in one.batches(epoch)]
+        assert len(alone) == len(together) == one.steps_per_epoch()
+        assert all(torch.equal(a, b) for a, b in zip(alone, together))
 
 
 def test_streamed_training_learns_as_well_as_in_memory(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ class TrainingConfig(TrainingOptions):
     the release is joined with its features in id-hash partitions of about
     ``join_partition_rows`` rows, the staged release is cut into row groups of
     ``row_group_rows`` rows, and a worker holds at most ``buffer_row_groups`` of them
-    (plus one being prefetched) at a time.
+    (plus one being prefetched) at a time per data shard; ``data_shards`` fixes which rows
+    make each step (:class:`labeldp.learning.loader.DataOrder`).
     """
 
     device: str = "auto"
@@ -84,6 +85,11 @@ class TrainingConfig(TrainingOptions):
     row_group_rows: int = Field(65_536, ge=1, le=1 << 24)
     buffer_row_groups: int = Field(4, ge=1, le=4096)
     join_partition_rows: int = Field(PARTITION_ROWS, ge=1)
+    data_shards: int = Field(
+        0, ge=0, le=4096, description="data shards the staged row groups are dealt into (0: one per process; "
+        "keep row groups >= shards); the steps depend on it, not on the processes, so 1 process of 2 shards "
+        "trains as 2 processes do"
+    )
 
     def replace(self, **changes: Any) -> TrainingConfig:
         """A copy with ``changes``, validated like a new config."""

@@ -1,21 +1,28 @@
-"""Data-parallel training as a torchrun job: the launcher, and the worker every process runs.
+"""Data-parallel training as a torchrun job, on one host or several: the launchers, and the worker every process runs.
 
-The launcher writes ``job.json`` next to the staged release and starts
+One host (the default): the launcher writes ``job.json`` next to the staged release and starts
 ``python -m torch.distributed.run --standalone --nproc_per_node N -m labeldp.learning.distributed job.json``
-(gloo on the CPU, NCCL on GPUs; loopback rendezvous). Every worker opens the stage,
-joins the process group and runs :func:`labeldp.learning.regression.fit_staged_regressor`
-(or, for a categorical release, :func:`labeldp.learning.classifier.fit_staged_classifier`)
-with its rank: DistributedDataParallel over a sampler of row groups
-(:class:`~labeldp.learning.loader.RowGroupLoader`). Rank 0 alone evaluates the validation
-rows and runs private model selection on them — the same rows in the same order a
-single process sees, so the selection is computed as one process computes it — writes
-a checkpoint after each epoch (torchrun restarts a group whose worker died, up to
-``MAX_RESTARTS`` times, and the new group resumes from it), appends each epoch's report to ``progress.jsonl`` (the
-launcher relays it to ``on_epoch``) and saves the model file.
+(gloo on the CPU, NCCL on GPUs; loopback rendezvous).
 
-Several nodes: start the same command on each with ``--nnodes``, ``--node_rank`` and a
-shared ``--rdzv_endpoint`` instead of ``--standalone``, over a work directory every node
-mounts (README, "Training at scale").
+Several hosts (:class:`Hosts`: ``LABELDP_TORCHRUN_RDZV_ENDPOINT`` set): no ``--standalone``
+but torchrun's c10d rendezvous at that endpoint with ``--nnodes`` = 1 + the peers. Nothing
+is shared between the hosts but the rendezvous and the process group: the training rows are
+dealt into one data shard per process (:mod:`labeldp.learning.loader`), and the launcher
+that owns the training (the *home* host) delivers to every peer's own working folder a copy
+of what that host needs — its ``job.json``, the stage's fitted statistics and only its own
+shards — which :func:`host` there waits for and starts its torchrun with. (A copy into each
+host's folder, not an object store: the project has no storage interface yet.)
+
+Every worker opens its host's copy of the stage, joins the process group and runs
+:func:`labeldp.learning.regression.fit_staged_regressor` (or, for a categorical release,
+:func:`labeldp.learning.classifier.fit_staged_classifier`) on its shards. The *lead* — local
+rank 0 of the home host, whatever global rank the rendezvous gave it — alone evaluates the
+validation rows and runs private model selection on them (the rows and order one process
+sees), writes a checkpoint into the home folder after each epoch, appends each epoch's report
+to ``progress.jsonl`` (the launcher relays it to ``on_epoch``) and saves the model file. When
+a worker dies torchrun restarts the group (up to ``MAX_RESTARTS`` times, on every host); the
+lead reads the checkpoint and broadcasts it to every rank, so hosts that never had it resume
+from it too.
 """
 
 from __future__ import annotations
@@ -25,11 +32,14 @@ import datetime
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,7 @@ import torch.distributed as dist
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import LabelLaw, label_law, law_from_dict
+from labeldp.learning.loader import copy_shards, stage_layout
 from labeldp.learning.loop import EpochReport, Plan, Workers
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor
@@ -47,9 +58,12 @@ from labeldp.learning.staging import StagedRelease
 
 log = logging.getLogger("labeldp.features")
 
-JOB_FILE, PROGRESS_FILE, CHECKPOINT_FILE, MODEL_FILE, LOG_FILE = (
-    "job.json", "progress.jsonl", "checkpoint.pt", "model.pt", "torchrun.log",
+JOB_FILE, PROGRESS_FILE, CHECKPOINT_FILE, MODEL_FILE, LOG_FILE, STAGE_DIR = (
+    "job.json", "progress.jsonl", "checkpoint.pt", "model.pt", "torchrun.log", "stage",
 )
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+HOST_WAIT_SECONDS = 600.0
+"""How long a peer host waits for the home launcher to deliver its copy of the job."""
 POLL_SECONDS = 0.2
 LOG_TAIL_LINES = 30
 STORE_TIMEOUT = datetime.timedelta(minutes=5)
@@ -61,13 +75,72 @@ class TorchrunFailed(RuntimeError):
     """The torchrun job exited without a model (its log is ``torchrun.log`` in the work directory)."""
 
 
-def torchrun_command(job_path: Path, workers: int) -> list[str]:
-    """The one-node launch; the multi-node form is in the module docstring."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the hosts of one job meet: torchrun's c10d rendezvous (``run_id`` names the job there)."""
+
+    endpoint: str
+    nnodes: int
+    run_id: str
+
+    @property
+    def loopback(self) -> bool:
+        host = self.endpoint.rsplit(":", 1)[0]
+        return host in LOOPBACK or host.startswith("127.")
+
+    def args(self, local_addr: str | None = None) -> list[str]:
+        """``local_addr``: this host's address as the others reach it (default: its hostname)."""
+        args = ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={self.run_id}",
+                f"--nnodes={self.nnodes}"]
+        return args + ([f"--local-addr={local_addr}"] if local_addr else [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """A multi-node job as its home launcher sees it: the rendezvous endpoint (``host:port``) and each
+    peer host's own working folder, where the launcher delivers that host's copy of the job."""
+
+    endpoint: str
+    peers: tuple[Path, ...]
+    local_addr: str | None = None
+    """The home host's address as the others reach it (default: its hostname)."""
+
+    def __post_init__(self) -> None:
+        host, _, port = self.endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError("the rendezvous endpoint must be host:port")
+
+    def rendezvous(self) -> Rendezvous:
+        """A fresh rendezvous id per job: a restarted service never joins a dead job's round."""
+        return Rendezvous(self.endpoint, 1 + len(self.peers), uuid.uuid4().hex)
+
+
+def torchrun_command(
+    job_path: Path, workers: int, rendezvous: Rendezvous | None = None, local_addr: str | None = None
+) -> list[str]:
+    """torchrun for one host's part of a job: ``--standalone`` alone, else the c10d rendezvous."""
+    where = ["--standalone", "--nnodes=1"] if rendezvous is None else rendezvous.args(local_addr)
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+        sys.executable, "-m", "torch.distributed.run", *where,
         f"--nproc_per_node={workers}", f"--max-restarts={MAX_RESTARTS}",
         "-m", "labeldp.learning.distributed", str(job_path),
     ]
+
+
+def torchrun_env(config_threads: int, rendezvous: Rendezvous | None) -> dict[str, str]:
+    """The launcher's environment for torchrun."""
+    env = dict(os.environ)
+    if rendezvous is None or rendezvous.loopback:
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the workers talk over loopback only
+    if rendezvous is not None:
+        # Each round gets a store of its own, hosted by its rank 0: the agents of several hosts
+        # count their restarts apart, so a key prefix by restart count could differ between ranks.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", str(config_threads or 1))
+    return env
 
 
 def run_torchrun(
@@ -79,8 +152,9 @@ def run_torchrun(
     workers: int,
     work_dir: Path,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    hosts: Hosts | None = None,
 ) -> TrainedRegressor:
-    """Train ``staged`` with ``workers`` processes; relay progress; return rank 0's model.
+    """Train ``staged`` with ``workers`` processes (on each of ``hosts``); relay progress; return the lead's model.
 
     ``spec`` (the release's mechanism spec, JSON) rebuilds the law exactly in every
     worker; ``None`` sends ``law`` as its plain dict. ``config.seed`` must be set (the
@@ -93,7 +167,8 @@ def run_torchrun(
         "law": law.to_dict() if spec is None else None,
         "learning": learning.to_dict(),
     }
-    return TrainedRegressor.load(_launch(staged, job, config, workers, work_dir, on_epoch), device=config.device)
+    model = _launch(staged, job, config, workers, work_dir, on_epoch, hosts)
+    return TrainedRegressor.load(model, device=config.device)
 
 
 def run_torchrun_classifier(
@@ -105,12 +180,14 @@ def run_torchrun_classifier(
     workers: int,
     work_dir: Path,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    hosts: Hosts | None = None,
 ) -> TrainedClassifier:
     """:func:`run_torchrun` for a categorical release staged with its class indices as targets: every
     worker trains the classifier (cross-entropy, or forward correction through ``transition_matrix``)."""
     matrix = None if transition_matrix is None else np.asarray(transition_matrix, dtype=np.float64).tolist()
     job = {"task": "classification", "n_classes": n_classes, "classes": list(classes), "transition_matrix": matrix}
-    return TrainedClassifier.load(_launch(staged, job, config, workers, work_dir, on_epoch), device=config.device)
+    model = _launch(staged, job, config, workers, work_dir, on_epoch, hosts)
+    return TrainedClassifier.load(model, device=config.device)
 
 
 def _launch(
@@ -120,28 +197,36 @@ def _launch(
     workers: int,
     work_dir: Path,
     on_epoch: Callable[[EpochReport], None] | None,
+    hosts: Hosts | None = None,
 ) -> Path:
-    """Write the job file (``task``: what to train) and run the torchrun job; the model file it wrote."""
+    """Write the job file (``task``: what to train), deliver each peer host its copy, and run this host's
+    torchrun; the model file the lead wrote."""
     if config.seed is None:
         raise ValueError("a torchrun job needs the seed its stage was split with")
-    job = {
+    job: dict[str, Any] = {
         **task,
         "stage": str(staged.directory),
         "config": config.model_dump(),
-        "progress": str(work_dir / PROGRESS_FILE),
-        "checkpoint": str(work_dir / CHECKPOINT_FILE),
-        "model": str(work_dir / MODEL_FILE),
+        "progress": PROGRESS_FILE,
+        "checkpoint": CHECKPOINT_FILE,
+        "model": MODEL_FILE,
+        "home": True,
+        "shards": None,
+        "rendezvous": None,
     }
+    rendezvous = None
+    if hosts is not None:
+        rendezvous = hosts.rendezvous()
+        job = _deal_hosts(staged, job, config, workers, work_dir, hosts, rendezvous)
     job_path = work_dir / JOB_FILE
-    job_path.write_text(json.dumps(job))
+    _write_atomic(job_path, json.dumps(job))
     progress = work_dir / PROGRESS_FILE
     progress.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: the workers talk over loopback only
-    env.setdefault("OMP_NUM_THREADS", str(config.threads or 1))
+    env = torchrun_env(config.threads, rendezvous)
     with open(work_dir / LOG_FILE, "wb") as logfile:
         proc = subprocess.Popen(
-            torchrun_command(job_path, workers), stdout=logfile, stderr=subprocess.STDOUT, env=env,
+            torchrun_command(job_path, workers, rendezvous, hosts.local_addr if hosts else None), stdout=logfile,
+            stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )
         seen = 0
@@ -155,14 +240,76 @@ def _launch(
         except BaseException:
             _terminate(proc)
             raise
-    if proc.returncode != 0 or not Path(job["model"]).exists():
+    if proc.returncode != 0 or not (work_dir / MODEL_FILE).exists():
         # The work directory goes with the training: keep the end of the workers' log in the service's.
         lines = (work_dir / LOG_FILE).read_text(errors="replace").splitlines()
         workers_lines = [line for line in lines if line.startswith("[rank")]  # the workers' own tracebacks
         tail = (workers_lines or lines)[-LOG_TAIL_LINES:]
         log.error("torchrun job exited with status %s; last lines of its log:\n%s", proc.returncode, "\n".join(tail))
         raise TorchrunFailed(f"torchrun job exited with status {proc.returncode}")
-    return Path(job["model"])
+    return work_dir / MODEL_FILE
+
+
+def _deal_hosts(
+    staged: StagedRelease,
+    job: dict[str, Any],
+    config: TrainingConfig,
+    workers: int,
+    work_dir: Path,
+    hosts: Hosts,
+    rendezvous: Rendezvous,
+) -> dict[str, Any]:
+    """Cut the training rows into one data shard per process of the job and deliver each peer host
+    (node ``h`` ≥ 1, in ``hosts.peers`` order) its copy: its shards, the fitted statistics (no
+    validation rows or labels: the lead, beside this launcher, alone evaluates) and its job file,
+    written last. The home host reads its own shards from the stage itself; the home job."""
+    shards = rendezvous.nnodes * workers
+    layout = stage_layout(staged.directory, shards)
+    job = {**job, "config": config.replace(data_shards=shards).model_dump(), "rendezvous": rendezvous.to_dict()}
+    for node, folder in enumerate(hosts.peers, start=1):
+        own = [node * workers + i for i in range(workers)]
+        stage = Path(folder) / STAGE_DIR
+        copy_shards(layout, own, stage)
+        dataclasses.replace(staged, directory=stage, val_labels=np.empty((0,))).save()
+        peer = {**job, "stage": STAGE_DIR, "shards": own, "home": False}
+        _write_atomic(Path(folder) / JOB_FILE, json.dumps(peer))
+    return {**job, "shards": list(range(workers))}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def host(folder: str | Path, local_addr: str | None = None, wait_seconds: float = HOST_WAIT_SECONDS) -> int:
+    """A peer host's part of a multi-node job: wait for the home launcher's delivery of ``job.json`` to
+    ``folder`` (this host's own working folder), run its torchrun (log in ``torchrun.log``; ``local_addr``:
+    this host's address as the others reach it), then remove the copy of the stage and the job file (the
+    folder is ready for the next delivery); torchrun's exit status."""
+    folder = Path(folder)
+    job_path = folder / JOB_FILE
+    deadline = time.monotonic() + wait_seconds
+    while not job_path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no job was delivered to {folder} in {wait_seconds:.0f} s")
+        time.sleep(POLL_SECONDS)
+    job = json.loads(job_path.read_text())
+    rendezvous = Rendezvous(**job["rendezvous"])
+    config = TrainingConfig.model_validate(job["config"])
+    with open(folder / LOG_FILE, "wb") as logfile:
+        proc = subprocess.Popen(
+            torchrun_command(job_path, len(job["shards"]), rendezvous, local_addr), stdout=logfile,
+            stderr=subprocess.STDOUT, env=torchrun_env(config.threads, rendezvous), start_new_session=True,
+        )
+        try:
+            proc.wait()
+        except BaseException:
+            _terminate(proc)
+            raise
+    shutil.rmtree(folder / STAGE_DIR, ignore_errors=True)
+    job_path.unlink(missing_ok=True)
+    return proc.returncode
 
 
 def _relay(progress: Path, seen: int, on_epoch: Callable[[EpochReport], None] | None) -> int:
@@ -191,15 +338,16 @@ def _terminate(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _resumable(path: Path, world: int, device: str) -> dict[str, Any] | None:
-    """The checkpoint a restarted worker group continues from (one of this world size), if any."""
+def _resumable(path: Path, world: int) -> dict[str, Any] | None:
+    """The checkpoint a restarted worker group continues from (one of this world size), if any: read by
+    the lead (on the CPU: it is broadcast to every rank next)."""
     if not path.exists():
         return None
-    state = torch.load(path, map_location=device, weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     if int(state.get("world", 0)) != world:
         log.warning("checkpoint of %s workers ignored by a job of %s", state.get("world"), world)
         return None
-    log.info("resuming after epoch %s from the rank-0 checkpoint", state["epoch"])
+    log.info("resuming after epoch %s from the lead's checkpoint", state["epoch"])
     return state
 
 
@@ -209,8 +357,34 @@ def _atomic_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _join_group(rank: int, world: int, backend: str) -> None:
+    """Join the process group through the store torchrun's agents prepared for this round."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        # One host: its agent hosts the store for every round; a restarted group gets its own key
+        # prefix, so it never reads the addresses its dead predecessor published there.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        agent = dist.TCPStore(addr, port, world, is_master=False, timeout=STORE_TIMEOUT)
+        store: dist.Store = dist.PrefixStore(f"labeldp/attempt-{attempt}", agent)
+    else:  # several hosts: this round's rank 0 hosts a fresh store at the port its agent chose
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=STORE_TIMEOUT)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+
+
+def _find_lead(is_lead: bool, world: int) -> int:
+    """The rank of the one process that says it leads (local rank 0 beside the home launcher)."""
+    flags: list[Any] = [None] * world
+    dist.all_gather_object(flags, is_lead)
+    leads = [r for r, flag in enumerate(flags) if flag]
+    if len(leads) != 1:
+        raise RuntimeError(f"a job needs exactly one lead process, found {len(leads)}")
+    return leads[0]
+
+
 def worker(job_path: str | Path) -> None:
-    """What each torchrun process runs (RANK, WORLD_SIZE, LOCAL_RANK come from torchrun)."""
+    """What each torchrun process runs (RANK, WORLD_SIZE, LOCAL_RANK come from torchrun); the job's
+    relative paths are its host folder's (the folder of ``job_path``)."""
+    folder = Path(job_path).parent
     job = json.loads(Path(job_path).read_text())
     config = TrainingConfig.model_validate(job["config"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -221,22 +395,17 @@ def worker(job_path: str | Path) -> None:
         torch.cuda.set_device(local_rank)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    # torchrun's agent hosts the store; a restarted group gets its own key prefix, so it never
-    # reads the addresses its dead predecessor published there.
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False, timeout=STORE_TIMEOUT
-    )
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(
-        "nccl" if device.startswith("cuda") else "gloo",
-        store=dist.PrefixStore(f"labeldp/attempt-{attempt}", store), rank=rank, world_size=world,
-    )
+    _join_group(rank, world, "nccl" if device.startswith("cuda") else "gloo")
     try:
-        staged = StagedRelease.open(job["stage"])
+        lead = _find_lead(bool(job.get("home", True)) and local_rank == 0, world)
+        shards = None if job.get("shards") is None else (int(job["shards"][local_rank]),)
+        workers = Workers(rank, world, lead, shards)
+        staged = StagedRelease.open(folder / job["stage"])
         seed = int(config.seed if config.seed is not None else 0)
         plan = Plan(seed, device, np.empty(0, np.int64), np.empty(0, np.int64))
-        main = rank == 0
-        progress = Path(job["progress"])
+        main = workers.is_main
+        progress = folder / job["progress"]
+        checkpoint_path = folder / job["checkpoint"]
 
         def on_epoch(report: EpochReport) -> None:
             with progress.open("a") as out:
@@ -245,25 +414,27 @@ def worker(job_path: str | Path) -> None:
         def checkpoint(state: dict[str, Any]) -> None:
             _atomic_save(state, checkpoint_path)
 
-        checkpoint_path = Path(job["checkpoint"])
-        resume = _resumable(checkpoint_path, world, device)
-        (progress.parent / f"worker-{rank}.pid").write_text(str(os.getpid()))
+        shared: list[Any] = [_resumable(checkpoint_path, world) if main else None]
+        dist.broadcast_object_list(shared, src=lead)  # hosts without the checkpoint resume from it too
+        resume = shared[0]
+        (folder / f"worker-{local_rank}.pid").write_text(str(os.getpid()))
         trained: TrainedModel
+        run = config.replace(device=device)
         if job.get("task", "regression") == "classification":
             trained = fit_staged_classifier(
-                staged, int(job["n_classes"]), config.replace(device=device), plan, on_epoch if main else None,
+                staged, int(job["n_classes"]), run, plan, on_epoch if main else None,
                 classes=list(job["classes"]), transition_matrix=job["transition_matrix"],
-                workers=Workers(rank, world), checkpoint=checkpoint if main else None, resume=resume,
+                workers=workers, checkpoint=checkpoint if main else None, resume=resume,
             )
         else:
             law = label_law(job["spec"]) if job["spec"] is not None else law_from_dict(job["law"])
             trained = fit_staged_regressor(
-                staged, law, config.replace(device=device), plan, LearningConfig(**job["learning"]),
-                on_epoch if main else None, Workers(rank, world), checkpoint if main else None, resume,
+                staged, law, run, plan, LearningConfig(**job["learning"]),
+                on_epoch if main else None, workers, checkpoint if main else None, resume,
             )
         if main:
             trained.device_ = config.device
-            trained.save(job["model"])
+            trained.save(folder / job["model"])
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -284,5 +455,7 @@ def exit_without_teardown() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "host":  # a peer host: python -m labeldp.learning.distributed host DIR [LOCAL_ADDR]
+        sys.exit(host(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))
     worker(sys.argv[1])
     exit_without_teardown()

@@ -7,6 +7,7 @@ before any target is looked at (:func:`make_plan`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
@@ -22,7 +23,7 @@ from torch import nn
 
 from labeldp.learning.config import OPTIMIZERS, SCHEDULES, TrainingConfig
 from labeldp.learning.device import resolve_device
-from labeldp.learning.loader import RowGroupLoader
+from labeldp.learning.loader import RowGroupLoader, stage_layout
 from labeldp.learning.networks import MLP, PREDICT_CHUNK
 from labeldp.learning.precision import MixedPrecision
 from labeldp.learning.preprocessing import Preprocessor
@@ -327,14 +328,19 @@ class Workers:
     """Where this process sits in a data-parallel training; one process is rank 0 of 1.
 
     With ``world > 1`` the process group must be initialized (:mod:`labeldp.learning.distributed`).
+    ``lead``: the rank that evaluates, selects, checkpoints and reports (on a multi-node job the
+    one beside the launcher that owns the training, whatever rank the rendezvous gave it).
+    ``shards``: the data shards this process reads (default: every ``world``-th from ``rank``).
     """
 
     rank: int = 0
     world: int = 1
+    lead: int = 0
+    shards: tuple[int, ...] | None = None
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.rank == self.lead
 
 
 def fit_streamed(
@@ -352,14 +358,16 @@ def fit_streamed(
     ``accuracy`` objective, classification: the staged targets are then class indices).
 
     Every worker builds the same initial network from the seed; with ``workers.world >
-    1`` it is wrapped in DistributedDataParallel and each worker trains on its share of
-    the row groups with ``batch_size / world`` rows per step, so a step still sees
-    ``batch_size`` rows in all. The main worker alone evaluates the validation rows (in
+    1`` it is wrapped in DistributedDataParallel and each worker reads its data shards
+    (:class:`~labeldp.learning.loader.DataOrder`): a step is ``batch_size`` rows over all
+    shards and its loss their mean, so the steps do not depend on the number of workers.
+    The main worker alone evaluates the validation rows (in
     file order, the same array a single process sees), calls ``inspect`` and
     ``on_epoch``, and ``checkpoint(state)`` after each epoch, ``state`` holding the
-    epoch, the model's and the optimizer's (and fp16's scaler's) state and the history
-    as plain types. ``resume`` (such a state) continues after its epoch: every epoch's
-    data order comes from (seed, epoch), so a resumed training is the uninterrupted one.
+    epoch, the model's and the optimizer's (and fp16's scaler's) state, the history and
+    the data order as plain types. ``resume`` (such a state) continues after its epoch:
+    every epoch's data order comes from (seed, epoch, shard) and no other random state is
+    drawn while training, so a resumed training is the uninterrupted one.
     """
     workers = workers or Workers()
     device = plan.device
@@ -383,14 +391,17 @@ def fit_streamed(
 
         ids = [torch.device(device).index or 0] if device != "cpu" else None
         trained = DistributedDataParallel(model, device_ids=ids)
-    local_batch = max(1, math.ceil(config.batch_size / workers.world))
     loader = RowGroupLoader(
-        staged.train_path, pre, local_batch,
+        staged.train_path, pre, config.batch_size,
         target_mean=staged.target_mean, target_std=staged.target_std,
         buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
         rank=workers.rank, world=workers.world, device=device, class_targets=objective.accuracy,
+        layout=stage_layout(staged.directory, config.data_shards or workers.world), owned=workers.shards,
     )
-    steps_per_epoch = loader.steps_per_epoch(1)
+    data_order = loader.order.to_dict()
+    if resume is not None and resume.get("data_order", data_order) != data_order:
+        raise ValueError("the checkpoint was trained in another data order")
+    steps_per_epoch = loader.steps_per_epoch()
     # Batch progress (and a cancel between batches) where the listener lives: the main worker.
     on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
     meter = Throughput()
@@ -401,21 +412,28 @@ def fit_streamed(
         started = time.perf_counter()
         trained.train()
         total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
-        for step, (x, c, y) in enumerate(loader.batches(epoch)):
+        for step, parts in enumerate(loader.steps(epoch)):
             lr = learning_rate_at(config, epoch, step, steps_per_epoch)
             if lr != current_lr:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 current_lr = lr
             optimizer.zero_grad(set_to_none=True)
-            with amp.autocast():
-                out = trained(x, c)
-            losses = objective.loss(out.float(), y)
-            amp.step(losses.sum() / max(len(y), 1), optimizer)
-            total[0] += losses.detach().double().sum()
-            total[1] += len(y)
-            if objective.accuracy:
-                total[2] += (out.detach().argmax(dim=1) == y).sum()
+            for i, (x, c, y) in enumerate(parts):
+                # Each owned shard is a micro-batch whose gradients add up (DDP all-reduces after the
+                # last), so a process owning S shards steps as S processes do, to the bit for S = 2.
+                last = i == len(parts) - 1
+                with contextlib.nullcontext() if last or workers.world == 1 else trained.no_sync():  # type: ignore[operator]
+                    with amp.autocast():
+                        out = trained(x, c)
+                    losses = objective.loss(out.float(), y)
+                    # The step's mean over every process's rows (DDP averages the world's gradients).
+                    amp.backward(losses.sum() * workers.world / loader.step_rows(step))
+                total[0] += losses.detach().double().sum()
+                total[1] += len(y)
+                if objective.accuracy:
+                    total[2] += (out.detach().argmax(dim=1) == y).sum()
+            amp.update(optimizer)
             if on_batch is not None:
                 on_batch(epoch, step + 1, steps_per_epoch)
         if workers.world > 1:
@@ -437,7 +455,7 @@ def fit_streamed(
                 checkpoint({
                     "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
-                    "history": list(history), "world": workers.world,
+                    "history": list(history), "world": workers.world, "data_order": data_order,
                     "throughput": {"rows": meter.rows, "seconds": meter.seconds},
                 })
             if on_epoch is not None:

@@ -40,10 +40,20 @@ class MixedPrecision:
 
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         """Backward and optimizer step (scaled for fp16)."""
+        self.backward(loss)
+        self.update(optimizer)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Add ``loss``'s gradients (scaled for fp16): one micro-batch of a step."""
         if self.scaler is None:
             loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+
+    def update(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer step on the gradients added since the last one."""
+        if self.scaler is None:
             optimizer.step()
             return
-        self.scaler.scale(loss).backward()
         self.scaler.step(optimizer)
         self.scaler.update()

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,9 @@ from labeldp.learning.loop import EpochReport, Plan, check_targets, make_plan
 from labeldp.learning.persistence import TrainedClassifier, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor, training_targets
 from labeldp.learning.staging import stage_release
+
+if TYPE_CHECKING:
+    from labeldp.learning.distributed import Hosts
 
 
 def law_for(spec: Any) -> LabelLaw:
@@ -53,9 +56,11 @@ def fit_release_streamed(
     on_epoch: Callable[[EpochReport], None] | None = None,
     *,
     workers: int = 1,
+    hosts: Hosts | None = None,
 ) -> TrainedRegressor:
     """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` under ``work_dir``
-    and train a regressor on it, in this process (``workers`` 1) or with ``workers`` torchrun processes.
+    and train a regressor on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers``
+    torchrun processes (on this host and each of ``hosts``' peers).
 
     The split is drawn from the seed over release positions as in memory
     (:func:`~labeldp.learning.loop.make_plan`); ``work_dir`` is the caller's to remove.
@@ -73,12 +78,12 @@ def fit_release_streamed(
     del is_validation, targets
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
-    if workers <= 1:
+    if workers <= 1 and hosts is None:
         return fit_staged_regressor(staged, law, run, plan, learning, on_epoch)
     from labeldp.learning.distributed import run_torchrun
 
     law_source = spec if not isinstance(spec, LabelLaw) and law.name != "identity" else None
-    return run_torchrun(staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch)
+    return run_torchrun(staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch, hosts)
 
 
 def fit_classifier_streamed(
@@ -94,6 +99,7 @@ def fit_classifier_streamed(
     classes: list[str] | None = None,
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
     workers: int = 1,
+    hosts: Hosts | None = None,
 ) -> TrainedClassifier:
     """Stage ``ids`` with their class indices (0..K-1) as targets and train a classifier on the stage,
     in this process (``workers`` 1) or with ``workers`` torchrun processes. The split is drawn from
@@ -109,14 +115,16 @@ def fit_classifier_streamed(
     del is_validation
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
-    if workers <= 1:
+    if workers <= 1 and hosts is None:
         return fit_staged_classifier(
             staged, n_classes, run, plan, on_epoch, classes=classes, transition_matrix=transition_matrix
         )
     from labeldp.learning.distributed import run_torchrun_classifier
 
     names = list(classes) if classes is not None else [str(i) for i in range(n_classes)]
-    return run_torchrun_classifier(staged, n_classes, names, transition_matrix, run, workers, Path(work_dir), on_epoch)
+    return run_torchrun_classifier(
+        staged, n_classes, names, transition_matrix, run, workers, Path(work_dir), on_epoch, hosts
+    )
 
 
 WORK_DIR = "work"
@@ -144,10 +152,11 @@ def fit_in_work_dir(
     on_epoch: Callable[[EpochReport], None] | None,
     *,
     workers: int,
+    hosts: Hosts | None = None,
 ) -> TrainedRegressor:
     """:func:`fit_release_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
     with scratch_dir(data_dir) as work_dir:
         return fit_release_streamed(
             feature_path, id_column, pa.array(ids, pa.string()), labels, spec, config, work_dir, learning,
-            on_epoch, workers=workers,
+            on_epoch, workers=workers, hosts=hosts,
         )

@@ -75,6 +75,16 @@ class Settings(BaseSettings):
         False, description="stream a training (regression or classification) from Parquet row groups even with one "
         "worker"
     )
+    torchrun_rdzv_endpoint: str = Field(
+        "", description="host:port of the c10d rendezvous of a training across hosts (empty: one host, torchrun "
+        "--standalone); each peer host runs `python -m labeldp.learning.distributed host DIR`"
+    )
+    torchrun_peer_dirs: str = Field(
+        "", description="comma-separated: each peer host's own working folder, where this launcher delivers that "
+        "host's job file and data shards (with the rendezvous endpoint: --nnodes is 1 + their number)"
+    )
+    torchrun_local_addr: str = Field("", description="this host's address as the peer hosts reach it (default: "
+                                     "its hostname)")
     training_row_group_rows: int = Field(65_536, ge=1, description="rows per staged row group (streaming)")
     training_buffer_row_groups: int = Field(
         4, ge=1, description="row groups a streaming worker holds at a time (its memory bound)"
