@@ -17,6 +17,7 @@ from labeldp.service.migrations import open_database
 from labeldp.service.openapi import documented_app
 from labeldp.service.settings import Settings, require_secrets
 
+from . import ledger
 from .context import LabelsContext
 from .routes import label_sets, ops, privacy_domains, releases
 from .sweep import sweep_orphans
@@ -48,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     swept = sweep_orphans(ctx, min_age_seconds=max(3600.0, 2 * settings.idempotency_lease_seconds))
     if swept:
         log.info("swept %d orphaned files", swept)
+    if bucketed := ledger.bucket_legacy_domains(ctx):  # domains from before the bucketed ledger, once
+        log.info("bucketed the ledger of %d privacy domains", bucketed)
 
     registry = CollectorRegistry()
     app = documented_app("labeldp labels party", DESCRIPTION, TAGS)

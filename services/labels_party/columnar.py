@@ -1,11 +1,12 @@
-"""Immutable columnar objects: ids, labels and message bytes in the object store, the ledger's files.
+"""Immutable columnar objects: ids, labels and message bytes in the object store.
 
 Ids, labels and message bytes are objects of :class:`labeldp.storage.ObjectStore`
 (``put_*``/``get_*``: a local folder or S3, what every replica and the outbox share);
-the ledger's columns are still files under the process's data directory (``write_*``/
-``read_*``, with their temp-name, fsync and rename) until the ledger moves onto the
-store. Either way the SQL catalogue only references them (docs/architecture.md, "The
-per-id ledger", "Storage"): a row names an object only after it is complete, a reader
+the ledger's buckets are objects too (``ledger.py``); files under the process's data
+directory (``write_*``/``read_*``, with their temp-name, fsync and rename) remain only for
+a ledger from before buckets, read once when it is bucketed. Either way the SQL catalogue
+only references them (docs/architecture.md, "The per-id ledger", "Storage"): a row names
+an object only after it is complete, a reader
 never sees half of one, a crash leaves at most an unreferenced one, and nothing is
 modified once a committed row names it.
 """

@@ -19,7 +19,7 @@ from .store import IDEMPOTENCY_KEYS
 class LabelsContext:
     sessions: sessionmaker[Session]
     data_dir: Path
-    """This process's own folder: request spools, and (for now) the ledger's columns."""
+    """This process's own folder: request spools (and the files of a ledger from before buckets)."""
     settings: Settings
 
     @property

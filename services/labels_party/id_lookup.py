@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 
-def _buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets, data, valid) of a string array, honouring a slice offset."""
     if values.type != pa.string():
         values = values.cast(pa.string())
@@ -83,13 +83,40 @@ def positions(sorted_ids: pa.Array | pa.ChunkedArray, queries: pa.Array | pa.Chu
         flat = sorted_ids
     if len(flat) >= 2**31:
         raise ValueError("a label set holds fewer than 2³¹ ids")
-    set_offsets, set_data, _ = _buffers(flat)
+    set_offsets, set_data, _ = buffers(flat)
     chunks = queries.chunks if isinstance(queries, pa.ChunkedArray) else [queries]
     parts = []
     for chunk in chunks:
-        q_offsets, q_data, q_valid = _buffers(chunk)
+        q_offsets, q_data, q_valid = buffers(chunk)
         parts.append(_search(set_offsets, set_data, q_offsets, q_data, q_valid))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _lower(
+    set_offsets: np.ndarray, set_data: np.ndarray, q_offsets: np.ndarray, q_data: np.ndarray
+) -> np.ndarray:
+    n_set = set_offsets.shape[0] - 1
+    n_q = q_offsets.shape[0] - 1
+    out = np.empty(n_q, dtype=np.int64)
+    for i in range(n_q):
+        q0, q1 = q_offsets[i], q_offsets[i + 1]
+        lo, hi = 0, n_set
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if _compare(set_data, set_offsets[mid], set_offsets[mid + 1], q_data, q0, q1) < 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+    return out
+
+
+def lower_bounds(sorted_ids: pa.Array, queries: pa.Array) -> np.ndarray:
+    """int64 index of the first id in ``sorted_ids`` not before each (non-null) query: where it would go."""
+    set_offsets, set_data, _ = buffers(sorted_ids)
+    q_offsets, q_data, _ = buffers(queries)
+    return _lower(set_offsets, set_data, q_offsets, q_data)
 
 
 def positions_reference(sorted_ids: list[str], queries: list[str | None]) -> np.ndarray:

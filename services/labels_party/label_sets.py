@@ -2,9 +2,8 @@
 
 A label set's ids come inline (JSON, up to ``MAX_INLINE_IDS``) or as one upload of an
 ``id`` column (CSV, Parquet, Arrow, JSON; :mod:`.uploads`). They are validated, sorted
-(the canonical order of every release) and registered in the domain's ledger, which gives
-each id its ledger position — so an id that earlier label sets already spent on starts
-from what it has spent.
+(the canonical order of every release) and registered in the domain's ledger — so an id
+that earlier label sets already spent on starts from what it has spent.
 """
 
 from __future__ import annotations
@@ -134,6 +133,10 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
     if body.privacy_domain == DEFAULT_DOMAIN:
         ensure_default_domain(ctx)
+    if ids is not None:
+        with ctx.sessions() as s:
+            domain_id = find_domain(s, body.privacy_domain).id
+        ledger.register_ids(ctx, domain_id, ids)  # before the set exists: see register_ids
     label_set_id = "ls_" + uuid.uuid4().hex
     with ctx.sessions.begin() as s:
         domain = find_domain(s, body.privacy_domain)
@@ -163,9 +166,8 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
 
 
 def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
-    domain = ledger.lock_domain(s, row.privacy_domain_id)
-    positions = ledger.register_ids(ctx.data_dir, domain, ordered)
-    put_table(ctx.store, ids_key(row.id), pa.table({"id": ordered, "pos": pa.array(positions)}))
+    """Store the set's sorted ids; the caller registered them in the domain's ledger first."""
+    put_table(ctx.store, ids_key(row.id), pa.table({"id": ordered}))
     row.n_ids = len(ordered)
     row.ids_ready = 1
 
@@ -179,6 +181,7 @@ def set_ids(
     ordered = canonical_ids(ids)
     with ctx.sessions() as s:
         domain_id = load_label_set(s, label_set_id).privacy_domain_id
+    ledger.register_ids(ctx, domain_id, ordered)
     with ctx.sessions.begin() as s:
         ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
         row = load_label_set(s, label_set_id, for_update=True)
@@ -207,9 +210,9 @@ def load_label_set(s: Session, label_set_id: str, for_update: bool = False) -> L
 
 
 def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
-    """Columns ``id`` (sorted) and ``pos`` (ledger position)."""
+    """Column ``id``, sorted (sets stored before the bucketed ledger also have an unused ``pos``)."""
     if not row.ids_ready:
-        return pa.table({"id": pa.array([], pa.string()), "pos": pa.array([], pa.int64())})
+        return pa.table({"id": pa.array([], pa.string())})
     return get_table(ctx.store, ids_key(row.id))
 
 
@@ -249,8 +252,7 @@ def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
     """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap."""
     domain = s.get(PrivacyDomainRow, row.privacy_domain_id)
     assert domain is not None
-    positions = read_ids(ctx, row).column("pos").to_numpy()
-    id_eps, id_delta = ledger.remaining_at(ctx.data_dir, domain, positions)
+    id_eps, id_delta = ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
     remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
     return {
         "total_epsilon": from_micro(row.cap_micro),

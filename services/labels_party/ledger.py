@@ -1,33 +1,60 @@
 """The per-id privacy ledger of a privacy domain (docs/architecture.md, "The per-id ledger").
 
-Every id of a domain has a position in the domain's append-only id column; what each
-position has spent is a pair of int64 columns (µε, δ units) stored as one immutable file
-per version. A charge runs while its caller holds the domain row's lock (SQLite: the
-``BEGIN IMMEDIATE`` write lock; PostgreSQL: ``SELECT … FOR UPDATE``): read the current
-version, check ``spent[positions] + charge ≤ budget`` for every position at once, write
-the next version, and move the row to it in the caller's transaction. Nothing is one SQL
-row per id, and a crash before the commit leaves only an unreferenced file.
+A domain's ids are split into ``n_buckets`` hash buckets (a stable hash of the id's UTF-8
+bytes, fixed when the domain is created). A bucket's state is an immutable **base** — its
+ids sorted, with the µε and δ units each has spent — plus a short **chain** of the charges
+made since (the in-bucket positions each charged). Bases and charges are rows of immutable,
+content-addressed objects; the catalogue row of a bucket (:class:`LedgerBucketRow`) names
+its current base and chain and carries a version.
 
-The spent columns may be shorter than the id column: positions past their end have
-spent nothing (new ids are appended without rewriting the spent files).
+A release costs what it touches, never the domain: it computes the next version of only the
+buckets its ids fall in — outside any lock — and writes them as new objects (one object of
+charged positions; a new base where a chain reached its bounds). One short
+transaction then takes the domain row's lock, checks that every touched bucket still has
+the version the computation read, and swaps them (compare-and-swap); a bucket another
+commit moved meanwhile is recomputed and the commit retried. Check and charge are exact:
+a committed version was checked against exactly the state it replaces. A crash before the
+commit leaves only unreferenced objects.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, cast
 
+import numba
 import numpy as np
 import pyarrow as pa
-from sqlalchemy import select
+import pyarrow.compute as pa_compute
+import pyarrow.ipc as ipc
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from . import id_lookup
-from .columnar import read_array, read_table, write_array, write_table
-from .store import PrivacyDomainRow
+from labeldp.errors import Unavailable
 
-KEEP_VERSIONS = 4  # readers that looked up an older version can still open it
+from . import id_lookup
+from .columnar import read_array, read_table
+from .context import LabelsContext
+from .store import LedgerBucketRow, PrivacyDomainRow
+
+pc: Any = pa_compute
+
+MAX_CHAIN = 32
+"""Charges kept beside a base before they are folded into a new one: bounds the objects a check reads."""
+CHAIN_PER_ID = 4
+"""A chain may hold up to this many positions per id of its base before it is folded: positions are
+4 bytes against ≥ 20 of a base row, so a check reads at most about twice the base, while a release
+writes about 4 bytes per id it charges plus, amortized, one base row per 4 charged positions."""
+MAX_ATTEMPTS = 100
+
+_BASE_COLUMNS: dict[str, pa.DataType] = {"id": pa.string(), "eps": pa.int64(), "delta": pa.int64()}
+_BASE = pa.schema(_BASE_COLUMNS)
+_CHARGED = pa.schema({"pos": pa.int32()})
 
 
 class BudgetExhausted(Exception):
@@ -39,16 +66,307 @@ class BudgetExhausted(Exception):
         self.resource = resource
 
 
+class StaleBuckets(Exception):
+    """Another commit moved these buckets since the plan read them: recompute them and retry."""
+
+    def __init__(self, buckets: set[int]) -> None:
+        super().__init__(f"{len(buckets)} ledger buckets moved")
+        self.buckets = buckets
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def _prefix(domain_id: str) -> str:
+    return f"ledger/{domain_id}"
+
+
+def _put_batches(ctx: LabelsContext, domain_id: str, schema: pa.Schema, batches: list[pa.RecordBatch]) -> str:
+    """One immutable, content-addressed object (Arrow IPC file) holding ``batches``; its key."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    data = sink.getvalue().to_pybytes()
+    return ctx.store.put_bytes(ctx.store.content_key(_prefix(domain_id), data), data)
+
+
+def object_keys(ctx: LabelsContext, domain_id: str) -> list[str]:
+    """Every ledger object of a domain, named by a row or not (the benchmark and tests size them)."""
+    return ctx.store.list(_prefix(domain_id))
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_buckets(offsets: np.ndarray, data: np.ndarray, n_buckets: int) -> np.ndarray:
+    """FNV-1a 64 over each id's UTF-8 bytes, mixed by MurmurHash3's finalizer, modulo n_buckets."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, dtype=np.int32)
+    prime = np.uint64(0x100000001B3)
+    m1 = np.uint64(0xFF51AFD7ED558CCD)
+    m2 = np.uint64(0xC4CEB93FE53EC94D)
+    s33 = np.uint64(33)
+    nb = np.uint64(n_buckets)
+    for i in range(n):
+        h = np.uint64(0xCBF29CE484222325)
+        for k in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[k])) * prime
+        h ^= h >> s33
+        h *= m1
+        h ^= h >> s33
+        h *= m2
+        h ^= h >> s33
+        out[i] = np.int32(h % nb)
+    return out
+
+
+def bucket_of(ids: pa.Array | pa.ChunkedArray, n_buckets: int) -> np.ndarray:
+    """Each id's bucket: stable across processes, platforms and versions (a test pins it)."""
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    parts = []
+    for chunk in chunks:
+        offsets, data, _ = id_lookup.buffers(chunk)
+        parts.append(_hash_buckets(offsets, data, n_buckets))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def _group_rows(ids: pa.Array, n_buckets: int) -> dict[int, np.ndarray]:
+    """The rows of ``ids`` in each bucket they fall in, in their given order (a stable sort by bucket)."""
+    buckets = bucket_of(ids, n_buckets)
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], ordered.size]
+    return {int(ordered[a]): order[a:b] for a, b in zip(starts, ends)}
+
+
+def _groups(ids: pa.Array | pa.ChunkedArray, n_buckets: int) -> dict[int, pa.Array]:
+    """The ids of each bucket they fall in, in their given order."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    rows = _group_rows(ids, n_buckets)
+    if not rows:
+        return {}
+    taken = ids.take(np.concatenate(list(rows.values())))
+    out, at = {}, 0
+    for bucket, r in rows.items():
+        out[bucket] = taken.slice(at, r.size)
+        at += r.size
+    return out
+
+
+def _charge_key(domain_id: str, name: str) -> str:
+    return f"{_prefix(domain_id)}/charge-{name}"
+
+
 @dataclass(frozen=True)
-class Spent:
-    """Spent µε and δ units per ledger position (read-only arrays)."""
+class _State:
+    """A bucket's committed version as a computation read it (version 0: no row, no ids yet)."""
 
-    epsilon_micro: np.ndarray
-    delta_units: np.ndarray
+    bucket: int
+    version: int = 0
+    key: str | None = None
+    batch: int = 0
+    chain: tuple[str, ...] = ()  # keys of the charge objects since the base, oldest first
+    chain_ids: int = 0
+    n_ids: int = 0
+    max_eps: int = 0
+    exhausted: int = 0
+
+    @staticmethod
+    def of(row: Any) -> _State:
+        return _State(
+            row.bucket, row.version, row.object_key, row.object_batch,
+            tuple(_charge_key(row.domain_id, name) for name in json.loads(row.chain_json)),
+            row.chain_ids, row.n_ids, row.max_epsilon_micro, row.ids_exhausted,
+        )
 
 
-def domain_dir(data_dir: Path, domain_id: str) -> Path:
-    return data_dir / "domains" / domain_id
+def _states(s: Session, domain_id: str, buckets: Iterable[int]) -> dict[int, _State]:
+    wanted = sorted(buckets)
+    rows = s.execute(
+        select(LedgerBucketRow).where(LedgerBucketRow.domain_id == domain_id, LedgerBucketRow.bucket.in_(wanted))
+    ).scalars()
+    found = {r.bucket: _State.of(r) for r in rows}
+    return {b: found.get(b, _State(b)) for b in wanted}
+
+
+class _Cache:
+    """A process-wide LRU of decoded ledger objects, bounded in bytes.
+
+    An object never changes once written (its key is its content's digest), so a cached
+    copy is never stale: a release re-reads only the buckets and charges that are new
+    since this process last saw them. Only the catalogue says which version is current.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str, int], tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, int]) -> Any:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: tuple[str, str, int], value: Any, size: int) -> None:
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+
+CACHE = _Cache(256 << 20)
+
+
+class _Reader:
+    """Reads bases (only the record batch of the bucket asked for) and charges (whole: they are
+    small, and one serves every bucket its release touched) through :data:`CACHE`; each
+    object it has to fetch is opened once. Use it in a ``with`` block (it closes them)."""
+
+    def __init__(self, ctx: LabelsContext) -> None:
+        self._objects = ctx.store
+        self._files: dict[str, tuple[pa.NativeFile, ipc.RecordBatchFileReader]] = {}
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f, _reader in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def _batch(self, key: str, index: int) -> pa.RecordBatch:
+        if key not in self._files:
+            f = self._objects.open_input_file(key)
+            self._files[key] = (f, ipc.open_file(f))
+        return self._files[key][1].get_batch(index)
+
+    def base(self, st: _State) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        if st.key is None:
+            return pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        cache_key = (self._objects.url, st.key, st.batch)
+        found = CACHE.get(cache_key)
+        if found is None:
+            batch = self._batch(st.key, st.batch)
+            found = (batch.column(0), batch.column(1).to_numpy(), batch.column(2).to_numpy())
+            CACHE.put(cache_key, found, batch.nbytes)
+        return cast(tuple[pa.Array, np.ndarray, np.ndarray], found)
+
+    def charged(self, key: str, bucket: int) -> tuple[np.ndarray, int, int]:
+        """The in-bucket positions a charge object holds for ``bucket``, and its µε and δ units."""
+        cache_key = (self._objects.url, key, 0)
+        found = CACHE.get(cache_key)
+        if found is None:
+            batch = self._batch(key, 0)
+            meta = batch.schema.metadata or {}
+            index = {int(b): (int(lo), int(hi)) for b, lo, hi in json.loads(meta[b"index"])}
+            found = (batch.column(0).to_numpy(), int(meta[b"eps"]), int(meta[b"delta"]), index)
+            CACHE.put(cache_key, found, batch.nbytes + 40 * len(index))
+        positions, eps, delta, index = found
+        lo, hi = index.get(bucket, (0, 0))
+        return positions[lo:hi], eps, delta
+
+    def spent(self, st: _State, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Spent µε and δ units at in-bucket positions ``pos``: the base plus the chain's charges."""
+        _, eps, delta = self.base(st)
+        e, d = eps[pos].astype(np.int64), delta[pos].astype(np.int64)
+        for key in st.chain:
+            charged, paid_eps, paid_delta = self.charged(key, st.bucket)
+            at = np.minimum(np.searchsorted(charged, pos), max(charged.size - 1, 0))
+            hit = charged[at] == pos if charged.size else np.zeros(pos.size, np.bool_)
+            e += paid_eps * hit
+            d += paid_delta * hit
+        return e, d
+
+    def full(self, st: _State) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """The bucket's ids with the chain folded in (writable copies of the spent columns)."""
+        ids, eps, delta = self.base(st)
+        eps, delta = eps.copy(), delta.copy()
+        for key in st.chain:
+            charged, paid_eps, paid_delta = self.charged(key, st.bucket)
+            eps[charged] += paid_eps
+            delta[charged] += paid_delta
+        return ids, eps, delta
+
+
+@dataclass
+class _Next:
+    """A bucket's next version, computed outside any lock from the version ``read``."""
+
+    read: _State
+    values: dict[str, Any]
+    new_ids: int = 0
+
+
+def _base_values(key: str, batch: int, n_ids: int, max_eps: int, exhausted: int) -> dict[str, Any]:
+    return {
+        "object_key": key, "object_batch": batch, "chain_json": "[]", "chain_ids": 0,
+        "n_ids": n_ids, "max_epsilon_micro": max_eps, "ids_exhausted": exhausted,
+    }
+
+
+_Bases = list[tuple[int, pa.Array, np.ndarray, np.ndarray]]  # (bucket, sorted ids, spent µε, spent δ units)
+
+
+def _write_bases(ctx: LabelsContext, domain_id: str, parts: _Bases) -> tuple[str, dict[int, int]]:
+    """One object holding the given buckets' new bases, a record batch each; (key, each bucket's batch)."""
+    batches = [
+        pa.record_batch([ids.cast(pa.string()), pa.array(eps), pa.array(delta)], schema=_BASE)
+        for _, ids, eps, delta in parts
+    ]
+    return _put_batches(ctx, domain_id, _BASE, batches), {bucket: k for k, (bucket, _, _, _) in enumerate(parts)}
+
+
+def _swap(s: Session, domain_id: str, nexts: dict[int, _Next]) -> None:
+    """Compare-and-swap the touched buckets; the caller holds the domain lock (:func:`lock_domain`).
+
+    Raises :class:`StaleBuckets` — and changes nothing — if any bucket's version is no longer
+    the one its next version was computed from.
+    """
+    wanted = sorted(nexts)
+    rows = s.execute(
+        select(LedgerBucketRow.bucket, LedgerBucketRow.version).where(
+            LedgerBucketRow.domain_id == domain_id, LedgerBucketRow.bucket.in_(wanted)
+        )
+    )
+    current = {int(b): int(v) for b, v in rows}
+    stale = {b for b in wanted if current.get(b, 0) != nexts[b].read.version}
+    if stale:
+        raise StaleBuckets(stale)
+    table = cast(Any, LedgerBucketRow.__table__)
+    inserts = [
+        {"domain_id": domain_id, "bucket": b, "version": 1, **nexts[b].values} for b in wanted if b not in current
+    ]
+    if inserts:
+        s.execute(insert(table), inserts)
+    updates = [
+        (current[b] + 1, *(nexts[b].values[c] for c in _SWAPPED), domain_id, b, current[b])
+        for b in wanted
+        if b in current
+    ]
+    if updates:
+        # The driver's own executemany: a release may swap a thousand rows, and this is the
+        # part of the commit that runs under the lock (SQLAlchemy's per-row work tripled it).
+        mark = "?" if s.get_bind().dialect.paramstyle == "qmark" else "%s"
+        assignments = ", ".join(f"{c} = {mark}" for c in ("version", *_SWAPPED))
+        s.connection().exec_driver_sql(
+            f"UPDATE {table.name} SET {assignments} WHERE domain_id = {mark} AND bucket = {mark} AND version = {mark}",
+            updates,
+        )
+
+
+_SWAPPED = ("object_key", "object_batch", "chain_json", "chain_ids", "n_ids", "max_epsilon_micro", "ids_exhausted")
 
 
 def lock_domain(s: Session, domain_id: str) -> PrivacyDomainRow:
@@ -60,147 +378,316 @@ def lock_domain(s: Session, domain_id: str) -> PrivacyDomainRow:
     return row
 
 
-def _spent_path(data_dir: Path, domain_id: str, version: int, kind: str) -> Path:
-    return domain_dir(data_dir, domain_id) / f"spent-{kind}-{version:012d}.npy"
+# --------------------------------------------------------------------------- charges
 
 
-def read_spent(data_dir: Path, domain: PrivacyDomainRow, mmap: bool = True) -> Spent:
-    if domain.spent_version == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return Spent(empty, empty)
-    v = domain.spent_version
-    return Spent(
-        read_array(_spent_path(data_dir, domain.id, v, "eps"), mmap=mmap),
-        read_array(_spent_path(data_dir, domain.id, v, "delta"), mmap=mmap),
-    )
+@dataclass
+class ChargePlan:
+    """A release's charge: its ids by bucket and each touched bucket's next version."""
+
+    domain_id: str
+    n_buckets: int
+    budget_eps: int
+    budget_delta: int
+    eps: int
+    delta: int
+    groups: dict[int, pa.Array]
+    next: dict[int, _Next] = field(default_factory=dict)
 
 
-def _gather(column: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """column[positions], zero where a position lies past the column's end."""
-    out = np.zeros(positions.shape, dtype=np.int64)
-    inside = positions < column.shape[0]
-    out[inside] = column[positions[inside]]
-    return out
+def plan_charge(
+    ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray, epsilon_micro: int, delta_units: int
+) -> ChargePlan:
+    """Compute (outside any lock) and write the next version of every bucket ``ids`` touch.
 
-
-def spent_at(data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray) -> Spent:
-    spent = read_spent(data_dir, domain)
-    return Spent(_gather(spent.epsilon_micro, positions), _gather(spent.delta_units, positions))
-
-
-def remaining_at(data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray) -> tuple[int, int]:
-    """(min remaining µε, min remaining δ units) over ``positions``: what one more release may spend."""
-    if positions.size == 0:
-        return domain.epsilon_budget_micro, domain.delta_budget_units
-    spent = spent_at(data_dir, domain, positions)
-    return (
-        int(domain.epsilon_budget_micro - spent.epsilon_micro.max()),
-        int(domain.delta_budget_units - spent.delta_units.max()),
-    )
-
-
-def charge(
-    data_dir: Path, domain: PrivacyDomainRow, positions: np.ndarray, epsilon_micro: int, delta_units: int
-) -> None:
-    """Charge every position once; raises :class:`BudgetExhausted` and writes nothing if any id cannot pay.
-
-    The caller holds the domain lock (:func:`lock_domain`) and commits the row change
-    together with whatever the charge pays for.
+    ``ids`` are sorted and unique (a label set's canonical order) and registered in the
+    domain (:func:`register_ids`). Raises :class:`BudgetExhausted` and writes nothing if an
+    id cannot pay.
     """
     if epsilon_micro <= 0 or delta_units < 0:
         raise ValueError("a charge is positive in ε and non-negative in δ")
-    if np.unique(positions).size != positions.size:
-        raise ValueError("a release charges each id once")
-    eps = _full_column(data_dir, domain, "eps")
-    over = int(np.count_nonzero(eps[positions] > domain.epsilon_budget_micro - epsilon_micro))
-    if over:
-        raise BudgetExhausted(over, "epsilon")
-    version = domain.spent_version + 1
-    if delta_units:
-        delta = _full_column(data_dir, domain, "delta")
-        over = int(np.count_nonzero(delta[positions] > domain.delta_budget_units - delta_units))
-        if over:
-            raise BudgetExhausted(over, "delta")
-        delta[positions] += delta_units
-        write_array(_spent_path(data_dir, domain.id, version, "delta"), delta)
-        del delta
-    else:
-        # δ unchanged: the new version shares the old column's bytes (no copy, no memory).
-        _carry_over(data_dir, domain, version, "delta")
-    eps[positions] += epsilon_micro
-    write_array(_spent_path(data_dir, domain.id, version, "eps"), eps)
-    domain.spent_version = version
-    _forget_old_versions(data_dir, domain.id, version)
+    ensure_bucketed(ctx, domain_id)
+    with ctx.sessions() as s:
+        domain = s.get(PrivacyDomainRow, domain_id)
+        assert domain is not None
+        plan = ChargePlan(
+            domain_id, domain.n_buckets, domain.epsilon_budget_micro, domain.delta_budget_units,
+            epsilon_micro, delta_units, _groups(ids, domain.n_buckets),
+        )
+    replan(ctx, plan, set(plan.groups))
+    return plan
 
 
-def _full_column(data_dir: Path, domain: PrivacyDomainRow, kind: str) -> np.ndarray:
-    """The current spent column of ``kind`` as a writable array covering every id."""
-    n = int(domain.n_ids)
-    if domain.spent_version == 0:
-        return np.zeros(n, dtype=np.int64)
-    column = read_array(_spent_path(data_dir, domain.id, domain.spent_version, kind))
-    if column.shape[0] < n:
-        column = np.concatenate([column, np.zeros(n - column.shape[0], dtype=np.int64)])
-    return column
+def replan(ctx: LabelsContext, plan: ChargePlan, buckets: set[int]) -> ChargePlan:
+    """Recompute ``buckets``' next versions from their current committed versions."""
+    with ctx.sessions() as s:
+        states = _states(s, plan.domain_id, buckets)
+    with _Reader(ctx) as reader:
+        checked: list[tuple[_State, np.ndarray, np.ndarray]] = []
+        over_eps = over_delta = 0
+        for b, st in states.items():
+            base_ids, _, _ = reader.base(st)
+            pos = id_lookup.positions(base_ids, plan.groups[b])
+            if pos.size and int(pos.min()) < 0:
+                raise RuntimeError("a charge names an id its domain never registered")
+            if pos.size > 1 and not bool(np.all(pos[1:] > pos[:-1])):
+                raise ValueError("a release charges each id once, in sorted order")
+            spent_eps, spent_delta = reader.spent(st, pos)
+            over_eps += int(np.count_nonzero(spent_eps > plan.budget_eps - plan.eps))
+            if plan.delta:
+                over_delta += int(np.count_nonzero(spent_delta > plan.budget_delta - plan.delta))
+            checked.append((st, pos, spent_eps))
+        if over_eps:
+            raise BudgetExhausted(over_eps, "epsilon")
+        if over_delta:
+            raise BudgetExhausted(over_delta, "delta")
+
+        folded: _Bases = []
+        chained: list[tuple[_State, np.ndarray]] = []
+        stats: dict[int, tuple[int, int]] = {}
+        for st, pos, spent_eps in checked:
+            after = spent_eps + plan.eps
+            crossed = int(np.count_nonzero((spent_eps < plan.budget_eps) & (after >= plan.budget_eps)))
+            stats[st.bucket] = (max(st.max_eps, int(after.max()) if after.size else 0), st.exhausted + crossed)
+            if len(st.chain) >= MAX_CHAIN or st.chain_ids + pos.size > CHAIN_PER_ID * st.n_ids:
+                ids, eps, delta = reader.full(st)
+                eps[pos] += plan.eps
+                delta[pos] += plan.delta
+                folded.append((st.bucket, ids, eps, delta))
+            else:
+                chained.append((st, pos))
+        if folded:
+            key, batches = _write_bases(ctx, plan.domain_id, folded)
+            for bucket, ids, _, _ in folded:
+                plan.next[bucket] = _Next(states[bucket], _base_values(key, batches[bucket], len(ids), *stats[bucket]))
+        if chained:
+            name = _write_charge(ctx, plan, chained)
+            for st, pos in chained:
+                chain = [key.rsplit("charge-", 1)[1] for key in st.chain] + [name]
+                plan.next[st.bucket] = _Next(st, {
+                    "object_key": st.key, "object_batch": st.batch, "chain_json": json.dumps(chain),
+                    "chain_ids": st.chain_ids + pos.size, "n_ids": st.n_ids,
+                    "max_epsilon_micro": stats[st.bucket][0], "ids_exhausted": stats[st.bucket][1],
+                })
+        return plan
 
 
-def _carry_over(data_dir: Path, domain: PrivacyDomainRow, version: int, kind: str) -> None:
-    target = _spent_path(data_dir, domain.id, version, kind)
-    target.unlink(missing_ok=True)  # a leftover of an uncommitted attempt at this version
-    if domain.spent_version == 0:
-        write_array(target, np.zeros(int(domain.n_ids), dtype=np.int64))
-    else:
-        os.link(_spent_path(data_dir, domain.id, domain.spent_version, kind), target)
+def _write_charge(ctx: LabelsContext, plan: ChargePlan, chained: list[tuple[_State, np.ndarray]]) -> str:
+    """One object of the charged in-bucket positions of every chained bucket; returns its name.
+
+    What it paid and where each bucket's positions lie are the object's metadata, so a bucket
+    row's chain is a list of short names (80 bits of the content's sha256): the catalogue
+    row a release rewrites stays small.
+    """
+    index, at = [], 0
+    for st, pos in chained:
+        index.append([st.bucket, at, at + pos.size])
+        at += pos.size
+    meta = {"eps": str(plan.eps), "delta": str(plan.delta), "index": json.dumps(index)}
+    positions = pa.array(np.concatenate([pos for _, pos in chained]).astype(np.int32))
+    schema = _CHARGED.with_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as writer:
+        writer.write_batch(pa.record_batch([positions], schema=schema))
+    data = sink.getvalue().to_pybytes()
+    name = hashlib.sha256(data).hexdigest()[:20]
+    ctx.store.put_bytes(_charge_key(plan.domain_id, name), data)
+    return name
 
 
-def _forget_old_versions(data_dir: Path, domain_id: str, current: int) -> None:
-    # Versions below current - KEEP_VERSIONS are no longer named by any committed row
-    # and no reader that started recently still needs them.
-    for kind in ("eps", "delta"):
-        old = current - KEEP_VERSIONS - 1
-        if old >= 1:
-            _spent_path(data_dir, domain_id, old, kind).unlink(missing_ok=True)
+def commit_charge(s: Session, domain: PrivacyDomainRow, plan: ChargePlan) -> None:
+    """Swap in the plan's bucket versions, in the caller's transaction that holds the domain lock.
+
+    Raises :class:`StaleBuckets` (the caller rolls back, :func:`replan`\\ s those buckets and
+    retries) if another commit moved one of them since the plan read it.
+    """
+    _swap(s, plan.domain_id, plan.next)
+    domain.spent_version = domain.spent_version + 1
 
 
 # --------------------------------------------------------------------------- ids
 
 
-def _segment_path(data_dir: Path, domain_id: str, segment: int) -> Path:
-    return domain_dir(data_dir, domain_id) / f"ids-{segment:06d}.arrow"
+def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array) -> int:
+    """Add the ids (sorted, unique) the domain has not seen, with nothing spent; returns how many.
 
-
-def read_ids(data_dir: Path, domain: PrivacyDomainRow) -> pa.ChunkedArray:
-    """Every id of the domain, in ledger-position order."""
-    chunks = [
-        read_table(_segment_path(data_dir, domain.id, k)).column("id").combine_chunks()
-        for k in range(1, domain.id_segments + 1)
-    ]
-    return pa.chunked_array(chunks, type=pa.string())
-
-
-def register_ids(data_dir: Path, domain: PrivacyDomainRow, ids: pa.Array) -> np.ndarray:
-    """Ledger positions of ``ids`` (unique and sorted), appending the ids the domain has not seen.
-
-    An id already known keeps its position — and so everything it has spent. Each
-    segment holds sorted ids (a filtered slice of a sorted set), so lookups are binary
-    searches per segment with no hash table of the domain. Needs the domain lock; the
-    caller commits the row's new ``n_ids``/``id_segments``.
+    Rewrites only the bases of the buckets that gain ids, computed outside the lock and
+    swapped in by its own short transaction, which commits before the caller's: an id
+    registered by a request that then fails has spent nothing, as if never registered.
+    An id already known keeps everything it has spent.
     """
-    positions = np.full(len(ids), -1, dtype=np.int64)
-    base = 0
-    for k in range(1, domain.id_segments + 1):
-        segment = read_table(_segment_path(data_dir, domain.id, k)).column("id")
-        found = id_lookup.positions(segment, ids)
-        hit = found >= 0
-        positions[hit] = base + found[hit]
-        base += len(segment)
-    new = positions < 0
-    n_new = int(np.count_nonzero(new))
-    if n_new:
-        new_ids = ids if n_new == len(ids) else ids.filter(pa.array(new))
-        segment_no = domain.id_segments + 1
-        write_table(_segment_path(data_dir, domain.id, segment_no), pa.table({"id": new_ids}))
-        positions[new] = np.arange(domain.n_ids, domain.n_ids + n_new, dtype=np.int64)
-        domain.id_segments = segment_no
-        domain.n_ids = domain.n_ids + n_new
-    return positions
+    n_buckets = ensure_bucketed(ctx, domain_id)
+    groups = _groups(ids, n_buckets)
+    nexts: dict[int, _Next] = {}
+    todo = set(groups)
+    for _ in range(MAX_ATTEMPTS):
+        with ctx.sessions() as s:
+            states = _states(s, domain_id, todo)
+        with _Reader(ctx) as reader:
+            merged: _Bases = []
+            counts: dict[int, int] = {}
+            for b, st in states.items():
+                nexts.pop(b, None)
+                base_ids, _, _ = reader.base(st)
+                group = groups[b]
+                new = group.filter(pa.array(id_lookup.positions(base_ids, group) < 0))
+                if len(new) == 0:
+                    continue
+                old_ids, eps, delta = reader.full(st)
+                merged.append((b, *_merge(old_ids, eps, delta, new)))
+                counts[b] = len(new)
+            if merged:
+                key, batches = _write_bases(ctx, domain_id, merged)
+                for b, merged_ids, _, _ in merged:
+                    st = states[b]
+                    values = _base_values(key, batches[b], len(merged_ids), st.max_eps, st.exhausted)
+                    nexts[b] = _Next(st, values, counts[b])
+            if not nexts:
+                return 0
+            try:
+                with ctx.sessions.begin() as s:
+                    domain = lock_domain(s, domain_id)
+                    _swap(s, domain_id, nexts)
+                    added = sum(n.new_ids for n in nexts.values())
+                    domain.n_ids = domain.n_ids + added
+                    domain.spent_version = domain.spent_version + 1
+                return added
+            except StaleBuckets as exc:
+                todo = exc.buckets
+    raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
+
+
+def _merge(
+    ids: pa.Array, eps: np.ndarray, delta: np.ndarray, new: pa.Array
+) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Sorted ``ids`` with the sorted, absent ``new`` ids inserted in order, each new id at 0 spent."""
+    at = id_lookup.lower_bounds(ids, new)  # where each new id goes among the old ones
+    n_old, n_new = len(ids), len(new)
+    new_dest = at + np.arange(n_new, dtype=np.int64)
+    old_dest = np.arange(n_old, dtype=np.int64) + np.searchsorted(at, np.arange(n_old), side="right")
+    source = np.empty(n_old + n_new, dtype=np.int64)
+    source[old_dest] = np.arange(n_old)
+    source[new_dest] = n_old + np.arange(n_new)
+    both = pa.concat_arrays([ids.cast(pa.string()), new.cast(pa.string())])
+    zeros = np.zeros(n_new, np.int64)
+    return (
+        both.take(source),
+        np.concatenate([eps, zeros])[source],
+        np.concatenate([delta, zeros])[source],
+    )
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def remaining_for(
+    ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRow, ids: pa.Array | pa.ChunkedArray
+) -> tuple[int, int]:
+    """(min remaining µε, min remaining δ units) over ``ids``: what one more release may spend.
+
+    Reads the bucket rows in ``s``, or in a session of its own that it closes before reading
+    any object (``s=None``: on SQLite every session holds the write lock).
+    """
+    if domain.id_segments:
+        raise Unavailable("ledger_not_bucketed", "this privacy domain's ledger is being converted; retry")
+    if len(ids) == 0:
+        return domain.epsilon_budget_micro, domain.delta_budget_units
+    groups = _groups(ids, domain.n_buckets)
+    with _Reader(ctx) as reader:
+        most_eps = most_delta = 0
+        if s is None:
+            with ctx.sessions() as own:
+                states = _states(own, domain.id, groups)
+        else:
+            states = _states(s, domain.id, groups)
+        for b, st in states.items():
+            base_ids, _, _ = reader.base(st)
+            pos = id_lookup.positions(base_ids, groups[b]).astype(np.int64)
+            known = pos[pos >= 0]  # an id not registered yet has spent nothing
+            if known.size:
+                e, d = reader.spent(st, known)
+                most_eps, most_delta = max(most_eps, int(e.max())), max(most_delta, int(d.max()))
+        return domain.epsilon_budget_micro - most_eps, domain.delta_budget_units - most_delta
+
+
+def summary(s: Session, domain: PrivacyDomainRow) -> tuple[int, int]:
+    """(the most any id spent in µε, how many ids have no ε left), from the catalogue alone."""
+    most, exhausted = s.execute(
+        select(func.max(LedgerBucketRow.max_epsilon_micro), func.sum(LedgerBucketRow.ids_exhausted)).where(
+            LedgerBucketRow.domain_id == domain.id
+        )
+    ).one()
+    return int(most or 0), int(exhausted or 0)
+
+
+def spent_by_id(ctx: LabelsContext, s: Session, domain: PrivacyDomainRow) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Every id of the domain with its spent µε and δ units (bucket by bucket): for audits and tests."""
+    with _Reader(ctx) as reader:
+        states = _states(s, domain.id, range(domain.n_buckets))
+        parts = [reader.full(st) for st in states.values() if st.n_ids]
+        if not parts:
+            return pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (
+            pa.concat_arrays([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
+
+
+# --------------------------------------------------------------------------- the layout before buckets
+
+
+def ensure_bucketed(ctx: LabelsContext, domain_id: str) -> int:
+    """Bucket a domain kept in the layout before buckets (once); returns its bucket count.
+
+    That layout held the ids in append-only segment files and what they spent in one
+    versioned column per resource (``<data dir>/domains/<id>/``). Conversion runs under the
+    domain lock and writes one base object for all buckets; the old files stay where they
+    were, named by nothing (remove them once every replica runs this version).
+    """
+    with ctx.sessions() as s:
+        row = s.get(PrivacyDomainRow, domain_id)
+        if row is None:
+            raise KeyError(domain_id)
+        if not row.id_segments:
+            return int(row.n_buckets)
+    with ctx.sessions.begin() as s:
+        row = lock_domain(s, domain_id)
+        if not row.id_segments:
+            return int(row.n_buckets)
+        folder = ctx.data_dir / "domains" / domain_id
+        segments = [read_table(folder / f"ids-{k:06d}.arrow").column("id") for k in range(1, row.id_segments + 1)]
+        ids = pa.chunked_array([c for seg in segments for c in seg.chunks], type=pa.string()).combine_chunks()
+        columns = []
+        for kind in ("eps", "delta"):
+            column = np.zeros(len(ids), np.int64)
+            if row.spent_version:
+                stored = read_array(folder / f"spent-{kind}-{row.spent_version:012d}.npy")
+                column[: stored.shape[0]] = stored
+            columns.append(column)
+        order = np.asarray(pc.sort_indices(ids)).astype(np.int64)  # once, at conversion: never on a hot path
+        sorted_ids = ids.take(order)
+        parts: _Bases = []
+        for bucket, rows in _group_rows(sorted_ids, row.n_buckets).items():
+            source = order[rows]
+            parts.append((bucket, sorted_ids.take(rows), columns[0][source], columns[1][source]))
+        key, batches = _write_bases(ctx, domain_id, parts)
+        nexts = {}
+        for bucket, group, eps, _ in parts:
+            exhausted = int(np.count_nonzero(eps >= row.epsilon_budget_micro))
+            values = _base_values(key, batches[bucket], len(group), int(eps.max()), exhausted)
+            nexts[bucket] = _Next(_State(bucket), values)
+        _swap(s, domain_id, nexts)
+        row.n_ids = len(ids)
+        row.id_segments = 0
+        row.spent_version = row.spent_version + 1
+        return int(row.n_buckets)
+
+
+def bucket_legacy_domains(ctx: LabelsContext) -> int:
+    """Bucket every domain still in the layout before buckets (at start-up); returns how many."""
+    with ctx.sessions() as s:
+        legacy = list(s.scalars(select(PrivacyDomainRow.id).where(PrivacyDomainRow.id_segments > 0)))
+    for domain_id in legacy:
+        ensure_bucketed(ctx, domain_id)
+    return len(legacy)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
-from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
+from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unavailable
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
@@ -90,6 +91,9 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     prior_micro = None if body.epsilon_prior is None else _micro(body.epsilon_prior, "epsilon_prior", True)
 
     with ctx.sessions() as s:
+        domain_id = load_label_set(s, label_set_id).privacy_domain_id
+    ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
+    with ctx.sessions() as s:
         ls = load_label_set(s, label_set_id)
         domain_row = s.get(PrivacyDomainRow, ls.privacy_domain_id)
         assert domain_row is not None
@@ -102,12 +106,11 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     if not ls.ids_ready:
         raise Conflict("ids_missing", "the label set has no ids yet")
     ids_table = read_ids(ctx, ls)
-    positions = ids_table.column("pos").to_numpy()
     if charge > ls.cap_micro - ls.spent_micro:
         raise _exhausted(
             f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap"
         )
-    id_eps, id_delta = ledger.remaining_at(ctx.data_dir, domain_row, positions)
+    id_eps, id_delta = ledger.remaining_for(ctx, None, domain_row, ids_table.column("id"))
     if charge > id_eps:
         raise _exhausted(
             f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
@@ -165,48 +168,77 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     with ctx.store.open_output_stream(key) as stream:
         hashed = HashingWriter(stream)
         write_message(hashed, release=message, ids=ids, labels=out.labels)  # type: ignore[arg-type]
-    del ids_table, ids, out
+    del out
     size, sha = hashed.size, hashed.hexdigest()
     try:
-        with ctx.sessions.begin() as s:
-            domain_row = ledger.lock_domain(s, ls.privacy_domain_id)
-            ls = load_label_set(s, label_set_id, for_update=True)
-            if ls.spent_micro + charge > ls.cap_micro:
-                raise _exhausted(f"epsilon {from_micro(charge)}", "less of the label set's cap")
+        # The ledger's next bucket versions are computed outside any lock; the transaction
+        # swaps them in only if no other commit moved them (else: recompute those, retry).
+        with _refused_if_exhausted():
+            plan = ledger.plan_charge(ctx, domain_id, ids, charge, delta_units)
+        del ids_table, ids
+        for _ in range(ledger.MAX_ATTEMPTS):
             try:
-                ledger.charge(ctx.data_dir, domain_row, positions, charge, delta_units)
-            except ledger.BudgetExhausted as exc:
-                raise Conflict(
-                    "budget_exhausted", f"{exc.ids_over} ids of the label set lack the {exc.resource} budget"
-                ) from None
-            ls.spent_micro = ls.spent_micro + charge
-            row = ReleaseRow(
-                id=release_id,
-                label_set_id=label_set_id,
-                mechanism=mechanism,
-                epsilon_micro=charge,
-                delta_units=delta_units,
-                accounting_json=message.accounting.model_dump_json(),
-                prior_source=None if body.prior is None else body.prior.source,
-                feature_table=body.feature_table,
-                row_count=message.row_count,
-                message_file=message_file,
-                message_bytes=size,
-                message_sha256=sha,
-                status="pending",
-                created_at=datetime.now(UTC),
-                request_id=current_request_id(),
-            )
-            s.add(row)
-            s.flush()
-            response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
-            if claim is not None:
-                claim.complete(s, response)
+                response = _commit(ctx, label_set_id, plan, message, body, release_id, message_file, size, sha,
+                                   mechanism, claim)
+                break
+            except ledger.StaleBuckets as stale:
+                with _refused_if_exhausted():
+                    plan = ledger.replan(ctx, plan, stale.buckets)
+        else:
+            raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
     except BaseException:
         with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
             ctx.store.delete(key)
         raise
     release_unused_memory()
+    return response
+
+
+@contextlib.contextmanager
+def _refused_if_exhausted() -> Iterator[None]:
+    try:
+        yield
+    except ledger.BudgetExhausted as exc:
+        raise Conflict(
+            "budget_exhausted", f"{exc.ids_over} ids of the label set lack the {exc.resource} budget"
+        ) from None
+
+
+def _commit(
+    ctx: LabelsContext, label_set_id: str, plan: ledger.ChargePlan, message: LabelRelease, body: ReleaseCreate,
+    release_id: str, message_file: str, size: int, sha: str, mechanism: str, claim: Claim | None,
+) -> StoredResponse:
+    """The one short transaction: the label set's cap, the ledger's swap, the release row and its answer."""
+    charge, delta_units = plan.eps, plan.delta
+    with ctx.sessions.begin() as s:
+        domain_row = ledger.lock_domain(s, plan.domain_id)
+        ls = load_label_set(s, label_set_id, for_update=True)
+        if ls.spent_micro + charge > ls.cap_micro:
+            raise _exhausted(f"epsilon {from_micro(charge)}", "less of the label set's cap")
+        ledger.commit_charge(s, domain_row, plan)
+        ls.spent_micro = ls.spent_micro + charge
+        row = ReleaseRow(
+            id=release_id,
+            label_set_id=label_set_id,
+            mechanism=mechanism,
+            epsilon_micro=charge,
+            delta_units=delta_units,
+            accounting_json=message.accounting.model_dump_json(),
+            prior_source=None if body.prior is None else body.prior.source,
+            feature_table=body.feature_table,
+            row_count=message.row_count,
+            message_file=message_file,
+            message_bytes=size,
+            message_sha256=sha,
+            status="pending",
+            created_at=datetime.now(UTC),
+            request_id=current_request_id(),
+        )
+        s.add(row)
+        s.flush()
+        response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
+        if claim is not None:
+            claim.complete(s, response)
     return response
 
 

@@ -1,8 +1,8 @@
 """The labels party's SQL catalogue. Raw labels live in this service's objects and nowhere else.
 
-Rows here are small: ids, labels and message bytes are immutable objects in the object store
-(``LABELDP_STORAGE_URL``), the ledger's columns files under ``labels_data_dir``, and the rows
-reference them (services/labels_party/columnar.py; docs/architecture.md, "Storage").
+Rows here are small: ids, labels, message bytes and the ledger's buckets are immutable
+objects in the object store (``LABELDP_STORAGE_URL``), and the rows reference them
+(services/labels_party/columnar.py, ledger.py; docs/architecture.md, "Storage").
 """
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ class Base(DeclarativeBase):
 IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
 
 
+LEDGER_BUCKETS = 1024
+"""Hash buckets of a new domain's ledger: 10⁹ ids at about 2²⁰ ids per bucket. Fixed per domain
+at creation (``PrivacyDomainRow.n_buckets``), so an id's bucket never changes."""
+
+
 class PrivacyDomainRow(Base):
     """A unit-of-privacy scope: every id in it has the same per-id budget (ε in µε, δ in 1e-15 units).
 
-    ``n_ids`` ids are stored in ``id_segments`` append-only files; the spent columns are
-    versioned files, ``spent_version`` names the current one (0: nothing spent yet).
-    The row is the lock every charge takes.
+    Its ids and what they spent live in ``n_buckets`` hash buckets (:class:`LedgerBucketRow`);
+    ``spent_version`` counts the ledger's commits. ``id_segments`` > 0 marks a domain still in
+    the layout before buckets (append-only id files, one spent column), bucketed on first use.
+    The row is the lock every ledger commit takes, for its compare-and-swap only.
     """
 
     __tablename__ = "privacy_domains"
@@ -40,7 +46,32 @@ class PrivacyDomainRow(Base):
     n_ids: Mapped[int] = mapped_column(BigInteger, default=0)
     id_segments: Mapped[int] = mapped_column(Integer, default=0)
     spent_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_buckets: Mapped[int] = mapped_column(Integer, default=LEDGER_BUCKETS, server_default=str(LEDGER_BUCKETS))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LedgerBucketRow(Base):
+    """The current version of one hash bucket of a domain's ledger (services/labels_party/ledger.py).
+
+    Record batch ``object_batch`` of the immutable object ``object_key`` is the bucket's
+    base: its ``n_ids`` ids sorted, with their spent µε and δ units. ``chain_json``
+    names the charge objects made since (each holds the in-bucket positions one release
+    charged and what it paid). A commit replaces the row only while
+    ``version`` is still the one its computation read (compare-and-swap).
+    """
+
+    __tablename__ = "ledger_buckets"
+
+    domain_id: Mapped[str] = mapped_column(String(40), ForeignKey("privacy_domains.id"), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(BigInteger)
+    object_key: Mapped[str] = mapped_column(String(300))
+    object_batch: Mapped[int] = mapped_column(Integer, comment="the bucket's record batch in the object")
+    chain_json: Mapped[str] = mapped_column(Text, comment="charges since the base: [name of a charge object, …]")
+    chain_ids: Mapped[int] = mapped_column(BigInteger, comment="positions the chain holds, summed")
+    n_ids: Mapped[int] = mapped_column(BigInteger)
+    max_epsilon_micro: Mapped[int] = mapped_column(BigInteger, comment="the most one id of the bucket spent")
+    ids_exhausted: Mapped[int] = mapped_column(BigInteger, comment="ids with no ε left")
 
 
 class LabelSetRow(Base):

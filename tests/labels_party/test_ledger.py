@@ -64,9 +64,8 @@ def spent_per_id(ctx: LabelsContext, domain: str) -> dict[str, int]:
     with ctx.sessions() as s:
         row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == domain))
         assert row is not None
-        ids = ledger.read_ids(ctx.data_dir, row).to_pylist()
-        spent = ledger.spent_at(ctx.data_dir, row, np.arange(len(ids))).epsilon_micro
-    return dict(zip(ids, spent.tolist()))
+        ids, spent, _ = ledger.spent_by_id(ctx, s, row)
+    return dict(zip(ids.to_pylist(), spent.tolist()))
 
 
 def expected_from_releases(ctx: LabelsContext) -> dict[str, int]:
