@@ -1,7 +1,7 @@
 """ledger buckets
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 The per-id ledger in hash buckets (services/labels_party/ledger.py). Existing domains keep
 their files and ``id_segments`` > 0; the service buckets them on first use.
 """
@@ -9,8 +9,8 @@ their files and ``id_segments`` > 0; the service buckets them on first use.
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0002'
-down_revision = '0001'
+revision = '0003'
+down_revision = '0002'
 branch_labels = None
 depends_on = None
 
