@@ -22,6 +22,12 @@ class Base(DeclarativeBase):
     pass
 
 
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
+TRAINING_STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
+"""A training's ``status`` (features_party.jobs runs it, features_party.leases owns it)."""
+
+
 IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
 """Idempotency-Key claims and stored answers of the mutating POSTs (feature tables, trainings)."""
 
@@ -63,7 +69,7 @@ class Training(Base):
     release_id: Mapped[str] = mapped_column(String(256), index=True)
     feature_table: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # features_party.jobs.STATUSES
+    status: Mapped[str] = mapped_column(String(16), index=True)  # TRAINING_STATUSES
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     epochs: Mapped[int] = mapped_column(Integer)
     history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
