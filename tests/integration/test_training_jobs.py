@@ -9,6 +9,7 @@ checkpoint; cancel and progress go through the database rows.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from features_party import store
+from labeldp.service.database import make_engine
 from labeldp.synthetic import make_conversions
 from labeldp_tools.local_stack import LocalStack, free_port
 
@@ -28,6 +32,7 @@ from .conftest import create_label_set, upload_csv, wait_for_status
 pytestmark = pytest.mark.integration
 
 LEASE_SECONDS = 3.0
+START_SECONDS = 180.0  # a process imports torch before it answers; slow on a busy machine
 
 
 class Fleet:
@@ -39,7 +44,7 @@ class Fleet:
         self.extra: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
 
     def start(self) -> None:
-        self.stack.start()
+        self.stack.start(timeout=START_SECONDS)
 
     def spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.stack.log_path(name), "ab")  # noqa: SIM115 -- open while the process runs
@@ -55,7 +60,7 @@ class Fleet:
         port = free_port()
         proc = self.spawn(name, ["serve", "features", "--port", str(port)], env)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             assert proc.poll() is None, self.stack.log_path(name).read_text()[-3000:]
             try:
@@ -107,7 +112,7 @@ def _release(stack: LocalStack) -> str:
     return str(release_id)
 
 
-def _wait(client: httpx.Client, training_id: str, done, timeout: float = 120.0) -> dict:  # type: ignore[no-untyped-def]
+def _wait(client: httpx.Client, training_id: str, done, timeout: float = 240.0) -> dict:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     body: dict = {}
     while time.monotonic() < deadline:
@@ -119,9 +124,9 @@ def _wait(client: httpx.Client, training_id: str, done, timeout: float = 120.0) 
 
 
 @pytest.fixture
-def single_api(tmp_path: Path) -> Iterator[Fleet]:
+def single_api(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
     """The defaults of `make demo`: one features API whose in-process worker trains."""
-    fleet = Fleet(tmp_path, {"LABELDP_TRAINING_THREADS": "1"})
+    fleet = Fleet(tmp_path, {"LABELDP_FEATURES_DATABASE_URL": database_url, "LABELDP_TRAINING_THREADS": "1"})
     fleet.start()
     yield fleet
     fleet.close()
@@ -143,3 +148,79 @@ def test_starting_a_second_api_keeps_the_running_training(single_api: Fleet) -> 
             end = _wait(b, training, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
         assert end["status"] == "succeeded", end
         assert end["model_id"] and end["error"] is None
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
+    """A deployment's shape: APIs without an in-process worker, trainings run by worker processes,
+    short leases so a dead worker's training is picked up within seconds."""
+    fleet = Fleet(tmp_path, {
+        "LABELDP_FEATURES_DATABASE_URL": database_url,
+        "LABELDP_TRAINING_IN_PROCESS_WORKER": "false",
+        "LABELDP_TRAINING_LEASE_SECONDS": str(LEASE_SECONDS),
+        "LABELDP_TRAINING_POLL_SECONDS": "0.3",
+        "LABELDP_TRAINING_PROGRESS_SECONDS": "0.3",
+        "LABELDP_TRAINING_THREADS": "1",
+    })
+    fleet.start()
+    yield fleet
+    fleet.close()
+
+
+def _owner(database_url: str, training_id: str) -> str | None:
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(
+                select(store.Training.owner).where(store.Training.training_id == training_id)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_workers_apart_from_the_apis_run_resume_and_cancel(fleet: Fleet, database_url: str) -> None:
+    """Two APIs and worker processes on one catalogue: a training queued through A runs on a worker
+    and is read through B; a worker killed with SIGKILL mid-training leaves it to another worker,
+    which resumes it from its checkpoint (attempt 2) to a model; a cancel sent to B stops a
+    training a worker runs."""
+    release_id = _release(fleet.stack)
+    b_url = fleet.api("features-b")
+    first = fleet.worker("worker-1")
+    with fleet.stack.features_client() as a, fleet.client(b_url) as b:
+        # Queued through A while no worker of A's process exists; run by the worker, seen through B.
+        quick = a.post("/v1/trainings", json={"release_id": release_id, "epochs": 2, "batch_size": 64}).json()["id"]
+        done = _wait(b, quick, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
+        assert done["status"] == "succeeded" and done["model_id"] and done["attempt"] == 1, done
+        assert b.get(f"/v1/models/{done['model_id']}").status_code == 200
+
+        # A long one, queued through B; its batch progress shows through A (written by the worker).
+        long = b.post("/v1/trainings", json={"release_id": release_id, "epochs": 20, "batch_size": 16}).json()["id"]
+        running = _wait(a, long, lambda body: body["status"] == "running" and body["progress"]["epoch"] >= 2
+                        and body["progress"]["batch"] is not None)
+        assert running["progress"]["batches"] == 68 and running["attempt"] == 1  # 1080 training rows, batches of 16
+        owner = _owner(database_url, long)
+        assert owner is not None and int(owner.split(":")[1]) == first.pid
+
+        # The worker dies without a word; nobody fails the training, a second worker resumes it.
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        killed_at = _wait(a, long, lambda body: True)["progress"]["epoch"]
+        assert killed_at >= 2
+        fleet.worker("worker-2")
+        resumed = _wait(a, long, lambda body: body["attempt"] == 2 and body["status"] == "running")
+        assert resumed["error"] is None
+        end = _wait(b, long, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
+        assert end["status"] == "succeeded" and end["attempt"] == 2 and end["model_id"], end
+        log = fleet.stack.log_path("worker-2").read_text()
+        assert f"training {long} started" in log and "resuming after epoch" in log
+        assert not list((fleet.stack.workdir / "features-data" / "checkpoints").glob("*.pt"))
+
+        # A cancel sent to B reaches the worker that runs the training (through the row).
+        stopped = a.post("/v1/trainings", json={"release_id": release_id, "epochs": 200, "batch_size": 16}).json()["id"]
+        _wait(a, stopped, lambda body: body["status"] == "running" and body["progress"]["batch"] is not None)
+        cancel = b.post(f"/v1/trainings/{stopped}/cancel")
+        assert cancel.status_code == 202 and cancel.json()["status"] == "cancelling"
+        final = _wait(a, stopped, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
+        assert final["status"] == "cancelled" and final["model_id"] is None and final["progress"]["epoch"] < 200
+    models = sorted(p.name for p in (fleet.stack.workdir / "features-data" / "models").glob("*"))
+    assert models == sorted(f"{m}.pt" for m in (done["model_id"], end["model_id"]))
