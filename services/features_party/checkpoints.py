@@ -51,3 +51,9 @@ def load(data_dir: Path, training_id: str) -> dict[str, Any] | None:
 def remove(data_dir: Path, training_id: str) -> None:
     """Once the training is over (succeeded, failed or cancelled) its checkpoint has no use."""
     _path(data_dir, training_id).unlink(missing_ok=True)
+
+
+def stored(data_dir: Path) -> list[str]:
+    """The trainings that have a checkpoint (a worker's sweep removes those of finished trainings)."""
+    folder = Path(data_dir) / CHECKPOINTS_DIR
+    return sorted(p.stem for p in folder.glob("*.pt")) if folder.is_dir() else []

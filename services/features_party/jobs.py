@@ -522,10 +522,15 @@ class _Listener:
         now = time.monotonic()
         if now >= self._next_write:
             self._next_write = now + self.ctx.progress_seconds
-            with self.ctx.session_factory.begin() as s:
-                written = _write_held(s, self.ctx, self.training_id, live=self.ctx.board.record(self.training_id))
-                if not written:
-                    _not_held(s, self.ctx, self.training_id)
+            try:
+                with self.ctx.session_factory.begin() as s:
+                    written = _write_held(s, self.ctx, self.training_id, live=self.ctx.board.record(self.training_id))
+                    if not written:
+                        _not_held(s, self.ctx, self.training_id)
+            except (TrainingCancelled, LeaseLost, FileNotFoundError):
+                raise
+            except Exception as exc:  # progress is best effort: a database hiccup must not fail the training
+                log.warning("training %s: progress not written (%s)", self.training_id, type(exc).__name__)
 
     def __call__(self, report: EpochReport) -> None:
         self.history.append(report.as_history())
@@ -576,11 +581,41 @@ def run_claimed(ctx: JobContext, training_id: str, stop: threading.Event | None 
     When ``stop`` is set it stops after the epoch it is in (whose checkpoint is written) and
     hands the training back to the queue; another worker, or this one after a restart,
     resumes it."""
+    try:
+        job = _prepare(ctx, training_id, stop)
+    except Exception as exc:  # a row this version cannot run (its options): fail it, never leave it held
+        code, message = _safe_error(exc)
+        log.error("training %s failed at start: %s (%s)", training_id, code, type(exc).__name__)
+        with ctx.session_factory.begin() as session:
+            written = _write_held(session, ctx, training_id, status=FAILED, error=stored_error(code, message),
+                                  finished_at=utcnow(), lease_expires_at=None, live=None)
+        if written:
+            ctx.status_changed(FAILED)
+        return
+    if job is None:
+        return
+    ctx.status_changed(RUNNING)
+    done = int(job.resume["epoch"]) if job.resume is not None else 0
+    log.info("training %s started on %s by %s (attempt %d%s)", training_id, job.config.device, ctx.owner,
+             job.attempt, f", resuming after epoch {done}" if done else "")
+    ctx.board.start(training_id, job.config.epochs)
+    if done:
+        ctx.board.epoch(training_id, done)
+    with leases.LeaseKeeper(ctx.session_factory, training_id, ctx.owner, ctx.lease_seconds) as keeper:
+        job.listener.lost = keeper.lost
+        try:
+            job.train_and_record()
+        finally:
+            ctx.board.finish(training_id)
+
+
+def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) -> _Job | None:
+    """The claimed row as a job: its options, its checkpoint if an earlier attempt left one."""
     device = resolve_device(ctx.device)
     with ctx.session_factory() as session:
         row = session.get(store.Training, training_id)
         if row is None or row.owner != ctx.owner:
-            return
+            return None
         options = dict(row.config)
         attempt = row.attempt
         forward_correction = bool(options.pop("forward_correction", False))
@@ -603,20 +638,9 @@ def run_claimed(ctx: JobContext, training_id: str, stop: threading.Event | None 
         row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
         join_partition_rows=ctx.join_partition_rows,
     )
-    ctx.status_changed(RUNNING)
-    done = int(resume["epoch"]) if resume is not None else 0
-    log.info("training %s started on %s by %s (attempt %d%s)", training_id, device, ctx.owner, attempt,
-             f", resuming after epoch {done}" if done else "")
-    ctx.board.start(training_id, config.epochs)
-    if done:
-        ctx.board.epoch(training_id, done)
-    with leases.LeaseKeeper(ctx.session_factory, training_id, ctx.owner, ctx.lease_seconds) as keeper:
-        listener = _Listener(ctx, training_id, stop, keeper.lost, resume["history"] if resume is not None else None)
-        job = _Job(ctx, training_id, listener, config, forward_correction, learning, resume)
-        try:
-            job.train_and_record(release_id, table_name)
-        finally:
-            ctx.board.finish(training_id)
+    listener = _Listener(ctx, training_id, stop, None, resume["history"] if resume is not None else None)
+    return _Job(ctx, training_id, listener, config, forward_correction, learning, resume, release_id, table_name,
+                attempt)
 
 
 def _streaming(ctx: JobContext) -> bool:
@@ -643,6 +667,9 @@ class _Job:
     forward_correction: bool
     learning: LearningConfig
     resume: dict[str, Any] | None
+    release_id: str
+    table_name: str
+    attempt: int
 
     def checkpoint(self, state: dict[str, Any]) -> None:
         checkpoints.save(
@@ -674,8 +701,9 @@ class _Job:
             spec=spec, learning=self.learning, **hooks,
         )
 
-    def train_and_record(self, release_id: str, table_name: str) -> None:
+    def train_and_record(self) -> None:
         ctx, training_id, listener, config = self.ctx, self.training_id, self.listener, self.config
+        release_id, table_name = self.release_id, self.table_name
         model_path: Path | None = None
         try:
             with ctx.session_factory() as session:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import jobs, leases
+from features_party import checkpoints, jobs, leases, store
 from features_party.progress import ProgressBoard
 from labeldp.learning.device import resolve_device
 from labeldp.service.database import is_transient, make_session_factory
@@ -26,6 +28,7 @@ from labeldp.service.settings import Settings
 log = logging.getLogger("labeldp.features")
 
 MIGRATIONS = "features_party.migrations"
+SWEEP_SECONDS = 60.0  # how often an idle worker removes the checkpoints of finished trainings
 
 
 class Worker:
@@ -34,6 +37,7 @@ class Worker:
     def __init__(self, ctx: jobs.JobContext, max_attempts: int, poll_seconds: float) -> None:
         self.ctx, self.max_attempts, self.poll_seconds = ctx, max_attempts, poll_seconds
         self.lost_error = jobs.stored_error(*leases.WORKER_LOST)
+        self._next_sweep = 0.0
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """Reap expired leases, then claim and run one training; False when none was queued."""
@@ -46,6 +50,24 @@ class Worker:
         jobs.run_claimed(self.ctx, training_id, stop)
         return True
 
+    def sweep_checkpoints(self) -> list[str]:
+        """Remove the checkpoints of trainings that are over (failed as worker_lost, or cancelled
+        while queued after a re-queue: their last worker was not there to remove them)."""
+        ids = checkpoints.stored(self.ctx.data_dir)
+        if not ids:
+            return []
+        with self.ctx.session_factory() as session:
+            pending = set(session.scalars(
+                select(store.Training.training_id).where(
+                    store.Training.training_id.in_(ids),
+                    store.Training.status.in_((store.QUEUED, store.RUNNING, store.CANCELLING)),
+                )
+            ))
+        removed = [training_id for training_id in ids if training_id not in pending]
+        for training_id in removed:
+            checkpoints.remove(self.ctx.data_dir, training_id)
+        return removed
+
     def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
         """Work until ``stop``; ``wake`` (set when this process queued a training) cuts the wait short."""
         log.info("training worker %s started", self.ctx.owner)
@@ -53,6 +75,9 @@ class Worker:
             try:
                 if self.step(stop):
                     continue
+                if time.monotonic() >= self._next_sweep:
+                    self._next_sweep = time.monotonic() + SWEEP_SECONDS
+                    self.sweep_checkpoints()
             except Exception as exc:  # a database outage: wait and try again, never exit
                 level = logging.WARNING if is_transient(exc) else logging.ERROR
                 log.log(level, "training worker: %s; retrying", type(exc).__name__)

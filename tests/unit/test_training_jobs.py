@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.unit.test_training_control import CONFIG, _data, _row
 from tests.unit.test_training_control import sessions as sessions
 
-from features_party import checkpoints, jobs, leases, store
+from features_party import checkpoints, jobs, leases, store, worker
 from features_party.progress import ProgressBoard
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
@@ -229,3 +229,14 @@ def test_a_resumed_classifier_is_the_uninterrupted_one() -> None:
     resumed = _interrupted_then_resumed(fit, 3)
     assert resumed.history_ == whole.history_
     np.testing.assert_array_equal(resumed.predict_proba(features), whole.predict_proba(features))
+
+
+def test_an_idle_worker_removes_the_checkpoints_of_finished_trainings(sessions, tmp_path: Path) -> None:
+    for training_id, status in (("done", "failed"), ("gone", "cancelled"), ("waiting", "queued"),
+                                ("busy", "running")):
+        _add(sessions, training_id, status=status)
+        checkpoints.save(tmp_path, training_id, {"epoch": 1})
+    checkpoints.save(tmp_path, "deleted", {"epoch": 1})
+    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu")
+    assert worker.Worker(ctx, 3, 1.0).sweep_checkpoints() == ["deleted", "done", "gone"]
+    assert checkpoints.stored(tmp_path) == ["busy", "waiting"]
