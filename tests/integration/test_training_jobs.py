@@ -24,6 +24,7 @@ from sqlalchemy import select
 
 from features_party import store
 from labeldp.service.database import make_engine
+from labeldp.service.events import parse_events
 from labeldp.synthetic import make_conversions
 from labeldp_tools.local_stack import LocalStack, free_port
 
@@ -215,11 +216,21 @@ def test_workers_apart_from_the_apis_run_resume_and_cancel(fleet: Fleet, databas
         assert f"training {long} started" in log and "resuming after epoch" in log
         assert not list((fleet.stack.workdir / "features-data" / "checkpoints").glob("*.pt"))
 
-        # A cancel sent to B reaches the worker that runs the training (through the row).
+        # B's event stream follows a training the worker runs, batch by batch; a cancel sent to B
+        # reaches that worker (through the row) and the stream ends with it.
         stopped = a.post("/v1/trainings", json={"release_id": release_id, "epochs": 200, "batch_size": 16}).json()["id"]
-        _wait(a, stopped, lambda body: body["status"] == "running" and body["progress"]["batch"] is not None)
-        cancel = b.post(f"/v1/trainings/{stopped}/cancel")
-        assert cancel.status_code == 202 and cancel.json()["status"] == "cancelling"
+        with b.stream("GET", f"/v1/trainings/{stopped}/events") as response:
+            assert response.status_code == 200
+            events = parse_events(response.iter_lines())
+            batches = set()
+            for event in events:
+                batches.add(event.data["progress"]["batch"])
+                if event.data["status"] == "running" and len(batches - {None}) >= 2:
+                    break
+            cancel = b.post(f"/v1/trainings/{stopped}/cancel")
+            assert cancel.status_code == 202 and cancel.json()["status"] == "cancelling"
+            rest = list(events)
+        assert rest[-1].event == "end" and rest[-1].data["status"] == "cancelled"
         final = _wait(a, stopped, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
         assert final["status"] == "cancelled" and final["model_id"] is None and final["progress"]["epoch"] < 200
     models = sorted(p.name for p in (fleet.stack.workdir / "features-data" / "models").glob("*"))
