@@ -40,8 +40,8 @@ def catalogue(database_url: str) -> sessionmaker[Session]:
 def _add(factory: sessionmaker[Session], training_id: str, minute: int = 0, **values) -> None:  # type: ignore[no-untyped-def]
     with factory.begin() as s:
         s.add(store.Training(
-            training_id=training_id, release_id="rel", feature_table="t", config=CONFIG, epoch=0, epochs=5,
-            history=[], created_at=T0 + timedelta(minutes=minute), **{"status": "queued", **values},
+            training_id=training_id, release_id="rel", feature_table="t", epoch=0, epochs=5,
+            history=[], created_at=T0 + timedelta(minutes=minute), **{"status": "queued", "config": CONFIG, **values},
         ))
 
 
@@ -240,3 +240,35 @@ def test_an_idle_worker_removes_the_checkpoints_of_finished_trainings(sessions, 
     ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu")
     assert worker.Worker(ctx, 3, 1.0).sweep_checkpoints() == ["deleted", "done", "gone"]
     assert checkpoints.stored(tmp_path) == ["busy", "waiting"]
+
+
+def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(sessions, tmp_path: Path) -> None:
+    """Its lease expired and another worker took the training: the first stops at its next
+    progress write and leaves the row, now the other's, as it is (no cancel, no failure, no model)."""
+
+    class TakenOver(ProgressBoard):
+        def batch(self, training_id: str, epoch: int, step: int, steps: int) -> None:
+            super().batch(training_id, epoch, step, steps)
+            if (epoch, step) == (2, 1):
+                with sessions.begin() as s:  # re-queued and claimed by another worker meanwhile
+                    row = s.get(store.Training, training_id)
+                    row.owner, row.attempt = "other:2:cd", 2
+
+    _add(sessions, "t1")
+    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=TakenOver(),
+                          progress_seconds=0.0)
+    jobs.run_training(ctx, "t1")
+    row = _row(sessions, "t1")
+    assert (row.status, row.owner, row.attempt, row.error, row.model_id) == ("running", "other:2:cd", 2, None, None)
+    assert row.epoch == 1 and not list(tmp_path.glob("models/*"))
+    assert (tmp_path / "checkpoints" / "t1.pt").is_file()  # the new owner resumes from it
+
+
+def test_a_claimed_training_that_cannot_start_fails_instead_of_staying_held(sessions, tmp_path: Path) -> None:
+    _add(sessions, "t1", config={**CONFIG, "batch_size": 0})
+    statuses: list[str] = []
+    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
+    jobs.run_training(ctx, "t1")
+    row = _row(sessions, "t1")
+    assert row.status == "failed" and jobs.error_body(row.error)["code"] == "training_failed"
+    assert row.lease_expires_at is None and statuses == ["failed"]
