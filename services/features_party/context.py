@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import jobs, models, store
+from features_party import jobs, models, store, worker
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
@@ -31,7 +31,7 @@ class AppContext:
     registry: CollectorRegistry
     inbox_messages: Counter
     trainings: Counter
-    runner: jobs.TrainingRunner
+    runner: worker.TrainingRunner
     model_cache: models.ModelCache
     idempotency: IdempotencyKeys
     inbox_slots: asyncio.Semaphore
@@ -54,21 +54,13 @@ def build_context(settings: Settings) -> AppContext:
     registry = CollectorRegistry()
     measured = features_metrics(registry)
     training_metrics = TrainingObserver(measured)
-    runner = jobs.TrainingRunner(
-        jobs.JobContext(
-            session_factory=sessions,
-            data_dir=data_dir,
-            device=settings.device,
-            threads=settings.training_threads,
-            workers=settings.training_workers,
-            streaming=settings.training_streaming,
-            row_group_rows=settings.training_row_group_rows,
-            buffer_row_groups=settings.training_buffer_row_groups,
-            join_partition_rows=settings.training_join_partition_rows,
-            hosts=torchrun_hosts(settings),
-            on_status=training_metrics.status_changed,
-            on_trained=training_metrics.trained,
-        )
+    runner = worker.TrainingRunner(
+        jobs.job_context(
+            settings, sessions, training_metrics.status_changed, training_metrics.trained, torchrun_hosts(settings)
+        ),
+        enabled=settings.training_in_process_worker,
+        max_attempts=settings.training_max_attempts,
+        poll_seconds=settings.training_poll_seconds,
     )
     return AppContext(
         settings=settings,

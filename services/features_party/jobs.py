@@ -1,13 +1,18 @@
-"""Training jobs: queue, run in the background, record progress, leave a model, or be cancelled.
+"""Training jobs: queue, run by a worker, record progress, leave a model, or be cancelled.
 
-One worker thread per app trains one model at a time (a GPU or the CPU cores are
-the bottleneck, not concurrency). The queue is bounded (``LABELDP_TRAINING_QUEUE_MAX``
-queued trainings; more get 429 ``training_queue_full`` and create nothing). Progress is
-written to the database after every epoch and kept per batch in memory
-(:mod:`features_party.progress`), so ``GET /v1/trainings/{id}`` and its event stream show
-it while the job runs. A queued training is cancelled at once; a running one stops at
-the next batch boundary and leaves no model (docs/architecture.md, "Progress and
-events"). Error messages
+The queue is the trainings table: any API process queues a row, and a worker
+(:mod:`features_party.worker`: ``labeldp worker features``, or the API's in-process one)
+claims it under a lease (:mod:`features_party.leases`) and runs it here, one training
+at a time per worker (a GPU or the CPU cores are the bottleneck, not concurrency). The
+queue is bounded (``LABELDP_TRAINING_QUEUE_MAX`` queued rows; more get 429
+``training_queue_full`` and create nothing). Progress is written to the row after every
+epoch and every ``LABELDP_TRAINING_PROGRESS_SECONDS`` per batch
+(:mod:`features_party.progress`), so ``GET /v1/trainings/{id}`` and its event stream on
+any API process show it while the job runs. A queued training is cancelled at once; a
+running one stops at the next batch boundary once its worker sees the cancel, and leaves
+no model; a training whose worker died resumes from its checkpoint
+(:mod:`features_party.checkpoints`) on another (docs/architecture.md, "Training jobs",
+"Progress and events"). Error messages
 stored on a failed training are written by this module, never copied from an
 exception, so they can carry no label value or feature row.
 
@@ -20,10 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
@@ -35,8 +41,9 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, store
-from features_party.progress import ProgressBoard, describe_progress
+from features_party import checkpoints, feature_tables, inbox, leases, store
+from features_party.progress import ProgressBoard, describe_progress, stored_progress
+from features_party.store import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, SUCCEEDED, TRAINING_STATUSES
 from labeldp.errors import Busy, Conflict, InvalidInput, LabelDPError, NotFound
 from labeldp.learning import streamed
 from labeldp.learning.classifier import fit_classifier
@@ -50,13 +57,12 @@ from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_m
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
+from labeldp.service.settings import Settings
 from labeldp.service.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
-QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
-CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
-STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
+STATUSES = TRAINING_STATUSES
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 QUEUE_LOCK = 0x6C616264  # PostgreSQL advisory lock serializing the queue bound's count-then-insert
 MODELS_DIR = "models"
@@ -94,7 +100,7 @@ class TrainingRequest(TrainingOptions):
 
 
 class TrainingInterrupted(Exception):
-    """Raised between epochs when the service shuts down."""
+    """Raised between epochs when the worker stops: the training goes back to the queue."""
 
 
 class TrainingCancelled(Exception):
@@ -254,19 +260,25 @@ def fit_for_release(
     forward_correction: bool = False,
     spec: Any = None,
     learning: LearningConfig = PLAIN,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedModel:
     """Train the model the release's labels call for: a regressor, or a classifier over its classes.
 
     Regressors learn as ``learning`` says from the release's mechanism ``spec``
     (:func:`fit_private_regressor`); the default is plain training on the labels.
+    ``checkpoint``/``resume``: after every epoch, and where to continue from (a training job).
     """
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        return fit_private_regressor(features, labels, streamed.law_for(spec), config, learning, on_epoch)
+        return fit_private_regressor(
+            features, labels, streamed.law_for(spec), config, learning, on_epoch, checkpoint=checkpoint, resume=resume
+        )
     indices, matrix = classifier_targets(task, labels, forward_correction)
     return fit_classifier(
-        features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix
+        features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix,
+        checkpoint=checkpoint, resume=resume,
     )
 
 
@@ -308,6 +320,7 @@ def describe_training(row: store.Training) -> dict[str, Any]:
         "history": row.history or [],
         "model_id": row.model_id,
         "device": row.device,
+        "attempt": row.attempt or 0,
         "error": error_body(row.error),
         "created_at": iso(row.created_at),
         "started_at": iso(row.started_at),
@@ -319,15 +332,17 @@ def training_status(session: Session, row: store.Training, board: ProgressBoard 
     """``GET /v1/trainings/{id}``: the stored training with batch-level progress, elapsed time and
     ETA while this process runs it, and its place in the queue while it waits."""
     body = describe_training(row)
-    live = board.get(row.training_id) if board is not None and row.status in (RUNNING, CANCELLING) else None
+    live = None
+    if row.status in (RUNNING, CANCELLING):  # this process's own board, else what the worker wrote
+        live = (board.get(row.training_id) if board is not None else None) or stored_progress(row.live)
     body["progress"] = describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)
     body["queue_position"] = queue_position(session, row)
     return body
 
 
 def queue_position(session: Session, row: store.Training) -> int | None:
-    """1 for the next training to run; None once it left the queue. The worker takes trainings in
-    creation order (as :func:`recover` resubmits them)."""
+    """1 for the next training to run; None once it left the queue. Workers claim trainings in
+    creation order (:func:`features_party.leases.claim`)."""
     if row.status != QUEUED:
         return None
     earlier = session.scalar(
@@ -423,34 +438,10 @@ def _move(session: Session, training_id: str, current: str, **values: Any) -> bo
     return cast(CursorResult[Any], result).rowcount == 1
 
 
-def recover(session_factory: sessionmaker[Session]) -> list[str]:
-    """After a restart: fail trainings a crash left running (finish those it was cancelling);
-    return the queued ones to resubmit."""
-    with session_factory.begin() as session:
-        session.execute(
-            update(store.Training)
-            .where(store.Training.status == CANCELLING)
-            .values(status=CANCELLED, finished_at=utcnow())
-        )
-        result = session.execute(
-            update(store.Training)
-            .where(store.Training.status == RUNNING)
-            .values(status=FAILED, error=stored_error(*INTERRUPTED), finished_at=utcnow())
-        )
-        queued = session.scalars(
-            select(store.Training.training_id)
-            .where(store.Training.status == QUEUED)
-            .order_by(store.Training.created_at, store.Training.training_id)
-        ).all()
-    interrupted = cast(CursorResult[Any], result).rowcount
-    if interrupted:
-        log.warning("%d trainings were interrupted by a restart", interrupted)
-    return list(queued)
-
-
 @dataclass(frozen=True)
 class JobContext:
-    """What a job needs from the app, passed in rather than read from globals."""
+    """What a job needs from the process that runs it (an API's in-process worker or
+    ``labeldp worker features``), passed in rather than read from globals."""
 
     session_factory: sessionmaker[Session]
     data_dir: Path
@@ -465,47 +456,168 @@ class JobContext:
     hosts: Hosts | None = None  # a torchrun job across hosts (LABELDP_TORCHRUN_RDZV_ENDPOINT)
     on_status: Callable[[str], None] | None = None
     board: ProgressBoard = field(default_factory=ProgressBoard)
+    owner: str = field(default_factory=leases.new_owner)  # this worker, as the rows it claims name it
+    lease_seconds: float = 30.0
+    progress_seconds: float = 1.0  # how often batch progress is written and a cross-process cancel read
 
     def status_changed(self, status: str) -> None:
         if self.on_status is not None:
             self.on_status(status)
 
 
-class _Listener:
-    """The loop's callbacks for one training (:class:`labeldp.learning.loop.BatchListener`): every
-    batch moves the live progress and stops the training if it was cancelled; every epoch is
-    written to the database, only while the row is still running (a cancel from another
-    process is seen there)."""
+def job_context(
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    on_status: Callable[[str], None] | None = None,
+    on_trained: Callable[[int], None] | None = None,
+    hosts: Hosts | None = None,
+) -> JobContext:
+    """The job context the settings describe (one definition for the API and the worker process);
+    ``hosts``: :func:`features_party.context.torchrun_hosts` of the settings."""
+    return JobContext(
+        session_factory=session_factory,
+        data_dir=Path(settings.features_data_dir),
+        device=settings.device,
+        threads=settings.training_threads,
+        workers=settings.training_workers,
+        streaming=settings.training_streaming,
+        row_group_rows=settings.training_row_group_rows,
+        buffer_row_groups=settings.training_buffer_row_groups,
+        join_partition_rows=settings.training_join_partition_rows,
+        on_status=on_status,
+        on_trained=on_trained,
+        hosts=hosts,
+        lease_seconds=settings.training_lease_seconds,
+        progress_seconds=settings.training_progress_seconds,
+    )
 
-    def __init__(self, ctx: JobContext, training_id: str, stop: threading.Event | None) -> None:
-        self.ctx, self.training_id, self.stop = ctx, training_id, stop
-        self.history: list[dict[str, Any]] = []
+
+class LeaseLost(Exception):
+    """The training is no longer this worker's (its lease expired and another took it): stop, write nothing."""
+
+
+class _Listener:
+    """The loop's callbacks for one training (:class:`labeldp.learning.loop.BatchListener`).
+
+    Every batch moves the live progress and stops the training if it was cancelled here,
+    or if the lease was lost. Every ``progress_seconds`` the batch progress is written to
+    the row, which is also where a cancel asked through another process is seen; every
+    epoch writes the history. Each write is conditional on the row still being this
+    worker's and running."""
+
+    def __init__(
+        self, ctx: JobContext, training_id: str, stop: threading.Event | None, lost: threading.Event | None = None,
+        history: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.ctx, self.training_id, self.stop, self.lost = ctx, training_id, stop, lost
+        self.history: list[dict[str, Any]] = list(history or [])
+        self._next_write = 0.0
 
     def on_batch(self, epoch: int, step: int, steps: int) -> None:
         self.ctx.board.batch(self.training_id, epoch, step, steps)
         if self.ctx.board.cancel_requested(self.training_id):
             raise TrainingCancelled()
+        if self.lost is not None and self.lost.is_set():
+            raise LeaseLost()
+        now = time.monotonic()
+        if now >= self._next_write:
+            self._next_write = now + self.ctx.progress_seconds
+            try:
+                with self.ctx.session_factory.begin() as s:
+                    written = _write_held(s, self.ctx, self.training_id, live=self.ctx.board.record(self.training_id))
+                    if not written:
+                        _not_held(s, self.ctx, self.training_id)
+            except (TrainingCancelled, LeaseLost, FileNotFoundError):
+                raise
+            except Exception as exc:  # progress is best effort: a database hiccup must not fail the training
+                log.warning("training %s: progress not written (%s)", self.training_id, type(exc).__name__)
 
     def __call__(self, report: EpochReport) -> None:
         self.history.append(report.as_history())
         with self.ctx.session_factory.begin() as s:
-            written = _move(s, self.training_id, RUNNING, epoch=report.epoch, history=list(self.history))
-        if not written:
-            raise TrainingCancelled()
+            written = _write_held(s, self.ctx, self.training_id, epoch=report.epoch, history=list(self.history))
+            if not written:
+                _not_held(s, self.ctx, self.training_id)
         self.ctx.board.epoch(self.training_id, report.epoch)
         if self.stop is not None and self.stop.is_set() and report.epoch < report.epochs:
             raise TrainingInterrupted()
 
 
+def _write_held(session: Session, ctx: JobContext, training_id: str, **values: Any) -> bool:
+    """Update the row only while it is running and this worker's."""
+    result = session.execute(
+        update(store.Training)
+        .where(store.Training.training_id == training_id, store.Training.status == RUNNING,
+               store.Training.owner == ctx.owner)
+        .values(**values)
+    )
+    return cast(CursorResult[Any], result).rowcount == 1
+
+
+def _not_held(session: Session, ctx: JobContext, training_id: str) -> None:
+    """Why a conditional write found nothing: raise TrainingCancelled (asked to stop, from any
+    process), LeaseLost (another worker's now, or re-queued), or FileNotFoundError (deleted)."""
+    row = session.get(store.Training, training_id)
+    if row is None:
+        raise FileNotFoundError("the training row is gone")
+    session.refresh(row)
+    if row.owner == ctx.owner and row.status == CANCELLING:
+        raise TrainingCancelled()
+    raise LeaseLost()
+
+
 def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None = None) -> None:
-    """Run one queued training to success, failure or cancellation; never raises."""
+    """Claim this queued training and run it (see :func:`run_claimed`); nothing if it is not queued."""
+    if leases.claim(ctx.session_factory, ctx.owner, ctx.lease_seconds, device=resolve_device(ctx.device),
+                    training_id=training_id) is None:
+        return  # gone, cancelled while queued, or taken by another worker
+    run_claimed(ctx, training_id, stop)
+
+
+def run_claimed(ctx: JobContext, training_id: str, stop: threading.Event | None = None) -> None:
+    """Run a training this worker has claimed to success, failure or cancellation, renewing its
+    lease meanwhile; resume after its last checkpoint when an earlier attempt left one. Never raises.
+
+    When ``stop`` is set it stops after the epoch it is in (whose checkpoint is written) and
+    hands the training back to the queue; another worker, or this one after a restart,
+    resumes it."""
+    try:
+        job = _prepare(ctx, training_id, stop)
+    except Exception as exc:  # a row this version cannot run (its options): fail it, never leave it held
+        code, message = _safe_error(exc)
+        log.error("training %s failed at start: %s (%s)", training_id, code, type(exc).__name__)
+        with ctx.session_factory.begin() as session:
+            written = _write_held(session, ctx, training_id, status=FAILED, error=stored_error(code, message),
+                                  finished_at=utcnow(), lease_expires_at=None, live=None)
+        if written:
+            ctx.status_changed(FAILED)
+        return
+    if job is None:
+        return
+    ctx.status_changed(RUNNING)
+    done = int(job.resume["epoch"]) if job.resume is not None else 0
+    log.info("training %s started on %s by %s (attempt %d%s)", training_id, job.config.device, ctx.owner,
+             job.attempt, f", resuming after epoch {done}" if done else "")
+    ctx.board.start(training_id, job.config.epochs)
+    if done:
+        ctx.board.epoch(training_id, done)
+    with leases.LeaseKeeper(ctx.session_factory, training_id, ctx.owner, ctx.lease_seconds) as keeper:
+        job.listener.lost = keeper.lost
+        try:
+            job.train_and_record()
+        finally:
+            ctx.board.finish(training_id)
+
+
+def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) -> _Job | None:
+    """The claimed row as a job: its options, its checkpoint if an earlier attempt left one."""
     device = resolve_device(ctx.device)
-    with ctx.session_factory.begin() as session:
-        if not _move(session, training_id, QUEUED, status=RUNNING, started_at=utcnow(), device=device):
-            return  # gone, cancelled while queued, or taken by another worker
+    with ctx.session_factory() as session:
         row = session.get(store.Training, training_id)
-        assert row is not None
+        if row is None or row.owner != ctx.owner:
+            return None
         options = dict(row.config)
+        attempt = row.attempt
         forward_correction = bool(options.pop("forward_correction", False))
         # Rows queued before learning options existed train as they were requested: plainly.
         learning = LearningConfig(
@@ -514,139 +626,178 @@ def run_training(ctx: JobContext, training_id: str, stop: threading.Event | None
             select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
         )
         options.setdefault("schedule", "none")  # rows queued before schedules existed: a constant rate
-        config = TrainingConfig(
-            **options, device=device, threads=ctx.threads,
-            row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
-            join_partition_rows=ctx.join_partition_rows,
-        )
         release_id, table_name = row.release_id, row.feature_table
-    ctx.status_changed(RUNNING)
-    log.info("training %s started on %s", training_id, device)
-    ctx.board.start(training_id, config.epochs)
-    listener = _Listener(ctx, training_id, stop)
-    try:
-        _train_and_record(ctx, training_id, listener, config, release_id, table_name, forward_correction, learning)
-    finally:
-        ctx.board.finish(training_id)
+    resume = None if _torchrun(ctx) else checkpoints.load(ctx.data_dir, training_id)
+    if resume is not None and resume.get("path") != _path_kind(ctx):
+        resume = None  # written by a worker configured for the other training path: start over
+    # The seed is fixed here, so a resumed attempt draws the same split and data order.
+    seed = resume["seed"] if resume is not None else options.get("seed")
+    options["seed"] = seed if seed is not None else secrets.randbits(63)
+    config = TrainingConfig(
+        **options, device=device, threads=ctx.threads,
+        row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
+        join_partition_rows=ctx.join_partition_rows,
+    )
+    listener = _Listener(ctx, training_id, stop, None, resume["history"] if resume is not None else None)
+    return _Job(ctx, training_id, listener, config, forward_correction, learning, resume, release_id, table_name,
+                attempt)
 
 
-def _train_and_record(
-    ctx: JobContext,
-    training_id: str,
-    listener: _Listener,
-    config: TrainingConfig,
-    release_id: str,
-    table_name: str,
-    forward_correction: bool,
-    learning: LearningConfig,
-) -> None:
-    """Train on the release and record the model, or record why not (failed, cancelled)."""
-    model_path: Path | None = None
-    try:
-        with ctx.session_factory() as session:
-            release = inbox.get_release(session, release_id)
-            ids, labels = inbox.release_columns(release)
-            table_row = feature_tables.get_feature_table(session, table_name)
-            meta = {
-                "release_id": release.release_id,
-                "label_set_id": release.label_set_id,
-                "mechanism_name": release.mechanism_name,
-                "mechanism_spec": release.mechanism,
-                "total_epsilon_micro": release.total_epsilon_micro,
-                "accounting": release.accounting,
-                "feature_table": table_row.name,
-            }
-            task = LabelTask.of(release.mechanism)
-            table_path, id_column = Path(ctx.data_dir) / table_row.path, table_row.id_column
-        if ctx.board.cancel_requested(training_id):
-            raise TrainingCancelled()
-        trained: TrainedModel
-        streaming = ctx.workers > 1 or ctx.streaming or ctx.hosts is not None
-        if streaming and task.task != CLASSIFICATION:  # docs/architecture.md
-            trained = streamed.fit_in_work_dir(
-                Path(ctx.data_dir), table_path, id_column, ids, labels, meta["mechanism_spec"], config,
-                learning, listener, workers=ctx.workers, hosts=ctx.hosts,
+def _streaming(ctx: JobContext) -> bool:
+    return ctx.workers > 1 or ctx.streaming or ctx.hosts is not None
+
+
+def _torchrun(ctx: JobContext) -> bool:
+    return ctx.workers > 1 or ctx.hosts is not None
+
+
+def _path_kind(ctx: JobContext) -> str:
+    """Which loop a training runs in (a checkpoint of one cannot resume the other)."""
+    return "streamed" if _streaming(ctx) else "in_memory"
+
+
+@dataclass
+class _Job:
+    """One claimed training: train on the release and record the model, or record why not."""
+
+    ctx: JobContext
+    training_id: str
+    listener: _Listener
+    config: TrainingConfig
+    forward_correction: bool
+    learning: LearningConfig
+    resume: dict[str, Any] | None
+    release_id: str
+    table_name: str
+    attempt: int
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        checkpoints.save(
+            self.ctx.data_dir, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
+        )
+
+    def fit(self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: Path, id_column: str) -> TrainedModel:
+        ctx, config, listener = self.ctx, self.config, self.listener
+        task = LabelTask.of(spec)
+        # A torchrun job checkpoints in its own work folder and restarts its group itself; a job
+        # re-queued from it starts over (docs/architecture.md, "Training jobs").
+        hooks: dict[str, Any] = {} if _torchrun(ctx) else {"checkpoint": self.checkpoint, "resume": self.resume}
+        if _streaming(ctx) and task.task != CLASSIFICATION:  # docs/architecture.md
+            return streamed.fit_in_work_dir(
+                Path(ctx.data_dir), table_path, id_column, ids, labels, spec, config,
+                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, **hooks,
             )
-        elif streaming:  # a classifier, streamed
-            indices, matrix = classifier_targets(task, labels, forward_correction)
+        if _streaming(ctx):  # a classifier, streamed
+            indices, matrix = classifier_targets(task, labels, self.forward_correction)
             with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
-                trained = streamed.fit_classifier_streamed(
+                return streamed.fit_classifier_streamed(
                     table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
                     config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
-                    workers=ctx.workers, hosts=ctx.hosts,
+                    workers=ctx.workers, hosts=ctx.hosts, **hooks,
                 )
-        else:
-            features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
-            trained = fit_for_release(
-                task, features, labels, config, listener,
-                forward_correction=forward_correction, spec=meta["mechanism_spec"], learning=learning,
-            )
+        features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
+        return fit_for_release(
+            task, features, labels, config, listener, forward_correction=self.forward_correction,
+            spec=spec, learning=self.learning, **hooks,
+        )
 
-        model_id = "mdl_" + uuid.uuid4().hex
-        relative = f"{MODELS_DIR}/{model_id}.pt"
-        model_path = Path(ctx.data_dir) / relative
-        trained.save(model_path)
-        last = _selected_entry(trained)
-        with ctx.session_factory.begin() as session:
-            # Succeed only from running: a cancel that came after the last batch still wins.
-            finished = _move(
-                session,
-                training_id,
-                RUNNING,
-                status=SUCCEEDED,
-                model_id=model_id,
-                finished_at=utcnow(),
-                epoch=config.epochs,
-                history=list(trained.history_),
-            )
-            if not finished:
-                if session.get(store.Training, training_id) is None:
-                    raise FileNotFoundError("the training row is gone")  # deleted while it ran: keep no model
+    def train_and_record(self) -> None:
+        ctx, training_id, listener, config = self.ctx, self.training_id, self.listener, self.config
+        release_id, table_name = self.release_id, self.table_name
+        model_path: Path | None = None
+        try:
+            with ctx.session_factory() as session:
+                release = inbox.get_release(session, release_id)
+                ids, labels = inbox.release_columns(release)
+                table_row = feature_tables.get_feature_table(session, table_name)
+                table_path, id_column = Path(ctx.data_dir) / table_row.path, table_row.id_column
+                meta = {
+                    "release_id": release.release_id,
+                    "label_set_id": release.label_set_id,
+                    "mechanism_name": release.mechanism_name,
+                    "mechanism_spec": release.mechanism,
+                    "total_epsilon_micro": release.total_epsilon_micro,
+                    "accounting": release.accounting,
+                    "feature_table": table_row.name,
+                }
+            if ctx.board.cancel_requested(training_id):
                 raise TrainingCancelled()
-            session.add(
-                store.Model(
-                    model_id=model_id,
-                    training_id=training_id,
-                    n_train=trained.n_train_,
-                    n_validation=trained.n_validation_,
-                    train_loss=last["train_loss"],
-                    val_loss=last["val_loss"],
-                    device=trained.device_,
-                    epochs=config.epochs,
-                    architecture=trained.architecture,
-                    path=relative,
-                    **meta,
+            trained = self.fit(ids, labels, meta["mechanism_spec"], table_path, id_column)
+            model_id = "mdl_" + uuid.uuid4().hex
+            relative = f"{MODELS_DIR}/{model_id}.pt"
+            model_path = Path(ctx.data_dir) / relative
+            trained.save(model_path)
+            last = _selected_entry(trained)
+            with ctx.session_factory.begin() as session:
+                # Succeed only from running and held: a cancel that came after the last batch still wins.
+                finished = _write_held(
+                    session, ctx, training_id, status=SUCCEEDED, model_id=model_id, finished_at=utcnow(),
+                    epoch=config.epochs, history=list(trained.history_), lease_expires_at=None, live=None,
                 )
-            )
-    except TrainingCancelled:
+                if not finished:
+                    _not_held(session, ctx, training_id)
+                session.add(
+                    store.Model(
+                        model_id=model_id,
+                        training_id=training_id,
+                        n_train=trained.n_train_,
+                        n_validation=trained.n_validation_,
+                        train_loss=last["train_loss"],
+                        val_loss=last["val_loss"],
+                        device=trained.device_,
+                        epochs=config.epochs,
+                        architecture=trained.architecture,
+                        path=relative,
+                        **meta,
+                    )
+                )
+        except TrainingCancelled:
+            self._discard(model_path)
+            self._finish(CANCELLED)
+            log.info("training %s cancelled at epoch %d", training_id, len(listener.history))
+            return
+        except TrainingInterrupted:
+            if model_path is not None:
+                model_path.unlink(missing_ok=True)
+            handed = leases.hand_back(ctx.session_factory, training_id, ctx.owner)
+            log.info("training %s %s: this worker is stopping", training_id,
+                     "handed back to the queue" if handed else "not handed back")
+            ctx.status_changed(QUEUED if handed else CANCELLED)
+            return
+        except LeaseLost:
+            if model_path is not None:
+                model_path.unlink(missing_ok=True)
+            log.warning("training %s stopped: %s no longer holds it", training_id, ctx.owner)
+            return
+        except Exception as exc:
+            self._discard(model_path)
+            code, message = _safe_error(exc)
+            log.error("training %s failed: %s: %s (%s)", training_id, code, message, type(exc).__name__)
+            self._finish(FAILED, error=stored_error(code, message))
+            return
+        checkpoints.remove(ctx.data_dir, training_id)
+        log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
+        if ctx.on_trained is not None:
+            ctx.on_trained(trained.n_train_ * len(trained.history_))
+        ctx.status_changed(SUCCEEDED)
+
+    def _discard(self, model_path: Path | None) -> None:
         if model_path is not None:
             model_path.unlink(missing_ok=True)
-        with ctx.session_factory.begin() as session:
-            session.execute(
+        checkpoints.remove(self.ctx.data_dir, self.training_id)
+
+    def _finish(self, status: str, **values: Any) -> None:
+        """Cancelled or failed, if the row is still this worker's."""
+        with self.ctx.session_factory.begin() as session:
+            result = session.execute(
                 update(store.Training)
-                .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
-                .values(status=CANCELLED, finished_at=utcnow())
+                .where(store.Training.training_id == self.training_id, store.Training.owner == self.ctx.owner,
+                       store.Training.status.in_((RUNNING, CANCELLING)))
+                .values(status=status, finished_at=utcnow(), lease_expires_at=None, live=None, **values)
             )
-        log.info("training %s cancelled at epoch %d", training_id, len(listener.history))
-        ctx.status_changed(CANCELLED)
-        return
-    except Exception as exc:
-        if model_path is not None:
-            model_path.unlink(missing_ok=True)
-        code, message = _safe_error(exc)
-        log.error("training %s failed: %s: %s (%s)", training_id, code, message, type(exc).__name__)
-        with ctx.session_factory.begin() as session:
-            session.execute(
-                update(store.Training)
-                .where(store.Training.training_id == training_id, store.Training.status.in_((RUNNING, CANCELLING)))
-                .values(status=FAILED, error=stored_error(code, message), finished_at=utcnow())
-            )
-        ctx.status_changed(FAILED)
-        return
-    log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
-    if ctx.on_trained is not None:
-        ctx.on_trained(trained.n_train_ * len(trained.history_))
-    ctx.status_changed(SUCCEEDED)
+        if cast(CursorResult[Any], result).rowcount == 1:
+            self.ctx.status_changed(status)
+
 
 
 def _selected_entry(trained: TrainedModel) -> dict[str, Any]:
@@ -661,8 +812,6 @@ def _selected_entry(trained: TrainedModel) -> dict[str, Any]:
 
 def _safe_error(exc: Exception) -> tuple[str, str]:
     """(code, message) written here, not an exception's text (which could quote data)."""
-    if isinstance(exc, TrainingInterrupted):
-        return INTERRUPTED
     if isinstance(exc, LabelDPError):
         return exc.code, exc.message  # our own messages carry counts, not values
     if isinstance(exc, MemoryError):
@@ -673,9 +822,6 @@ def _safe_error(exc: Exception) -> tuple[str, str]:
     if isinstance(exc, FileNotFoundError):
         return "file_missing", "stored feature table or model file is missing"
     return "training_failed", f"training failed ({name})"
-
-
-INTERRUPTED = ("interrupted", "the service stopped while the training ran")
 
 
 def stored_error(code: str, message: str) -> str:
@@ -690,44 +836,3 @@ def error_body(stored: str | None) -> dict[str, Any] | None:
         return None
     record = json.loads(stored)
     return {"code": record["code"], "message": record["message"], "details": []}
-
-
-class TrainingRunner:
-    """The app's single background worker; started and stopped by the app's lifespan."""
-
-    def __init__(self, ctx: JobContext) -> None:
-        self.ctx = ctx
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._stop = threading.Event()
-
-    @property
-    def board(self) -> ProgressBoard:
-        return self.ctx.board
-
-    def start(self) -> None:
-        """Recover from a previous process, then start the worker and resubmit queued work."""
-        queued = recover(self.ctx.session_factory)
-        for training_id in queued:
-            self.submit(training_id)
-
-    def submit(self, training_id: str) -> None:
-        with self._lock:
-            if self._executor is None:
-                self._stop.clear()
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labeldp-training")
-            self._executor.submit(self._run, training_id)
-
-    def _run(self, training_id: str) -> None:
-        try:
-            run_training(self.ctx, training_id, self._stop)
-        except Exception as exc:
-            log.error("training %s could not be run: %s", training_id, type(exc).__name__)
-
-    def shutdown(self, wait: bool = True) -> None:
-        """Stop after the running epoch; queued trainings stay queued for the next start."""
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            self._stop.set()
-            executor.shutdown(wait=wait, cancel_futures=True)

@@ -1,11 +1,13 @@
 """Batch-level progress of the running training: where it is, how long it has run, when it ends.
 
 The training loop reports every batch (:class:`labeldp.learning.loop.BatchListener`);
-writing that to the database would cost a transaction per batch, so it lives here,
-in memory, beside the one worker that runs the training (docs/architecture.md,
-"Progress and events"). The database keeps what must survive the process: status,
-completed epochs, history. A request to cancel is a flag here too, read at every
-batch boundary.
+writing that to the database would cost a transaction per batch, so it lives here, in
+memory, beside the worker that runs the training, and the worker copies it to the
+training's row (``live``, :meth:`ProgressBoard.record`) every few seconds, so an API in
+another process shows it too (:func:`stored_progress`; docs/architecture.md, "Progress and
+events"). The database keeps what must survive the process: status, completed epochs,
+history. A request to cancel made in this process is a flag here too, read at every batch
+boundary; one made elsewhere is the row's ``cancelling`` status.
 """
 
 from __future__ import annotations
@@ -95,6 +97,19 @@ class ProgressBoard:
             live = self._live.get(training_id)
             return replace(live) if live is not None else None
 
+    def record(self, training_id: str) -> dict[str, Any] | None:
+        """The live progress as the row keeps it: plain numbers, times on the wall clock (UTC
+        seconds), so another process can rebuild it (:func:`stored_progress`)."""
+        live = self.get(training_id)
+        if live is None:
+            return None
+        offset = time.time() - time.monotonic()
+        return {
+            "epochs": live.epochs, "epoch": live.epoch, "batch": live.batch, "batches": live.batches,
+            "first_batch_at": None if live.first_batch_at is None else live.first_batch_at + offset,
+            "updated_at": None if live.updated_at is None else live.updated_at + offset,
+        }
+
     def request_cancel(self, training_id: str) -> None:
         with self._lock:
             self._cancel.add(training_id)
@@ -111,6 +126,23 @@ class ProgressBoard:
         if not etas:
             return default
         return int(min(longest, max(1, round(min(etas)))))
+
+
+def stored_progress(record: dict[str, Any] | None) -> LiveProgress | None:
+    """The live progress a worker wrote to the row (:meth:`ProgressBoard.record`), on this
+    process's monotonic clock so its ETA is computed as the worker's own would be."""
+    if not record:
+        return None
+    offset = time.monotonic() - time.time()
+
+    def mono(at: Any) -> float | None:
+        return None if at is None else float(at) + offset
+
+    return LiveProgress(
+        epochs=int(record["epochs"]), epoch=int(record["epoch"]), batch=int(record["batch"]),
+        batches=None if record["batches"] is None else int(record["batches"]),
+        first_batch_at=mono(record.get("first_batch_at")), updated_at=mono(record.get("updated_at")),
+    )
 
 
 def describe_progress(

@@ -92,7 +92,9 @@ class Training(_Body):
     history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
     model_id: str | None = Field(description="`mdl_…` once succeeded")
     device: str | None
-    error: ErrorBody | None = Field(description="why it failed: the error envelope (`interrupted`, `unknown_ids`, …)")
+    attempt: int = Field(description="how many times a worker has claimed it (a worker that died leaves it to "
+                         "the next attempt, which resumes from its last checkpoint)")
+    error: ErrorBody | None = Field(description="why it failed: the error envelope (`worker_lost`, `unknown_ids`, …)")
     created_at: Timestamp | None
     started_at: Timestamp | None
     finished_at: Timestamp | None
@@ -186,7 +188,8 @@ EXAMPLE_TRAINING = {
                  "elapsed_seconds": 3.2, "eta_seconds": 0.0},
     "queue_position": None,
     "history": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}, {"epoch": 2, "train_loss": 3.9, "val_loss": 4.2}],
-    "model_id": MDL, "device": "cpu", "error": None, "created_at": TS, "started_at": TS, "finished_at": TS,
+    "model_id": MDL, "device": "cpu", "attempt": 1, "error": None, "created_at": TS, "started_at": TS,
+    "finished_at": TS,
 }
 EXAMPLE_MODEL = {
     "task": "regression", "classes": None, "id": MDL, "training_id": TRN, "release_id": REL,

@@ -22,6 +22,12 @@ class Base(DeclarativeBase):
     pass
 
 
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
+TRAINING_STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
+"""A training's ``status`` (features_party.jobs runs it, features_party.leases owns it)."""
+
+
 IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
 """Idempotency-Key claims and stored answers of the mutating POSTs (feature tables, trainings)."""
 
@@ -63,7 +69,7 @@ class Training(Base):
     release_id: Mapped[str] = mapped_column(String(256), index=True)
     feature_table: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # queued|running|succeeded|failed
+    status: Mapped[str] = mapped_column(String(16), index=True)  # TRAINING_STATUSES
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     epochs: Mapped[int] = mapped_column(Integer)
     history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
@@ -73,6 +79,15 @@ class Training(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The job's owner and lease (features_party.leases): the worker running it ("host:pid:random"),
+    # until when its claim holds unless renewed, its last renewal, and how many claims it has had.
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Batch progress the worker writes every few seconds (features_party.progress), so any API
+    # process can show it; null while queued and once over.
+    live: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Model(Base):

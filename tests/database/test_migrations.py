@@ -6,10 +6,12 @@ the models differ in Alembic's autogenerate comparison.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,13 @@ from sqlalchemy import Engine, MetaData, inspect, text
 
 from features_party.store import Base as FeaturesBase
 from labeldp.service.database import make_engine
-from labeldp.service.migrations import head_revision, schema_differences, upgrade_schema
+from labeldp.service.migrations import (
+    head_revision,
+    package_dir,
+    regenerate_initial,
+    schema_differences,
+    upgrade_schema,
+)
 from labeldp_tools.migrations import SERVICES
 from labels_party.store import Base as LabelsBase
 
@@ -89,3 +97,50 @@ def test_the_cli_upgrades_the_configured_database(database_url: str, service: st
         assert schema_differences(engine, MODELS[service]) == []
     finally:
         engine.dispose()
+
+
+def test_features_0002_keeps_trainings_written_at_0001(database_url: str) -> None:
+    """A database deployed at the initial schema, with trainings in it, upgrades to the leases
+    revision in place: every row survives, unowned and unleased; one an older process had
+    started counts as claimed once."""
+    engine = make_engine(database_url)
+    package = SERVICES["features"]
+    try:
+        upgrade_schema(engine, package, "0001")
+        with engine.begin() as connection:
+            for training_id, status, started in (("trn_q", "queued", None), ("trn_r", "running", "2026-01-01")):
+                connection.execute(
+                    text(
+                        "INSERT INTO trainings (training_id, release_id, feature_table, config, status, epoch, "
+                        "epochs, history, created_at, started_at) VALUES (:id, 'rel', 'clicks', :config, :status, "
+                        "2, 5, '[]', :created, :started)"
+                    ),
+                    {"id": training_id, "config": '{"epochs": 5}', "status": status,
+                     "created": datetime(2026, 1, 1, tzinfo=UTC),
+                     "started": datetime(2026, 1, 1, 0, 1, tzinfo=UTC) if started else None},
+                )
+        upgrade_schema(engine, package)
+        assert schema_differences(engine, FeaturesBase.metadata) == []
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT training_id, status, epoch, epochs, config, owner, lease_expires_at, heartbeat_at, attempt, "
+                "live FROM trainings ORDER BY training_id"
+            )).all()
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        assert version == head_revision(package) == "0002"
+        by_id = {row.training_id: row for row in rows}
+        assert set(by_id) == {"trn_q", "trn_r"}
+        for row in rows:
+            assert (row.epoch, row.epochs) == (2, 5)
+            assert (json.loads(row.config) if isinstance(row.config, str) else row.config) == {"epochs": 5}
+            assert (row.owner, row.lease_expires_at, row.heartbeat_at, row.live) == (None, None, None, None)
+        assert (by_id["trn_q"].status, by_id["trn_q"].attempt) == ("queued", 0)
+        assert (by_id["trn_r"].status, by_id["trn_r"].attempt) == ("running", 1)
+    finally:
+        engine.dispose()
+
+
+def test_regenerating_the_initial_revision_is_refused_once_later_ones_exist() -> None:
+    with pytest.raises(RuntimeError, match="revisions after the initial one"):
+        regenerate_initial(SERVICES["features"])
+    assert (package_dir(SERVICES["features"]) / "versions" / "0002_training_leases.py").is_file()

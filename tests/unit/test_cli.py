@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-COMMANDS = [[], ["demo"], ["serve"], ["outbox"], ["watch"], ["export"], ["predict"]]
+COMMANDS = [[], ["demo"], ["serve"], ["outbox"], ["worker"], ["watch"], ["export"], ["predict"]]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "labeldp")

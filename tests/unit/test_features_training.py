@@ -108,7 +108,8 @@ def test_resolve_device() -> None:
 
 
 def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
-    """A stop request after epoch 1 leaves that epoch's progress in the database: it is written as it happens."""
+    """A stop request after epoch 1 leaves that epoch's progress in the database: it is written as it happens;
+    the training goes back to the queue and the next run resumes it."""
     engine = make_engine(f"sqlite:///{tmp_path / 'f.db'}")
     store.create_all(engine)
     sessions = make_session_factory(engine)
@@ -150,25 +151,28 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
     ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
     jobs.run_training(ctx, "t1", stop)
 
+    # A stopping worker hands the training back to the queue (no longer "failed / interrupted"):
+    # the epoch it finished is in the row, its checkpoint on disk, the claim not counted.
     with sessions() as s:
         row = s.get(store.Training, "t1")
-        assert row.status == "failed" and jobs.error_body(row.error)["code"] == "interrupted"
+        assert row.status == "queued" and row.error is None and row.owner is None and row.attempt == 0
         assert row.epoch == 1 and len(row.history) == 1 and row.history[0]["val_loss"] is not None
         assert row.device == "cpu"
-    assert statuses == ["running", "failed"]
+    assert statuses == ["running", "queued"]
+    assert (tmp_path / "checkpoints" / "t1.pt").is_file()
 
-    # The same job without a stop request runs to a model on disk.
-    with sessions.begin() as s:
-        s.get(store.Training, "t1").status = "queued"
+    # The same job without a stop request resumes after that epoch and runs to a model on disk.
     jobs.run_training(ctx, "t1", threading.Event())
     with sessions() as s:
         row = s.get(store.Training, "t1")
-        assert row.status == "succeeded" and row.epoch == 5 and len(row.history) == 5
+        assert row.status == "succeeded" and row.epoch == 5 and len(row.history) == 5 and row.attempt == 1
         model = s.get(store.Model, row.model_id)
         assert (tmp_path / model.path).exists() and model.n_train == 270
+    assert not (tmp_path / "checkpoints" / "t1.pt").exists()
     # a row queued without learning options (as before they existed) trains plainly: last epoch, no debiasing
     trained = TrainedRegressor.load(tmp_path / model.path)
     assert trained.postprocessing_.debias == "none" and trained.selection_["selected_epoch"] == 5
+    assert trained.config_["resumed_after_epoch"] == 1
     engine.dispose()
 
 

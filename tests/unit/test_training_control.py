@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, jobs, models, store
+from features_party import feature_tables, inbox, jobs, leases, models, store
 from features_party.progress import LiveProgress, ProgressBoard
 from labeldp.errors import LabelDPError
 from labeldp.learning.config import TrainingConfig
@@ -220,12 +220,14 @@ def test_a_queued_training_is_cancelled_at_once_and_never_runs(sessions, tmp_pat
     assert missing.value.status_code == 404
 
 
-def test_a_restart_finishes_what_it_was_cancelling(sessions) -> None:
+def test_a_restart_finishes_what_its_dead_worker_was_cancelling(sessions) -> None:
+    """Leases replace "mark running as interrupted at start": only an expired lease is acted on."""
     _queue(sessions, "c", status="cancelling")
-    _queue(sessions, "r", status="running", minute=1)
     _queue(sessions, "q", minute=2)
-    assert jobs.recover(sessions) == ["q"]
-    assert (_row(sessions, "c").status, _row(sessions, "r").status) == ("cancelled", "failed")
+    with sessions.begin() as s:
+        s.get(store.Training, "c").lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    assert leases.reap_expired(sessions, 3, "{}") == []
+    assert (_row(sessions, "c").status, _row(sessions, "q").status) == ("cancelled", "queued")
 
 
 # --------------------------------------------------------------------------- the bounded queue

@@ -54,6 +54,20 @@ def _outbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from features_party.worker import run_worker
+    from labeldp.service.logs import configure_logging
+    from labeldp.service.settings import Settings
+
+    settings = Settings()
+    configure_logging(settings.log_level, "features-worker")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run_worker(settings, stop)
+    return 0
+
+
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.service.logs import configure_logging
     from labeldp.service.migrations import open_database
@@ -242,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     outbox.add_argument("--once", action="store_true", help="one pass over due releases, then exit")
     outbox.set_defaults(func=_outbox)
+
+    worker = sub.add_parser(
+        "worker",
+        help="run a training worker",
+        description="Claim queued trainings from the features party's database (LABELDP_FEATURES_DATABASE_URL) "
+        "and run them, one at a time, renewing a lease; several may run on several hosts sharing "
+        "LABELDP_FEATURES_DATA_DIR. SIGTERM stops after the running epoch and hands the training back to the "
+        "queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
+    )
+    worker.add_argument("party", choices=["features"], help="whose trainings (the features party's)")
+    worker.set_defaults(func=_worker)
 
     db = sub.add_parser(
         "db",

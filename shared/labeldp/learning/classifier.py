@@ -73,6 +73,8 @@ def fit_classifier(
     *,
     classes: list[str] | None = None,
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedClassifier:
     """Train the same MLP body with a K-way softmax head on (privatized) class indices 0..K-1.
 
@@ -81,6 +83,7 @@ def fit_classifier(
     ``transition_matrix`` T (T[i, j] = P(released j | true i)) the loss is the forward
     correction of Patrini et al. (2017), CE(log(softmax(f(x))·T), ŷ): the network
     then estimates the true class while T accounts for the mechanism's noise.
+    ``checkpoint`` and ``resume`` as :func:`~labeldp.learning.loop.fit_network` takes them.
     """
     names = _class_names(n_classes, classes)
     y = to_class_indices(class_indices, n_classes)
@@ -88,7 +91,8 @@ def fit_classifier(
         raise ValueError("class_indices must have one value per row")
     matrix = check_transition_matrix(transition_matrix, n_classes) if transition_matrix is not None else None
     plan = make_plan(table.num_rows, config)
-    fitted = fit_network(table, y, _objective(n_classes, matrix, plan.device), config, plan, on_epoch)
+    objective = _objective(n_classes, matrix, plan.device)
+    fitted = fit_network(table, y, objective, config, plan, on_epoch, None, checkpoint, resume)
     return _trained(fitted, names, matrix, plan)
 
 

@@ -183,13 +183,19 @@ def fit_network(
     plan: Plan,
     on_epoch: Callable[[EpochReport], None] | None,
     inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> Fitted:
     """Fit the preprocessor on training rows, run the optimizer for ``config.epochs``, report every epoch.
 
     ``targets`` has one entry per row of ``table``, already in the form the loss takes.
     ``inspect(epoch, validation_outputs, model)`` runs after each epoch (before
     ``on_epoch``) with the network's raw outputs on the validation rows; the float
-    it returns is reported as the epoch's ``selection_loss``.
+    it returns is reported as the epoch's ``selection_loss``. ``checkpoint(state)`` runs
+    after each epoch (before ``on_epoch``) with the epoch, the model's, the optimizer's
+    (fp16: the scaler's) and the shuffle's state and the history; ``resume`` (such a
+    state, from a run with the same seed) continues after its epoch exactly as the
+    uninterrupted run would have (the service's training jobs, :mod:`features_party.jobs`).
     """
     device = plan.device
     train_table = table.take(pa.array(plan.train_idx))
@@ -214,8 +220,18 @@ def fit_network(
     on_batch = on_epoch.on_batch if isinstance(on_epoch, BatchListener) else None
     amp = MixedPrecision(config.precision, device)
     meter = Throughput()
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if amp.scaler is not None and resume.get("scaler"):
+            amp.scaler.load_state_dict(resume["scaler"])
+        shuffle.set_state(resume["shuffle"])
+        history, first = list(resume["history"]), int(resume["epoch"]) + 1
+        meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
+        current_lr = optimizer.param_groups[0]["lr"]
 
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(first, config.epochs + 1):
         started = time.perf_counter()
         model.train()
         order = torch.randperm(n_train, generator=shuffle).to(device)
@@ -249,11 +265,20 @@ def fit_network(
         elapsed = time.perf_counter() - started
         report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
         history.append(report.as_history())
+        if checkpoint is not None:
+            checkpoint({
+                "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
+                "shuffle": shuffle.get_state(), "history": list(history),
+                "throughput": {"rows": meter.rows, "seconds": meter.seconds},
+            })
         if on_epoch is not None:
             on_epoch(report)
 
     model.eval()
     run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision)}
+    if resume is not None:
+        run["resumed_after_epoch"] = first - 1
     return Fitted(model, pre, history, n_train, len(plan.val_idx), run)
 
 

@@ -68,6 +68,9 @@ def fit_private_regressor(
     learning: LearningConfig = DEFAULT_LEARNING,
     on_epoch: Callable[[EpochReport], None] | None = None,
     oracle_validation_labels: np.ndarray | None = None,
+    *,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedRegressor:
     """Train on a release's privatized labels and select, debias and shrink as ``learning`` says.
 
@@ -79,10 +82,12 @@ def fit_private_regressor(
     (true labels, one per row of ``table``; only the validation rows are read)
     the ORACLE criterion selects instead, for benchmarks. ``predict()`` of the
     result applies the chosen debiasing and λ; ``selection_`` records the epoch,
-    λ and estimates.
+    λ and estimates. ``checkpoint`` and ``resume`` as :func:`~labeldp.learning.loop.fit_network`
+    takes them, the selection's state included.
     """
     models = _fit_selected(
-        table, privatized_labels, spec, config, learning, on_epoch, oracle_validation_labels, pair=False
+        table, privatized_labels, spec, config, learning, on_epoch, oracle_validation_labels, pair=False,
+        checkpoint=checkpoint, resume=resume,
     )
     return models[0]
 
@@ -118,13 +123,25 @@ def _fit_selected(
     oracle_labels: np.ndarray | None,
     *,
     pair: bool,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> list[TrainedRegressor]:
     plan, selection, standardized = _prepare_selection(
         table.num_rows, privatized_labels, spec, config, learning, oracle_labels, pair
     )
     mean, std = selection.mean, selection.std
     objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
-    fitted = fit_network(table, standardized, objective, config, plan, on_epoch, selection.inspector())
+    if resume is not None:
+        selection.restore(resume["selection"])
+    save = None
+    if checkpoint is not None:
+
+        def save(state: dict[str, Any]) -> None:
+            checkpoint({**state, "selection": selection.state()})
+
+    fitted = fit_network(
+        table, standardized, objective, config, plan, on_epoch, selection.inspector(), save, resume
+    )
     return selection.results(fitted, plan, config.epochs, mean, std)
 
 

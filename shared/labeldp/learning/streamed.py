@@ -57,6 +57,8 @@ def fit_release_streamed(
     *,
     workers: int = 1,
     hosts: Hosts | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedRegressor:
     """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` under ``work_dir``
     and train a regressor on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers``
@@ -64,6 +66,8 @@ def fit_release_streamed(
 
     The split is drawn from the seed over release positions as in memory
     (:func:`~labeldp.learning.loop.make_plan`); ``work_dir`` is the caller's to remove.
+    ``checkpoint``/``resume``: as :func:`~labeldp.learning.loop.fit_streamed` takes them, in this
+    process only (a torchrun job checkpoints in its own work folder).
     """
     labels = check_targets(labels, len(ids), "privatized_labels")
     law = law_for(spec)
@@ -79,7 +83,7 @@ def fit_release_streamed(
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
-        return fit_staged_regressor(staged, law, run, plan, learning, on_epoch)
+        return fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume)
     from labeldp.learning.distributed import run_torchrun
 
     law_source = spec if not isinstance(spec, LabelLaw) and law.name != "identity" else None
@@ -100,6 +104,8 @@ def fit_classifier_streamed(
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
     workers: int = 1,
     hosts: Hosts | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedClassifier:
     """Stage ``ids`` with their class indices (0..K-1) as targets and train a classifier on the stage,
     in this process (``workers`` 1) or with ``workers`` torchrun processes. The split is drawn from
@@ -117,7 +123,8 @@ def fit_classifier_streamed(
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
         return fit_staged_classifier(
-            staged, n_classes, run, plan, on_epoch, classes=classes, transition_matrix=transition_matrix
+            staged, n_classes, run, plan, on_epoch, classes=classes, transition_matrix=transition_matrix,
+            checkpoint=checkpoint, resume=resume,
         )
     from labeldp.learning.distributed import run_torchrun_classifier
 
@@ -153,10 +160,12 @@ def fit_in_work_dir(
     *,
     workers: int,
     hosts: Hosts | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainedRegressor:
     """:func:`fit_release_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
     with scratch_dir(data_dir) as work_dir:
         return fit_release_streamed(
             feature_path, id_column, pa.array(ids, pa.string()), labels, spec, config, work_dir, learning,
-            on_epoch, workers=workers, hosts=hosts,
+            on_epoch, workers=workers, hosts=hosts, checkpoint=checkpoint, resume=resume,
         )

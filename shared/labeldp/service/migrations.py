@@ -12,7 +12,8 @@ advisory lock, so the second starter finds the schema at head and does nothing.
 
 ``python -m labeldp_tools.migrations regenerate`` (``make migrations``) rewrites each
 service's single initial revision from its current models. That is right only while no
-database is deployed; after the first deployment, add revisions instead.
+database is deployed; after the first deployment, add revisions instead (it refuses once a
+service has any: the features party's ``0002`` adds the training leases).
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ def regenerate_initial(migrations_package: str) -> Path:
     """Rewrite the package's single initial revision from the current models (make migrations)."""
     versions = package_dir(migrations_package) / "versions"
     versions.mkdir(exist_ok=True)
+    later = sorted(p.name for p in versions.glob("*.py") if p.name != "__init__.py" and not p.name.startswith(
+        f"{INITIAL_REVISION}_"))
+    if later:
+        # Deployed databases stand at those revisions: rewriting the first would strand them.
+        raise RuntimeError(f"{migrations_package} has revisions after the initial one ({', '.join(later)}): "
+                           "add a revision instead of regenerating")
     for old in versions.glob("*.py"):
         if old.name != "__init__.py":
             old.unlink()

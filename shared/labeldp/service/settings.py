@@ -92,6 +92,27 @@ class Settings(BaseSettings):
     training_join_partition_rows: int = Field(
         1 << 18, ge=1024, description="rows per id-hash partition of the staging join (streaming): what it holds"
     )
+    training_in_process_worker: bool = Field(
+        True,
+        description="the features API also runs a training worker in its own process (the embedded default of "
+        "make demo); deployments set it off and run `labeldp worker features` processes instead",
+    )
+    training_lease_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="how long a worker's claim on a training lasts unless renewed (it renews every third of it); "
+        "a training whose lease expired is re-queued for another worker, which resumes it from its checkpoint",
+    )
+    training_max_attempts: int = Field(
+        3, ge=1, le=100, description="claims of one training whose worker died before it is failed (worker_lost)"
+    )
+    training_poll_seconds: float = Field(
+        1.0, gt=0, le=60, description="how often an idle worker looks for queued trainings and expired leases"
+    )
+    training_progress_seconds: float = Field(
+        1.0, gt=0, le=60,
+        description="how often a running training writes its batch progress to the database and reads a cancel "
+        "requested by another process",
+    )
     prediction_max_body_bytes: int = Field(
         1024**3,
         gt=0,

@@ -1,0 +1,155 @@
+"""Training workers: processes (or the API's own thread) that claim queued trainings and run them.
+
+``labeldp worker features`` runs :func:`run_worker`; several may run, on several hosts,
+against one catalogue and one data folder. Each loops: re-queue the trainings whose
+worker died (:func:`features_party.leases.reap_expired`), claim the oldest queued one,
+run it (:func:`features_party.jobs.run_claimed`), and wait ``LABELDP_TRAINING_POLL_SECONDS``
+when there is nothing to do. The API runs the same loop in a thread when
+``LABELDP_TRAINING_IN_PROCESS_WORKER`` is on (the default, for ``make demo``); a
+deployment turns it off and runs workers (docs/architecture.md, "Training jobs").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from features_party import checkpoints, jobs, leases, store
+from features_party.progress import ProgressBoard
+from labeldp.learning.device import resolve_device
+from labeldp.service.database import is_transient, make_session_factory
+from labeldp.service.migrations import open_database
+from labeldp.service.settings import Settings
+
+log = logging.getLogger("labeldp.features")
+
+MIGRATIONS = "features_party.migrations"
+SWEEP_SECONDS = 60.0  # how often an idle worker removes the checkpoints of finished trainings
+
+
+class Worker:
+    """One worker: one training at a time, claimed under this worker's lease."""
+
+    def __init__(self, ctx: jobs.JobContext, max_attempts: int, poll_seconds: float) -> None:
+        self.ctx, self.max_attempts, self.poll_seconds = ctx, max_attempts, poll_seconds
+        self.lost_error = jobs.stored_error(*leases.WORKER_LOST)
+        self._next_sweep = 0.0
+
+    def step(self, stop: threading.Event | None = None) -> bool:
+        """Reap expired leases, then claim and run one training; False when none was queued."""
+        leases.reap_expired(self.ctx.session_factory, self.max_attempts, self.lost_error)
+        training_id = leases.claim(
+            self.ctx.session_factory, self.ctx.owner, self.ctx.lease_seconds, device=resolve_device(self.ctx.device)
+        )
+        if training_id is None:
+            return False
+        jobs.run_claimed(self.ctx, training_id, stop)
+        return True
+
+    def sweep_checkpoints(self) -> list[str]:
+        """Remove the checkpoints of trainings that are over (failed as worker_lost, or cancelled
+        while queued after a re-queue: their last worker was not there to remove them)."""
+        ids = checkpoints.stored(self.ctx.data_dir)
+        if not ids:
+            return []
+        with self.ctx.session_factory() as session:
+            pending = set(session.scalars(
+                select(store.Training.training_id).where(
+                    store.Training.training_id.in_(ids),
+                    store.Training.status.in_((store.QUEUED, store.RUNNING, store.CANCELLING)),
+                )
+            ))
+        removed = [training_id for training_id in ids if training_id not in pending]
+        for training_id in removed:
+            checkpoints.remove(self.ctx.data_dir, training_id)
+        return removed
+
+    def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
+        """Work until ``stop``; ``wake`` (set when this process queued a training) cuts the wait short."""
+        log.info("training worker %s started", self.ctx.owner)
+        while not stop.is_set():
+            try:
+                if self.step(stop):
+                    continue
+                if time.monotonic() >= self._next_sweep:
+                    self._next_sweep = time.monotonic() + SWEEP_SECONDS
+                    self.sweep_checkpoints()
+            except Exception as exc:  # a database outage: wait and try again, never exit
+                level = logging.WARNING if is_transient(exc) else logging.ERROR
+                log.log(level, "training worker: %s; retrying", type(exc).__name__)
+            if wake is not None:
+                wake.wait(self.poll_seconds)
+                wake.clear()
+            else:
+                stop.wait(self.poll_seconds)
+        log.info("training worker %s stopped", self.ctx.owner)
+
+
+class TrainingRunner:
+    """The API's in-process worker, a thread started and stopped by the app's lifespan; with
+    ``enabled`` False (``LABELDP_TRAINING_IN_PROCESS_WORKER=false``) it runs nothing and the
+    trainings the API queues wait for ``labeldp worker features`` processes."""
+
+    def __init__(self, ctx: jobs.JobContext, *, enabled: bool = True, max_attempts: int = 3,
+                 poll_seconds: float = 1.0) -> None:
+        self.ctx = ctx
+        self.enabled = enabled
+        self.worker = Worker(ctx, max_attempts, poll_seconds)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def board(self) -> ProgressBoard:
+        return self.ctx.board
+
+    def start(self) -> None:
+        """Start the worker thread. Nothing is recovered here: a training another process runs
+        is that process's (features_party.leases); expired ones are re-queued by the loop."""
+        if not self.enabled or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.worker.run, args=(self._stop, self._wake), name="labeldp-training", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, training_id: str) -> None:
+        """A training was queued by this process: look now rather than at the next poll."""
+        del training_id  # the queue is the table; any worker may take it
+        self._wake.set()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop after the running epoch; its training goes back to the queue for the next worker."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        if wait:
+            thread.join()
+
+
+def run_worker(settings: Settings, stop: threading.Event) -> None:
+    """``labeldp worker features``: wait for the database (as long as it takes), then work until ``stop``."""
+    try:
+        engine = open_database(
+            settings.features_database_url, MIGRATIONS, settings, wait_seconds=float("inf"), stop=stop
+        )
+    except Exception:
+        if stop.is_set():
+            return
+        raise
+    sessions: sessionmaker[Session] = make_session_factory(engine)
+    settings.features_data_dir.mkdir(parents=True, exist_ok=True)
+    from features_party.context import torchrun_hosts  # the app's context imports this module
+
+    ctx = jobs.job_context(settings, sessions, hosts=torchrun_hosts(settings))
+    try:
+        Worker(ctx, settings.training_max_attempts, settings.training_poll_seconds).run(stop)
+    finally:
+        engine.dispose()
