@@ -7,6 +7,7 @@ row and the public id.
 
     LabelDPError                 a failure with a stable ``code``
     ├── InvalidInput             422  the content of a request is refused
+    │   └── RandomizerError           a release the pipeline cannot serve
     ├── NotFound                 404  no such resource (or not yours to see)
     ├── Conflict                 409  the resource's state forbids it (budget spent, key reused)
     ├── Unauthorized             401  no or a wrong credential
@@ -72,6 +73,13 @@ class Busy(LabelDPError):
 
 class Unavailable(LabelDPError):
     status_code = 503
+
+
+class RandomizerError(InvalidInput, ValueError):
+    """A release the pipeline cannot serve (also a ValueError: research runners report those as cells)."""
+
+    def __str__(self) -> str:
+        return self.message
 
 
 BY_STATUS: dict[int, type[LabelDPError]] = {

@@ -7,12 +7,12 @@ from typing import get_args
 import numpy as np
 import pytest
 
+from labeldp.errors import RandomizerError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.categorical import RandomizedResponse, prior_split_mask
 from labeldp.mechanisms.prior import LaplaceHistogramPrior, default_grid
 from labeldp.mechanisms.registry import ENTRIES, PriorKind
 from labeldp.mechanisms.rp_with_prior import RPWithPriorParams, StepPrior
-from labeldp.release.errors import RandomizerError
 from labeldp.release.priors import PRIORS, PriorRequest, PublicPrior, obtain_prior
 
 DOMAIN = LabelDomain("real", 0.0, 10.0)

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from labeldp.epsilon import InvalidEpsilon, from_micro, split_budget
+from labeldp.errors import RandomizerError
 from labeldp.mechanisms.categorical import BlockRR, PriorSplit, RRWithPrior, RRWithPriorParams
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.prior import LabelDomain, LaplaceHistogramPrior, default_grid
 from labeldp.mechanisms.registry import PriorKind
 from labeldp.mechanisms.rp_with_prior import NoisyLabelHistogramPrior, RPWithPrior, RPWithPriorParams, StepPrior
-from labeldp.release.errors import RandomizerError
 from labeldp.specs.base import MechanismSpecBase, NoisyPrior
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 

@@ -21,10 +21,10 @@ from pydantic import ValidationError
 
 from labeldp.accounting import compose
 from labeldp.epsilon import from_micro
+from labeldp.errors import RandomizerError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.registry import NAMES, REGISTRY, Entry
-from labeldp.release.errors import RandomizerError
 from labeldp.release.priors import PriorRequest, PublicPrior, need_classes, need_domain, obtain_prior
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
