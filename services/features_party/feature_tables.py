@@ -27,13 +27,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
+from labeldp.schema import FEATURE_TABLE_NAME
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.features")
 
-TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+TABLE_NAME = re.compile(FEATURE_TABLE_NAME)
 TABLES_DIR = "tables"
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"

@@ -1,20 +1,23 @@
 """The outbox sender: the only labels-party component that talks to the features party.
 
-It pushes stored message bytes, exactly as charged, and never reads anything back
-but a status code. Network errors and 5xx answers are retried with exponential
-backoff and jitter (resending identical bytes is post-processing: free); a 4xx
-answer marks the release ``rejected`` with the receiver's error code, to be
-re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed.
+It pushes stored message bytes, exactly as charged, and keeps nothing it reads back but
+a status class and, where it is one of the inbox's own codes, that code. Network errors
+and 5xx answers are retried with exponential backoff and jitter (resending identical
+bytes is post-processing: free); a 4xx answer marks the release ``rejected``, to be
+re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed. What it
+records about a failed attempt is a value of a fixed list (:mod:`.delivery_outcomes`),
+never text the receiver chose: nothing flows back (privacy invariant 1).
 
 The sender survives its database: a locked, stopped or restarting database (at start or
 in the loop) is logged by error type only, waited out with jittered backoff, and the loop
 carries on. A release whose delivered status could not be recorded keeps its lease and is
 pushed again when the lease ends; the inbox deduplicates on the release id.
 
-Each attempt sends the request id of the request that created the release
-(``X-Request-ID``) and logs under it, so one id follows a release from the advertiser's
-call to the features party's inbox. The sender's metrics (attempts, their latency, the
-queue) go to a file the labels API serves (:mod:`labeldp.service.metrics`): it listens on no port.
+Each attempt sends the release's outgoing request id (``X-Request-ID``), a fresh one made
+when the release was charged (the labels API logs which client request it came from), and
+logs under it: the client's own request id never leaves the labels party. The sender's
+metrics (attempts, their latency, the queue) go to a file the labels API serves
+(:mod:`labeldp.service.metrics`): it listens on no port.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ from labeldp.signing import sign_stream, signing_secret
 from labeldp.storage import ObjectStore
 
 from .context import message_key
+from .delivery_outcomes import RETRYABLE_4XX, DeliveryOutcome, classify_error, classify_response
 from .store import ReleaseRow
 
 log = logging.getLogger("labeldp.outbox")
-RETRYABLE_4XX = {408, 425, 429}
 
 
 def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int = 10) -> list[str]:
@@ -109,7 +112,8 @@ def _attempt(
         SIGNATURE_HEADER: signature,
         REQUEST_ID_HEADER: request_id,
     }
-    status, error, outcome = "pending", None, "network"
+    status, outcome = "pending", "network"
+    error: DeliveryOutcome | None = None
     started = time.perf_counter()
     try:
         response = client.post(
@@ -119,16 +123,21 @@ def _attempt(
             status = outcome = "delivered"
         elif 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
             status = outcome = "rejected"
-            error = f"{response.status_code} {_error_code(response)}"
+            error = classify_response(response)
         else:
             outcome = "retry"
-            error = f"{response.status_code} {_error_code(response)}"
+            error = classify_response(response)
     except httpx.HTTPError as exc:
-        error = type(exc).__name__
+        error = classify_error(exc)
     if metrics is not None:
         metrics.attempts.labels(outcome).inc()
         metrics.attempt_seconds.labels(outcome).observe(time.perf_counter() - started)
-    values: dict[str, object] = {"attempts": attempts, "status": status, "last_error": error, "lease_until": 0.0}
+    values: dict[str, object] = {
+        "attempts": attempts,
+        "status": status,
+        "last_error": None if error is None else error.value,
+        "lease_until": 0.0,
+    }
     if status == "delivered":
         values["delivered_at"] = datetime.now(UTC)
     elif status == "pending":
@@ -138,7 +147,7 @@ def _attempt(
         values["next_attempt_at"] = time.time() + wait
     with sessions.begin() as s:
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
-    log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error})" if error else "")
+    log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error.value})" if error else "")
     return status
 
 
@@ -147,16 +156,17 @@ def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes
         yield from iter(lambda: bytes(f.read(size)), b"")
 
 
-def _error_code(response: httpx.Response) -> str:
-    try:
-        return str(response.json().get("code", ""))[:100]
-    except ValueError:
-        return ""
+def quiet_http_client_logs() -> None:
+    """httpx logs every answer's status line at INFO, reason phrase included: text the receiver
+    chose. The sender logs its own line per attempt (a value of the outcome list) instead."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
     """Deliver until ``stop`` is set (or after one pass when ``once``); never exits on a database error."""
     require_secrets(settings, "exchange_secret")
+    quiet_http_client_logs()
     stop = stop or threading.Event()
     try:
         engine = open_database(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,18 +29,21 @@ from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
 from labeldp.release.randomizer import RandomizerError, randomize, validate_public_prior
-from labeldp.schema import JsonPayload, LabelRelease, payload_digest, write_message
+from labeldp.schema import FEATURE_TABLE_NAME, JsonPayload, LabelRelease, payload_digest, write_message
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.logs import current_request_id
+from labeldp.service.logs import current_request_id, new_request_id
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso
 
 from . import ledger
 from .columnar import HashingWriter, release_unused_memory
 from .context import LabelsContext, message_key
+from .delivery_outcomes import shown
 from .label_sets import class_names, load_label_set, read_ids, read_labels
 from .store import PrivacyDomainRow, ReleaseRow
+
+log = logging.getLogger("labeldp.labels")
 
 MAX_PRIOR_POINTS = 100_000
 
@@ -70,7 +74,10 @@ class ReleaseCreate(BaseModel):
     epsilon_prior: StrictFloat | StrictInt | str | None = None
     prior: PriorIn | None = Field(None, description="a public prior (costs no ε)")
     feature_table: str | None = Field(
-        None, max_length=64, description="a hint for the features party; the table is chosen when it trains"
+        None,
+        pattern=FEATURE_TABLE_NAME,
+        description="a hint for the features party (a table name: letters, digits, `_`, `.`, `-`, at most 64); "
+        "the table is chosen when it trains. It crosses to the features party, so it holds nothing else",
     )
 
 
@@ -210,6 +217,7 @@ def _commit(
 ) -> StoredResponse:
     """The one short transaction: the label set's cap, the ledger's swap, the release row and its answer."""
     charge, delta_units = plan.eps, plan.delta
+    outgoing_request_id = new_request_id()
     with ctx.sessions.begin() as s:
         domain_row = ledger.lock_domain(s, plan.domain_id)
         ls = load_label_set(s, label_set_id, for_update=True)
@@ -232,13 +240,17 @@ def _commit(
             message_sha256=sha,
             status="pending",
             created_at=datetime.now(UTC),
-            request_id=current_request_id(),
+            request_id=outgoing_request_id,
         )
         s.add(row)
         s.flush()
         response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
         if claim is not None:
             claim.complete(s, response)
+    # The client's request id stays here: the features party sees only the fresh outgoing one,
+    # and this line (logged under the client's id) is the one place that links the two.
+    log.info("release %s: client request %s is sent to the features party as %s", release_id,
+             current_request_id(), outgoing_request_id)
     return response
 
 
@@ -274,7 +286,7 @@ def describe(r: ReleaseRow) -> dict[str, Any]:
         "message_sha256": r.message_sha256,
         "message_bytes": r.message_bytes,
         "attempts": r.attempts or 0,
-        "last_error": r.last_error,
+        "last_error": shown(r.last_error),
         "created_at": iso(r.created_at),
         "delivered_at": iso(r.delivered_at),
     }

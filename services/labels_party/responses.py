@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .delivery_outcomes import DeliveryOutcome
+
 Timestamp = str
 """ISO-8601 with a UTC offset, e.g. ``2026-11-24T13:55:39.123456+00:00``."""
 
@@ -134,7 +136,9 @@ class Release(_Body):
     message_sha256: str
     message_bytes: int
     attempts: int
-    last_error: str | None
+    last_error: DeliveryOutcome | None = Field(
+        description="why the last attempt did not deliver, from a fixed list (never the receiver's text)"
+    )
     created_at: Timestamp | None
     delivered_at: Timestamp | None
 

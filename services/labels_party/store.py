@@ -128,5 +128,6 @@ class ReleaseRow(Base):
     last_error: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # The X-Request-ID of the request that created the release; the outbox sends it with every attempt.
+    # A fresh request id made when the release was charged (never the client's X-Request-ID, which
+    # stays in the labels party's logs); the outbox sends it with every attempt.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)

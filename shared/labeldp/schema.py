@@ -87,6 +87,10 @@ class ArrowPayload(SpecModel):
 Payload = Annotated[JsonPayload | ArrowPayload, Field(discriminator="format")]
 
 
+FEATURE_TABLE_NAME: Final = r"^[A-Za-z0-9_.-]{1,64}$"
+"""A feature table's name, and so all a release's ``feature_table`` hint may hold (it crosses parties)."""
+
+
 class LabelRelease(SpecModel):
     schema_version: Literal["1"] = SCHEMA_VERSION
     release_id: str

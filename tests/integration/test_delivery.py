@@ -44,7 +44,7 @@ def test_delivery_retries_until_features_party_is_back(tmp_path):
                 assert time.monotonic() < deadline, "outbox did not retry"
                 time.sleep(0.1)
             pending = labels.get(f"/v1/releases/{release_id}").json()
-            assert pending["status"] == "pending" and pending["last_error"]
+            assert pending["status"] == "pending" and pending["last_error"] == "connection_error"
 
             stack.start("features")
             delivered = wait_for_status(labels, release_id, "delivered", timeout=60)

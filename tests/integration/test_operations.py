@@ -1,5 +1,5 @@
-"""Operations across real processes: one request id from the advertiser's call through the outbox to
-the features party's inbox, JSON log lines in every process, and the outbox's metrics on the labels API."""
+"""Operations across real processes: one outgoing request id from the outbox to the features party's
+inbox (linked to the advertiser's in the labels API's log), JSON log lines in every process, and the outbox's metrics on the labels API."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def test_a_release_keeps_its_request_id_from_the_labels_api_to_the_inbox(stack, data, feature_table):
+def test_a_release_keeps_one_outgoing_request_id_from_the_outbox_to_the_inbox(stack, data, feature_table):
+    """The client's id stays in the labels API's log, linked there to a fresh id the outbox and the
+    features party's inbox both log under: the client's choice never crosses to the features party."""
     trace = f"trace-{time.monotonic_ns()}"
     with stack.labels_client() as labels:
         ls = create_label_set(labels, data.ids[:200], budget=10.0, high=data.clip)
@@ -42,14 +44,18 @@ def test_a_release_keeps_its_request_id_from_the_labels_api_to_the_inbox(stack, 
         release_id = r.json()["id"]
         wait_for_status(labels, release_id, "delivered")
 
-    def traced(name: str) -> list[dict]:
-        return [d for d in _log_lines(stack, name) if d.get("request_id") == trace]
+    def traced(name: str, rid: str) -> list[dict]:
+        return [d for d in _log_lines(stack, name) if d.get("request_id") == rid]
 
-    assert any(d["logger"] == "labeldp.access" and d["status"] == 202 for d in traced("labels"))
-    assert any(release_id in d["message"] and "delivered" in d["message"] for d in traced("outbox"))
-    inbox = traced("features")
+    assert any(d["logger"] == "labeldp.access" and d["status"] == 202 for d in traced("labels", trace))
+    (link,) = [d for d in traced("labels", trace) if release_id in d["message"] and "sent to" in d["message"]]
+    outgoing = link["message"].rsplit(" ", 1)[-1]
+    assert outgoing.startswith("req_") and outgoing != trace
+    assert any(release_id in d["message"] and "delivered" in d["message"] for d in traced("outbox", outgoing))
+    inbox = traced("features", outgoing)
     assert any(release_id in d["message"] and "accepted" in d["message"] for d in inbox)
     assert any(d["logger"] == "labeldp.access" and d["route"] == "/v1/releases" and d["status"] == 201 for d in inbox)
+    assert trace not in stack.log_path("features").read_text()
     assert {d["service"] for d in _log_lines(stack, "outbox")} == {"outbox"}
 
 

@@ -4,9 +4,9 @@ Why a small ``logging.Formatter`` and not a logging library: the services log th
 standard ``logging`` module already, and one object per line with a handful of fields is all
 a log shipper needs. The request id lives in a context variable: the HTTP middleware binds it
 for one request (taken from ``X-Request-ID`` when the client sent a well-formed one, else a new
-``req_…``) and returns it in the response header; the outbox binds the release's request id
-while it delivers and sends it along, so the features party's inbox logs the same id
-(docs/architecture.md, "Operations").
+``req_…``) and returns it in the response header; the outbox binds the release's outgoing
+request id (a fresh one, never the client's) while it delivers and sends it along, so the
+features party's inbox logs the same id (docs/architecture.md, "Operations").
 
 Log lines never hold label values (privacy invariant 5): callers pass ids, counts and codes,
 and an exception is logged by its type and stack frames, never by its message, which could
@@ -51,8 +51,8 @@ def new_request_id() -> str:
 def accepted_request_id(value: str | None) -> str | None:
     """The client's request id if it is a plain token of at most 128 characters, else None.
 
-    A malformed one is replaced, not refused: it only labels log lines. It crosses to the
-    features party with the release it started, so it must stay an opaque token.
+    A malformed one is replaced, not refused: it only labels log lines. It never crosses to
+    the features party: a release is sent under a fresh id of its own.
     """
     if value is not None and _REQUEST_ID.fullmatch(value):
         return value
