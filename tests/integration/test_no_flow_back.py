@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -31,9 +32,9 @@ CHOSEN_TEXT = "receiver_says_u001_earns_42"
 class HostileInbox(BaseHTTPRequestHandler):
     """Reads the message, records the headers it came with, refuses it in words of its own."""
 
-    seen: list[dict[str, str]] = []
+    seen: ClassVar[list[dict[str, str]]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
         body = json.dumps({"code": CHOSEN_CODE, "message": CHOSEN_TEXT, "details": [CHOSEN_TEXT]}).encode()

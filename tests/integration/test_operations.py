@@ -1,5 +1,6 @@
 """Operations across real processes: one outgoing request id from the outbox to the features party's
-inbox (linked to the advertiser's in the labels API's log), JSON log lines in every process, and the outbox's metrics on the labels API."""
+inbox (linked to the advertiser's in the labels API's log), JSON log lines in every process, and the
+outbox's metrics on the labels API."""
 
 from __future__ import annotations
 
