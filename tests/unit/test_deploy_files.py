@@ -5,11 +5,13 @@ networks, NetworkPolicies); the API replicas share only the database and the obj
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 import pytest
 import yaml
 
@@ -149,6 +151,24 @@ def test_every_compose_file_and_manifest_parses_and_kustomize_applies_them_all()
     listed = set(kustomization["resources"])
     present = {p.name for p in _manifest_files()}
     assert listed == present  # every manifest is applied and every listed one exists
+
+
+def test_every_compose_file_follows_the_compose_specification():
+    schema = json.loads((ROOT / "deploy" / "schemas" / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    for path in _compose_files():
+        errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert not errors, f"{path.name}: {errors[:3]}"
+
+
+def test_pods_run_as_the_images_user():
+    uids = {re.search(r"useradd .*--uid (\d+) labeldp", p.read_text()) for p in (ROOT / "deploy").glob("*.Dockerfile")}
+    (uid,) = {int(m.group(1)) for m in uids if m}
+    assert len(uids) == 2
+    for name, deployment in _deployments().items():
+        context = deployment["spec"]["template"]["spec"]["securityContext"]
+        # runAsNonRoot cannot check the images' named USER: the pod must name its uid
+        assert context["runAsNonRoot"] is True and context["runAsUser"] == uid, name
 
 
 def _settings_variables() -> set[str]:
