@@ -13,7 +13,7 @@ COPY services ./services
 # (==2.13.0 is met by 2.13.0+cpu), so this layer does not fetch the CUDA build.
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[features]"
-RUN useradd --create-home labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
+RUN useradd --create-home --uid 1000 labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
 USER labeldp
 ENV LABELDP_FEATURES_DATABASE_URL=sqlite:////var/lib/labeldp/features.db \
     LABELDP_FEATURES_DATA_DIR=/var/lib/labeldp/data \

@@ -7,6 +7,6 @@ COPY services ./services
 # The local project; its dependencies are bounded in pyproject.toml.
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[labels]"
-RUN useradd --create-home labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
+RUN useradd --create-home --uid 1000 labeldp && mkdir -p /var/lib/labeldp && chown labeldp /var/lib/labeldp
 USER labeldp
 ENV LABELDP_LABELS_DATABASE_URL=sqlite:////var/lib/labeldp/labels.db

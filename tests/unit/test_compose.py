@@ -13,7 +13,7 @@ from labeldp.service.settings import Settings, require_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS_SERVICES = {"labels-party-api", "labels-party-outbox"}
-REQUIRED = re.compile(r"\$\{([A-Z_]+):\?[^}]*\}")
+REQUIRED = re.compile(r"\$\{([A-Z0-9_]+):\?[^}]*\}")
 
 
 def _compose(name: str = "docker-compose.yml") -> dict:
@@ -125,8 +125,12 @@ def test_the_labels_party_reaches_the_postgres_service_with_its_password_from_en
 SECRET_NAME = re.compile(r"(KEY|SECRET|PASSWORD)")
 
 
-def _required_variables() -> set[str]:
-    return set(REQUIRED.findall((ROOT / "docker-compose.yml").read_text()))
+def _required_variables(name: str = "docker-compose.yml") -> set[str]:
+    return set(REQUIRED.findall((ROOT / name).read_text()))
+
+
+def _required_by_any_compose_file() -> set[str]:
+    return set().union(*(_required_variables(p.name) for p in ROOT.glob("docker-compose*.yml")))
 
 
 def test_every_secret_comes_from_env_and_compose_refuses_to_start_without_it():
@@ -159,7 +163,7 @@ def test_the_documented_generator_writes_every_required_secret_and_each_passes_t
         [sys.executable, str(ROOT / "deploy" / "generate_env.py")], capture_output=True, text=True, check=True
     ).stdout
     values = dict(line.split("=", 1) for line in out.splitlines())
-    assert set(values) == _required_variables()
+    assert set(values) == _required_by_any_compose_file()
     assert len(set(values.values())) == len(values)  # independent secrets
     settings = Settings(
         labels_api_key=values["LABELDP_LABELS_API_KEY"],
@@ -167,7 +171,11 @@ def test_the_documented_generator_writes_every_required_secret_and_each_passes_t
         exchange_secret=values["LABELDP_EXCHANGE_SECRET"],
     )
     require_secrets(settings, "labels_api_key", "features_api_key", "exchange_secret")  # raises if weak
-    assert all(re.fullmatch(r"[A-Za-z0-9_-]{40,}", v) for v in values.values())  # safe inside a database URL
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{16,}", v) for v in values.values())  # safe inside a database URL
+    assert all(len(v) >= 40 for k, v in values.items() if k.startswith("LABELDP_") or k.endswith("POSTGRES_PASSWORD"))
+    # MinIO caps its keys: access key 3-20 characters, secret 8-40
+    assert len(values["LABELS_S3_ACCESS_KEY"]) <= 20
+    assert all(len(values[k]) <= 40 for k in ("LABELS_S3_SECRET_KEY", "MINIO_ROOT_PASSWORD"))
     assert "python3 deploy/generate_env.py > .env" in (ROOT / "deploy" / "README.md").read_text()
 
 
