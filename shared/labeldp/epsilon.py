@@ -49,13 +49,16 @@ def to_micro_floor(value: float | int | str | Decimal) -> int:
 
 
 MAX_EPSILON_MICRO = 1_000 * MICRO  # no meaningful guarantee is left beyond ε = 1000
-_DECIMAL_TEXT = re.compile(r"^\+?(\d{1,12}(\.\d{0,12})?|\.\d{1,12})([eE][+-]?\d{1,3})?$")
+# ASCII digits only, no surrounding blanks: ``str.isdigit``/``\d`` would also take "١" (Arabic-Indic)
+# or "１" (full-width), which Decimal() reads as 1 — a budget must be spelled one way only.
+_DECIMAL_TEXT = re.compile(r"\+?([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})([eE][+-]?[0-9]{1,3})?", re.ASCII)
 
 
 def exact_micro(value: object, *, allow_zero: bool = False) -> int:
     """A requested ε as exact micro-ε; refuses rather than rounds (docs/architecture.md, invariant 3).
 
-    Takes an int, a float (its shortest repr) or a decimal string. Booleans, values that
+    Takes an int, a float (its shortest repr) or a plain ASCII decimal string ("0.5", "1e-3";
+    no blanks, no non-ASCII digits). Booleans, values that
     are not a multiple of 10⁻⁶, ≤ 0 (or < 0 with ``allow_zero``) and values above
     ``MAX_EPSILON_MICRO`` raise :class:`InvalidEpsilon`. A string is checked against a
     bounded pattern before any arithmetic, so parsing is O(length) and no exponent can
@@ -68,11 +71,14 @@ def exact_micro(value: object, *, allow_zero: bool = False) -> int:
             raise InvalidEpsilon(f"epsilon must be between 0 and {MAX_EPSILON_MICRO // MICRO}")
         micro = value * MICRO
     else:
-        text = repr(value) if isinstance(value, float) else value.strip()
+        text = repr(value) if isinstance(value, float) else value
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidEpsilon("epsilon must be finite")
-        if len(text) > 40 or not _DECIMAL_TEXT.match(text):
-            raise InvalidEpsilon("epsilon must be a plain decimal number such as 0.5 or 1e-3")
+        if len(text) > 40 or not _DECIMAL_TEXT.fullmatch(text):
+            raise InvalidEpsilon(
+                "epsilon must be a JSON number or a plain ASCII decimal string such as \"0.5\" or \"1e-3\""
+                " (no blanks, no other digits)"
+            )
         d = Decimal(text)
         if d > MAX_EPSILON_MICRO // MICRO:
             raise InvalidEpsilon(f"epsilon must be at most {MAX_EPSILON_MICRO // MICRO}")

@@ -48,3 +48,16 @@ def test_explicit_prior_epsilon_must_leave_randomizer_budget():
     with pytest.raises(InvalidEpsilon):
         split_budget(MICRO, 10, 10, prior_micro=MICRO)
     assert from_micro(1_500_000) == 1.5
+
+
+@pytest.mark.parametrize("text", [" 1 ", "1 ", "\t1", "1\n", "١", "١.٥", "１", "1\u00a0", "+ 1", "0x1", "1_0"])
+def test_epsilon_text_must_be_plain_ascii_decimal(text):
+    # Decimal() reads " 1 ", "١" (Arabic-Indic) and "１" (full-width) as 1: each must be refused instead.
+    with pytest.raises(InvalidEpsilon, match="plain ASCII decimal"):
+        exact_micro(text)
+
+
+@pytest.mark.parametrize(("text", "micro"), [("1", MICRO), ("0.5", 500_000), ("1e-3", 1_000), ("+2", 2 * MICRO)])
+def test_plain_ascii_decimal_strings_keep_working(text, micro):
+    assert exact_micro(text) == micro
+    assert exact_micro(1.0) == exact_micro(1) == MICRO
