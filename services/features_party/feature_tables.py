@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
+from labeldp.parquet_batches import utf8_text
 from labeldp.schema import FEATURE_TABLE_NAME
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
@@ -88,7 +89,9 @@ def parse_csv(
             "a column is declared twice or the id column is declared as a feature",
             [{"column": name} for name in sorted(overlap)],
         )
-    column_types: dict[str, pa.DataType] = {id_column: pa.string()}
+    # The id column as bytes: utf8_text names the row whose id is not UTF-8 (invalid_id) instead of
+    # a whole-file invalid_csv; other text is checked the same way below.
+    column_types: dict[str, pa.DataType] = {id_column: pa.binary()}
     column_types.update({name: pa.string() for name in categorical})
     column_types.update({name: pa.float64() for name in numeric})
     try:
@@ -99,7 +102,10 @@ def parse_csv(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise _csv_error(exc) from None
 
-    names = table.column_names
+    try:
+        names = table.column_names  # decoded only here
+    except UnicodeDecodeError:
+        raise InvalidInput("invalid_csv", "the CSV header is not UTF-8") from None
     if len(set(names)) != len(names):
         dupes = sorted({n for n in names if names.count(n) > 1})
         raise InvalidInput("invalid_csv", "the CSV header repeats a column name", [{"column": n} for n in dupes])
@@ -113,7 +119,7 @@ def parse_csv(
     if table.num_rows == 0:
         raise InvalidInput("invalid_csv", "the CSV has no data rows")
 
-    ids = table.column(id_column)
+    ids = utf8_text(table.column(id_column), code="invalid_id", what="id")
     if ids.null_count:
         raise InvalidInput("invalid_csv", "some rows have an empty id", [{"count": ids.null_count}])
     counts = pc.value_counts(ids)
@@ -138,6 +144,8 @@ def parse_csv(
             kind, dtype = NUMERIC, pa.float64()
         else:
             kind, dtype = CATEGORICAL, pa.string()
+            # a column whose bytes are not UTF-8 is inferred as binary: name its row, not a 500
+            column = utf8_text(column, code="invalid_csv", what=f"value in column {name[:100]!r}")
         arrays.append(column.cast(dtype))
         fields.append(pa.field(name, dtype))
         columns.append({"name": name, "kind": kind})

@@ -16,12 +16,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pa_compute
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labeldp.epsilon import InvalidEpsilon, exact_micro, from_delta_units, from_micro
+from labeldp.epsilon import EpsilonIn, InvalidEpsilon, exact_micro, from_delta_units, from_micro
 from labeldp.errors import Conflict, InvalidInput, NotFound
+from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
@@ -59,7 +60,7 @@ class LabelSetCreate(BaseModel):
     privacy_domain: str = Field(
         DEFAULT_DOMAIN, min_length=1, max_length=200, description="the privacy domain whose per-id ledger it charges"
     )
-    total_epsilon: StrictFloat | StrictInt | str | None = Field(
+    total_epsilon: EpsilonIn | None = Field(
         None, description="optional cap on this label set's own releases (default: the domain's per-id budget)"
     )
     ids: list[StrictStr | StrictInt] | None = Field(
@@ -68,6 +69,21 @@ class LabelSetCreate(BaseModel):
         description=f"the public example ids (at most {MAX_INLINE_IDS}); or omit and upload them to "
         "/v1/label-sets/{id}/ids",
     )
+
+    @model_validator(mode="after")
+    def _unicode_text(self) -> LabelSetCreate:
+        """JSON may spell a lone surrogate ("\\ud800") that no UTF-8 store, fingerprint or answer can hold.
+
+        Checked while the body is parsed — before the idempotency fingerprint serializes it —
+        and raised as the domain's 422 (pydantic passes non-ValueError exceptions through).
+        """
+        check_unicode(self.ids or (), code="invalid_id", what="id")
+        for field, texts in (("name", [self.name]), ("privacy_domain", [self.privacy_domain]),
+                             ("classes", self.classes or [])):
+            if not all(is_unicode(t) for t in texts if isinstance(t, str)):
+                raise InvalidInput("invalid_request", f"{field} is not valid Unicode text (a lone surrogate)",
+                                   [{"loc": ["body", field]}])
+        return self
 
 
 def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | None]:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import (
+    EpsilonIn,
     InvalidEpsilon,
     delta_units_floor,
     exact_micro,
@@ -39,7 +40,7 @@ class PrivacyDomainCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, description="letters, digits and . _ : -")
-    epsilon: StrictFloat | StrictInt | str = Field(description="per-id ε budget, a multiple of 0.000001")
+    epsilon: EpsilonIn = Field(description="per-id ε budget, a multiple of 0.000001")
     delta: StrictFloat | StrictInt = Field(0.0, ge=0, le=0.5, description="per-id δ budget (Gaussian releases)")
 
 

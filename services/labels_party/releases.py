@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labeldp.epsilon import InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
+from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unavailable
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
@@ -70,8 +70,8 @@ class ReleaseCreate(BaseModel):
         "auto", max_length=40, description="a mechanism of the catalogue, or auto (the default rule)"
     )
     params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
-    epsilon: StrictFloat | StrictInt | str = Field(description="ε charged to every id, a multiple of 0.000001")
-    epsilon_prior: StrictFloat | StrictInt | str | None = None
+    epsilon: EpsilonIn = Field(description="ε charged to every id, a multiple of 0.000001")
+    epsilon_prior: EpsilonIn | None = None
     prior: PriorIn | None = Field(None, description="a public prior (costs no ε)")
     feature_table: str | None = Field(
         None,

@@ -29,7 +29,7 @@ import pyarrow.ipc as ipc
 from sqlalchemy import update
 
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, UnsupportedMediaType
-from labeldp.parquet_batches import open_for_batches
+from labeldp.parquet_batches import check_column_type, check_unicode, open_for_batches, utf8_text
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.storage import ObjectStore
 
@@ -126,7 +126,8 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
             read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=1 << 22),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=list(wanted.values()),
-                column_types={g: pa.string() for g in wanted.values()},
+                # ids as bytes: utf8_text then names the row that is not UTF-8 (invalid_id)
+                column_types={g: pa.binary() if c == "id" else pa.string() for c, g in wanted.items()},
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
@@ -140,17 +141,21 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
         ) from None
 
 
-def _pick(names: list[str], columns: tuple[str, ...], kind: str) -> list[str]:
-    lower = {n.strip().lower(): n for n in names}
+def _pick(schema: pa.Schema, columns: tuple[str, ...], kind: str) -> list[str]:
+    """The file's names for ``columns``; 422 ``unsupported_column_type`` for a nested or other odd type."""
+    lower = {n.strip().lower(): n for n in schema.names}
     if any(c not in lower for c in columns):
         raise InvalidInput(f"invalid_{kind}", f"the {kind} file must have columns {' and '.join(columns)}")
-    return [lower[c] for c in columns]
+    picked = [lower[c] for c in columns]
+    for name in picked:
+        check_column_type(name, schema.field(name).type)
+    return picked
 
 
 def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
     try:
         pf = open_for_batches(path)  # pre-buffering off: memory bounded by a batch, not the file
-        picked = _pick(pf.schema_arrow.names, columns, "parquet")
+        picked = _pick(pf.schema_arrow, columns, "parquet")
         for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
             yield {c: batch.column(name) for c, name in zip(columns, picked)}
     except LabelDPError:
@@ -169,7 +174,7 @@ def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, p
                 source.seek(0)
                 reader = ipc.open_stream(source)
                 batches = iter(reader)
-            picked = _pick(reader.schema.names, columns, "arrow")
+            picked = _pick(reader.schema, columns, "arrow")
             for batch in batches:
                 yield {c: batch.column(name) for c, name in zip(columns, picked)}
     except LabelDPError:
@@ -194,8 +199,11 @@ def _json_columns(path: Path, columns: tuple[str, ...]) -> dict[str, pa.Array]:
     else:
         shape = '{"ids": [...]}' if columns == ("id",) else '{"rows": [{"id", "label"}]} or {"ids": [], "labels": []}'
         raise InvalidInput("invalid_json", f"JSON must be {shape}")
+    # json.loads keeps "\ud800" as a lone surrogate, which Arrow cannot encode: refuse it by row.
+    check_unicode(values["id"], code="invalid_id", what="id")
     out: dict[str, pa.Array] = {"id": pa.array([_id_text(v) for v in values["id"]], pa.string())}
     if "label" in columns:
+        check_unicode(values["label"], code="invalid_labels", what="label")
         out["label"] = pa.array([_json_label(v) for v in values["label"]], pa.string())
     return out
 
@@ -218,12 +226,12 @@ def _json_label(value: object) -> str | None:
 # --------------------------------------------------------------------------- validation
 
 
-def parse_labels(raw: pa.Array, rules: LabelRules) -> tuple[np.ndarray, np.ndarray]:
-    """(float64 values, int8 value codes) for one chunk; categorical values become class indices."""
+def parse_labels(raw: pa.Array, rules: LabelRules, first_row: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 values, int8 value codes) for one chunk (its first row is ``first_row``, 1-based)."""
     n = len(raw)
     codes = np.zeros(n, dtype=np.int8)
     if rules.classes is not None:
-        text = raw.cast(pa.string()) if not pa.types.is_string(raw.type) else raw
+        text = utf8_text(raw, code="invalid_labels", what="label", first_row=first_row)
         index = pc.index_in(text, value_set=pa.array(rules.classes, pa.string()))
         values = pc.fill_null(index, -1).to_numpy(zero_copy_only=False).astype(np.float64)
         codes[values < 0] = VALUE_CODES.index("unknown_class")
@@ -290,12 +298,14 @@ class ParsedUpload:
 
 def parse_label_upload(path: Path, kind: str, rules: LabelRules) -> ParsedUpload:
     ids, values, codes = [], [], []
+    row = 1
     for batch in read_batches(path, kind, ("id", "label")):
-        ident = batch["id"].cast(pa.string())
+        ident = utf8_text(batch["id"], code="invalid_id", what="id", first_row=row)
         ids.append(_trimmed(ident) if kind in CSV_TYPES else ident)
-        v, c = parse_labels(batch["label"], rules)
+        v, c = parse_labels(batch["label"], rules, row)
         values.append(v)
         codes.append(c)
+        row += len(ident)
     return ParsedUpload(
         pa.chunked_array(ids, type=pa.string()),
         np.concatenate(values) if values else np.zeros(0),
@@ -419,7 +429,10 @@ def upload_ids(
     ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, claim: Claim | None
 ) -> StoredResponse:
     kind = media_type(content_type)
-    chunks = [batch["id"].cast(pa.string()) for batch in read_batches(body, kind, ("id",))]
+    chunks, row = [], 1
+    for batch in read_batches(body, kind, ("id",)):
+        chunks.append(utf8_text(batch["id"], code="invalid_id", what="id", first_row=row))
+        row += len(chunks[-1])
     if kind in CSV_TYPES:
         chunks = [_trimmed(c) for c in chunks]
     return set_ids(ctx, label_set_id, pa.chunked_array(chunks, type=pa.string()), claim)

@@ -13,6 +13,11 @@ from __future__ import annotations
 import math
 import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from typing import Annotated
+
+from pydantic import AfterValidator, StrictFloat, StrictInt
+
+from labeldp.errors import InvalidInput
 
 MICRO = 1_000_000
 
@@ -89,6 +94,18 @@ def exact_micro(value: object, *, allow_zero: bool = False) -> int:
     if micro < 0 or (micro == 0 and not allow_zero):
         raise InvalidEpsilon("epsilon must be greater than 0" if not allow_zero else "epsilon must be >= 0")
     return micro
+
+
+def _ascii_text(value: float | int | str) -> float | int | str:
+    if isinstance(value, str) and not value.isascii():
+        # Refused while the body is parsed: a lone surrogate ("\\ud800") would otherwise break the
+        # idempotency fingerprint (a 500) before exact_micro ever saw it.
+        raise InvalidInput("invalid_epsilon", "epsilon must be a JSON number or a plain ASCII decimal string")
+    return value
+
+
+EpsilonIn = Annotated[StrictFloat | StrictInt | str, AfterValidator(_ascii_text)]
+"""A requested ε in a request body: a JSON number or ASCII text, checked in full by :func:`exact_micro`."""
 
 
 DELTA_UNIT = Decimal("1e-15")

@@ -202,6 +202,29 @@ def test_upload_rejections(client: TestClient, name: str, csv: str, params: dict
     assert "notanumber" not in response.text  # cell values are not echoed
 
 
+@pytest.mark.parametrize(
+    ("csv", "code", "row"),
+    [
+        (b"id,x,city\na,1,p\n\xed\xa0\x80,2,q\n", "invalid_id", 2),  # a lone surrogate as CESU-8 bytes
+        (b"id,x,city\na,1,p\nb,2,secret\xed\xa0\x80\n", "invalid_csv", 2),  # was a 500 (binary cast)
+        (b"id,x,\xed\xa0\x80\na,1,p\n", "invalid_csv", None),  # a header that is not UTF-8: was a 500
+    ],
+)
+def test_text_that_is_not_unicode_is_a_422_naming_the_row_and_stores_nothing(
+    client: TestClient, settings: Settings, csv: bytes, code: str, row: int | None
+) -> None:
+    response = client.post(
+        "/v1/feature-tables", params={"name": "odd"}, content=csv, headers={**AUTH, "content-type": "text/csv"}
+    )
+    assert (response.status_code, response.json()["code"]) == (422, code), response.text
+    if row is not None:
+        assert response.json()["details"] == [{"row": row, "code": code}]
+        assert f"row {row}" in response.json()["message"]
+    assert "secret" not in response.text
+    assert client.get("/v1/feature-tables/odd", headers=AUTH).json()["code"] == "feature_table_not_found"
+    assert list((settings.features_data_dir / "tables").glob("*")) == []
+
+
 def test_upload_existing_name_conflicts(client: TestClient, small_table: list[str]) -> None:
     response = upload(client, "clicks", "id,x\nz,1\n")
     assert response.status_code == 409

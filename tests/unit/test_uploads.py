@@ -15,6 +15,7 @@ from labeldp.errors import LabelDPError
 from labels_party.uploads import LabelRules, media_type, parse_label_upload, read_batches, row_errors
 
 REAL = LabelRules("real", 0.0, 10.0)
+JSON, PARQUET, ARROW = "application/json", "application/vnd.apache.parquet", "application/vnd.apache.arrow.file"
 
 
 def _write(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -85,7 +86,8 @@ def test_unknown_media_type_and_broken_bodies_have_stable_codes(tmp_path: Path) 
         ("application/vnd.apache.arrow.stream", b"not arrow", "invalid_arrow"),
         ("text/csv", b"id,value\na,1\n", "invalid_csv"),
         ("text/csv", b"", "invalid_csv"),
-        ("text/csv", b"id,label\n\xff\xfe,1\n", "invalid_csv"),
+        ("text/csv", b"id,label\n\xff\xfe,1\n", "invalid_id"),  # the row is named (was invalid_csv)
+        ("text/csv", b"id,label\na,\xff\xfe\n", "invalid_csv"),
         ("application/json", b"[" * 100_000, "invalid_json"),
         ("application/json", b'{"ids": ["a"], "labels": [1, 2]}', "invalid_json"),
     ]
@@ -133,3 +135,86 @@ def test_json_booleans_nulls_and_huge_integers_are_not_numbers(tmp_path: Path) -
     _, errors, n_bad = _checked(upload, ["a", "b", "c", "d"])
     assert [(e["id"], e["code"]) for e in errors] == [(i, "not_a_number") for i in ("a", "b", "c")]
     assert n_bad == 3 and upload.values[3] == 3.0
+
+
+LONE_SURROGATE_UTF8 = b"\xed\xa0\x80"  # "\ud800" as CESU-8 bytes: not UTF-8
+CATS = LabelRules("categorical", 0.0, 1.0, ["no", "yes"])
+
+
+def _refused(path: Path, kind: str, rules: LabelRules = REAL) -> LabelDPError:
+    with pytest.raises(LabelDPError) as err:
+        parse_label_upload(path, media_type(kind), rules)
+    assert err.value.status_code == 422
+    return err.value
+
+
+@pytest.mark.parametrize("fmt", ["json_rows", "json_columns", "csv", "parquet", "arrow"])
+def test_an_id_that_is_not_unicode_is_a_422_naming_its_row(tmp_path: Path, fmt: str) -> None:
+    # A lone surrogate gave a 500 (UnicodeEncodeError, ArrowInvalid) before: now invalid_id, row 2.
+    bad = LONE_SURROGATE_UTF8
+    if fmt == "json_rows":
+        body = b'{"rows": [{"id": "a", "label": 1}, {"id": "\\ud800", "label": 7.25}]}'
+        path, kind = _write(tmp_path, "u.json", body), JSON
+    elif fmt == "json_columns":
+        path, kind = _write(tmp_path, "u.json", b'{"ids": ["a", "x\\udfff"], "labels": [1, 7.25]}'), JSON
+    elif fmt == "csv":
+        path, kind = _write(tmp_path, "u.csv", b"id,label\na,1\n" + bad + b",7.25\n"), "text/csv"
+    elif fmt == "parquet":
+        path, kind = _parquet(tmp_path, pa.array([b"a", bad], pa.binary()), [1.0, 7.25]), PARQUET
+    else:
+        path, kind = _arrow(tmp_path, pa.array([b"a", bad], pa.binary()), [1.0, 7.25], stream=True), ARROW
+    err = _refused(path, kind)
+    assert err.code == "invalid_id" and err.details == [{"row": 2, "code": "invalid_id"}]
+    assert "row 2" in err.message and "7.25" not in str(err.message) + str(err.details)
+
+
+def test_the_row_of_a_bad_id_is_counted_across_chunks(tmp_path: Path) -> None:
+    n = 500_000  # several CSV blocks (4 MiB) and Parquet batches (2¹⁸ rows)
+    ids = [f"id{i:07d}".encode() for i in range(n)]
+    ids[n - 2] = LONE_SURROGATE_UTF8
+    csv_body = b"id,label\n" + b"".join(i + b",1\n" for i in ids)
+    assert len(list(read_batches(_write(tmp_path, "big.csv", csv_body), "text/csv", ("id",)))) > 1
+    for path, kind in (
+        (tmp_path / "big.csv", "text/csv"),
+        (_parquet(tmp_path, pa.array(ids, pa.binary()), np.ones(n)), PARQUET),
+    ):
+        assert _refused(path, kind).details == [{"row": n - 1, "code": "invalid_id"}], kind
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_a_label_that_is_not_unicode_is_a_422_that_never_echoes_it(tmp_path: Path, fmt: str) -> None:
+    if fmt == "json":
+        path, kind = _write(tmp_path, "u.json", b'{"ids": ["a", "b"], "labels": ["yes", "secret\\ud800"]}'), JSON
+    else:
+        path, kind = _parquet(tmp_path, ["a", "b"], pa.array([b"yes", b"secret" + LONE_SURROGATE_UTF8])), PARQUET
+    err = _refused(path, kind, CATS)
+    assert err.code == "invalid_labels" and err.details == [{"row": 2, "code": "invalid_labels"}]
+    assert "secret" not in str(err.message) + str(err.details)
+
+
+NESTED = {
+    "struct": pa.array([{"x": 1}, {"x": 2}]),
+    "list": pa.array([[1.0], [2.0]]),
+    "map": pa.array([[("k", 1)], [("k", 2)]], pa.map_(pa.string(), pa.int64())),
+    "timestamp": pa.array([0, 1], pa.timestamp("s")),
+}
+
+
+@pytest.mark.parametrize("which", ["id", "label"])
+@pytest.mark.parametrize("typ", sorted(NESTED))
+@pytest.mark.parametrize("kind", [PARQUET, ARROW])
+def test_a_nested_or_unsupported_column_is_a_422_naming_the_column(
+    tmp_path: Path, which: str, typ: str, kind: str
+) -> None:
+    ids: pa.Array = NESTED[typ] if which == "id" else pa.array(["a", "b"])
+    labels: pa.Array = NESTED[typ] if which == "label" else pa.array([1.0, 2.0])
+    path = _parquet(tmp_path, ids, labels) if kind == PARQUET else _arrow(tmp_path, ids, labels, stream=False)
+    for rules in (REAL, CATS):
+        err = _refused(path, kind, rules)
+        assert err.code == "unsupported_column_type", (which, typ)
+        column = which if kind == PARQUET else which.upper() if which == "id" else "Label"
+        assert err.details[0]["column"] == column and repr(column) in err.message
+    if which == "id":  # the ids-only upload reads the same column
+        with pytest.raises(LabelDPError) as caught:
+            list(read_batches(path, kind, ("id",)))
+        assert caught.value.code == "unsupported_column_type"
