@@ -201,3 +201,61 @@ def test_bad_label_set_and_domain_requests_change_nothing(stack):
             r = labels.post("/v1/privacy-domains", json=body)
             assert (r.status_code, r.json()["code"]) == (422, code), body
         assert labels.get("/v1/privacy-domains/ok").status_code == 404
+
+
+def _parquet_bytes(table) -> bytes:  # type: ignore[no-untyped-def]
+    import io
+
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def test_text_that_is_not_unicode_nested_columns_and_odd_epsilon_text_are_4xx_that_change_nothing(
+    stack, data, label_set
+):
+    """Issue 24: each of these was a 500 or accepted as ε = 1; one case per route family, over real HTTP."""
+    import pyarrow as pa
+
+    ls, ids = label_set
+    json_type = {"content-type": "application/json"}
+    with stack.labels_client() as labels:
+        sets_before = len(labels.get("/v1/label-sets", params={"limit": 500}).json()["items"])
+        # label sets: a lone surrogate among inline ids (json.dumps escapes it as "\ud800")
+        r = labels.post("/v1/label-sets", content=json.dumps(
+            {"name": "x", "domain": {"low": 0, "high": 1}, "ids": ["a", "\ud800"]}), headers=json_type)
+        assert (r.status_code, r.json()["code"], r.json()["details"]) == (
+            422, "invalid_id", [{"row": 2, "code": "invalid_id"}]), r.text
+        # label sets and privacy domains: ε text that Decimal() would read as 1
+        r = labels.post("/v1/label-sets", json={"name": "x", "domain": {"low": 0, "high": 1}, "ids": ["a"],
+                                                 "total_epsilon": " 1 "})
+        assert (r.status_code, r.json()["code"]) == (422, "invalid_epsilon"), r.text
+        r = labels.post("/v1/privacy-domains", content=json.dumps({"name": "arabic", "epsilon": "١"}),
+                        headers=json_type)
+        assert (r.status_code, r.json()["code"]) == (422, "invalid_epsilon"), r.text
+        assert labels.get("/v1/privacy-domains/arabic").status_code == 404
+        assert len(labels.get("/v1/label-sets", params={"limit": 500}).json()["items"]) == sets_before
+        # uploads: a nested label column, an id that is not UTF-8
+        nested = _parquet_bytes(pa.table({"id": ids[:2], "label": pa.array([[1.0], [2.0]])}))
+        r = labels.post(f"/v1/label-sets/{ls['id']}/labels", content=nested,
+                        headers={"content-type": "application/vnd.apache.parquet"})
+        assert (r.status_code, r.json()["code"]) == (422, "unsupported_column_type"), r.text
+        assert r.json()["details"][0]["column"] == "label"
+        body = f"id,label\n{ids[0]},1.5\n".encode() + b"\xed\xa0\x80,2.5\n"
+        r = labels.post(f"/v1/label-sets/{ls['id']}/labels", content=body, headers={"content-type": "text/csv"})
+        assert (r.status_code, r.json()["code"]) == (422, "invalid_id") and "2.5" not in r.text, r.text
+        assert _state(labels, ls["id"]) == (0, 0, 0)
+        # releases: ε text with blanks, after valid labels
+        assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
+        r = labels.post(f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "laplace", "epsilon": " 1 "})
+        assert (r.status_code, r.json()["code"]) == (422, "invalid_epsilon"), r.text
+        assert _state(labels, ls["id"]) == (50, 0, 0)
+    with stack.features_client() as features:
+        # feature tables: an id that is not UTF-8 (row 2)
+        r = features.post("/v1/feature-tables", params={"name": "odd"}, content=b"id,x\na,1\n\xed\xa0\x80,2\n",
+                          headers={"content-type": "text/csv"})
+        assert (r.status_code, r.json()["code"], r.json()["details"]) == (
+            422, "invalid_id", [{"row": 2, "code": "invalid_id"}]), r.text
+        assert features.get("/v1/feature-tables/odd").json()["code"] == "feature_table_not_found"
