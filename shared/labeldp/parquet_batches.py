@@ -63,7 +63,7 @@ def check_column_type(name: str, dtype: pa.DataType, *, numbers: bool = True) ->
 
 def utf8_text(values: Column, *, code: str, what: str, first_row: int = 1) -> Column:
     """``values`` as a string array, or 422 ``code`` naming the first row (``first_row`` based) that is not UTF-8."""
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+    if pa.types.is_string(values.type):
         return values  # Arrow validated these bytes when it built the array
     try:
         return cast(Column, values.cast(pa.string()))

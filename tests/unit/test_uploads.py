@@ -218,3 +218,22 @@ def test_a_nested_or_unsupported_column_is_a_422_naming_the_column(
         with pytest.raises(LabelDPError) as caught:
             list(read_batches(path, kind, ("id",)))
         assert caught.value.code == "unsupported_column_type"
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        pa.array(["a", "b"], pa.large_string()),
+        pa.array(["a", "b"]).dictionary_encode(),
+        pa.array([b"a", b"b"], pa.binary()),
+        pa.array([b"a", b"b"], pa.large_binary()),
+    ],
+    ids=["large_string", "dictionary", "binary", "large_binary"],
+)
+def test_every_text_column_type_still_reads_as_string_ids(tmp_path: Path, ids: pa.Array) -> None:
+    labels = [1.0, 2.0]
+    for path, kind in ((_parquet(tmp_path, ids, labels), PARQUET), (_arrow(tmp_path, ids, labels, False), ARROW)):
+        upload = parse_label_upload(path, kind, REAL)
+        assert upload.ids.type == pa.string() and upload.ids.to_pylist() == ["a", "b"], kind
+    upload = parse_label_upload(_parquet(tmp_path, pa.array([7, 8]), [1.0, 2.0]), PARQUET, REAL)
+    assert upload.ids.to_pylist() == ["7", "8"]
