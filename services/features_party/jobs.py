@@ -12,9 +12,8 @@ any API process show it while the job runs. A queued training is cancelled at on
 running one stops at the next batch boundary once its worker sees the cancel, and leaves
 no model; a training whose worker died resumes from its checkpoint
 (:mod:`features_party.checkpoints`) on another (docs/architecture.md, "Training jobs",
-"Progress and events"). Error messages
-stored on a failed training are written by this module, never copied from an
-exception, so they can carry no label value or feature row.
+"Progress and events"). Error messages on a failed training are written here, never
+copied from an exception, so they carry no label value or feature row.
 
 The release's mechanism spec decides the task: a spec that declares ``classes``
 makes the label column class indices and the job trains a classifier (optionally

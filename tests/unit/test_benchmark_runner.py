@@ -727,8 +727,8 @@ def test_the_plot_labels_clips_marks_the_paper_and_shares_one_legend():
 
 
 def test_the_paper_learner_trains_on_unscaled_features_through_the_runner(tmp_path):
+    from labeldp_research.cli import _learners
     from labeldp_research.paper_learner import PAPER, RawFeatureMLP
-    from labeldp_tools.cli import _learners
 
     assert [lr.name for lr in _learners("regression", ["plain", "paper"])] == ["plain", PAPER]
     assert [lr.name for lr in _learners("regression", ["paper"])] == [PAPER]

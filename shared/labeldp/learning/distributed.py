@@ -10,19 +10,13 @@ is shared between the hosts but the rendezvous and the process group: the traini
 dealt into one data shard per process (:mod:`labeldp.learning.loader`), and the launcher
 that owns the training (the *home* host) delivers to every peer's own working folder a copy
 of what that host needs — its ``job.json``, the stage's fitted statistics and only its own
-shards — which :func:`host` there waits for and starts its torchrun with. (A copy into each
-host's folder, not an object store: the project has no storage interface yet.)
+shards — which :func:`host` there waits for (a copy per host folder; not yet the ObjectStore).
 
-Every worker opens its host's copy of the stage, joins the process group and runs
-:func:`labeldp.learning.regression.fit_staged_regressor` (or, for a categorical release,
-:func:`labeldp.learning.classifier.fit_staged_classifier`) on its shards. The *lead* — local
-rank 0 of the home host, whatever global rank the rendezvous gave it — alone evaluates the
-validation rows and runs private model selection on them (the rows and order one process
-sees), writes a checkpoint into the home folder after each epoch, appends each epoch's report
-to ``progress.jsonl`` (the launcher relays it to ``on_epoch``) and saves the model file. When
-a worker dies torchrun restarts the group (up to ``MAX_RESTARTS`` times, on every host); the
-lead reads the checkpoint and broadcasts it to every rank, so hosts that never had it resume
-from it too.
+Every worker fits its shards (``fit_staged_regressor`` or ``fit_staged_classifier``). The
+*lead* — local rank 0 of the home host — alone evaluates the validation rows, runs private
+model selection, checkpoints into the home folder after each epoch, appends each epoch's
+report to ``progress.jsonl`` and saves the model. When a worker dies torchrun restarts the
+group (up to ``MAX_RESTARTS`` times); the lead broadcasts the checkpoint to every rank.
 """
 
 from __future__ import annotations

@@ -16,9 +16,8 @@ trains (Arrow reads and numpy release the GIL). On CUDA the buffer is pinned and
 batch is copied with ``non_blocking=True``. Memory is therefore about
 (``buffer_row_groups`` + 1) row groups per owned shard, whatever the number of rows.
 
-Every process yields the same number of batches per epoch (the most any shard needs; a
-shard that runs out yields empty batches), because DistributedDataParallel needs every
-process in every all-reduce.
+Every process yields the same number of batches per epoch (the most any shard needs; an
+exhausted shard yields empty ones): DistributedDataParallel needs every process in every all-reduce.
 """
 
 from __future__ import annotations
