@@ -21,6 +21,7 @@ from features_party import feature_tables, store
 from labeldp.errors import InvalidInput, NotFound
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, load_model
 from labeldp.learning.tasks import CLASSIFICATION, LabelTask
+from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
 
@@ -187,6 +188,9 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
     """Explicit rows -> an Arrow table of the model's columns; absent values become nulls."""
     pre = model.preprocessor_
     known = set(pre.numeric_columns) | set(pre.categorical_columns) | allowed_extra
+    for i, row in enumerate(rows):  # JSON's "\ud800" decodes to a str that UTF-8 (and Arrow) cannot hold
+        if not all(is_unicode(key) for key in row):
+            raise InvalidInput("invalid_rows", "a column name is not valid Unicode text", [{"row": i + 1}])
     unknown = sorted({key for row in rows for key in row} - known)
     if unknown:
         raise InvalidInput(
@@ -199,7 +203,9 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
             values.append(_number(row.get(name), name, i + 1))  # rows numbered from 1, as uploads
         arrays[name] = pa.array(values, pa.float64())
     for name in pre.categorical_columns:
-        arrays[name] = pa.array([_category(row.get(name)) for row in rows], pa.string())
+        values = [_category(row.get(name)) for row in rows]
+        check_unicode(values, code="invalid_rows", what=f"value of column {name!r}")
+        arrays[name] = pa.array(values, pa.string())
     return pa.table(arrays) if arrays else pa.table({"_": pa.nulls(len(rows))})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -466,6 +467,16 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
     assert samples[("labeldp_training_duration_seconds_sum", (("status", "succeeded"),))] > 0
     assert samples[("labeldp_training_rows_total", ())] == card["n_train"] * 3
     assert samples[("labeldp_training_rows_per_second", ())] > 0
+
+
+def test_predict_rows_with_text_that_is_not_unicode_are_a_422(client: TestClient, trained: dict) -> None:
+    # A lone surrogate ("\ud800" in JSON) as a category or a column name was a 500 (issue 24).
+    url = f"/v1/models/{trained['training']['model_id']}/predict"
+    for rows in ([{"x1": 0.5, "city": "\ud800"}], [{"x1": 0.5, "\ud800": 1}]):
+        body = json.dumps({"rows": [{"x1": 0.1, "city": "north"}, *rows]})  # ASCII: "\ud800" escaped
+        answer = client.post(url, content=body, headers={**AUTH, "Content-Type": "application/json"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["code"] == "invalid_rows" and answer.json()["details"][0]["row"] == 2
 
 
 def test_training_request_validation(client: TestClient, small_table: list[str]) -> None:
