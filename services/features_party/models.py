@@ -203,9 +203,9 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
             values.append(_number(row.get(name), name, i + 1))  # rows numbered from 1, as uploads
         arrays[name] = pa.array(values, pa.float64())
     for name in pre.categorical_columns:
-        values = [_category(row.get(name)) for row in rows]
-        check_unicode(values, code="invalid_rows", what=f"value of column {name!r}")
-        arrays[name] = pa.array(values, pa.string())
+        texts = [_category(row.get(name)) for row in rows]
+        check_unicode(texts, code="invalid_rows", what=f"value of column {name!r}")
+        arrays[name] = pa.array(texts, pa.string())
     return pa.table(arrays) if arrays else pa.table({"_": pa.nulls(len(rows))})
 
 
