@@ -35,9 +35,8 @@ class Settings(BaseSettings):
     labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
     labels_data_dir: Path = Field(
         Path("var/labels-data"),
-        description="this process's own folder: request spools, the outbox's metric files and the ledger's columns "
-        "(which API replicas must still share); also the object store of ids, labels and messages unless "
-        "LABELDP_STORAGE_URL names one",
+        description="this process's own folder: request spools and the outbox's metric files; also the object "
+        "store of ids, labels, messages and the ledger's buckets unless LABELDP_STORAGE_URL names one",
     )
     default_domain_epsilon: float = Field(
         10.0, gt=0, le=1000, description="per-id ε budget of the 'default' privacy domain, created on first use"
