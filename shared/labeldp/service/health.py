@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from labeldp.service.database import ping
 from labeldp.service.http_api import database_unavailable_response
+from labeldp.service.openapi import ok
 
 log = logging.getLogger("labeldp.service.health")
 
@@ -44,3 +46,20 @@ def mount_readiness(app: FastAPI, engine: Engine, timeout_seconds: float) -> Non
         if await database_ready(engine, timeout_seconds):
             return JSONResponse({"status": "ready", "database": "ok"})
         return database_unavailable_response()
+
+
+def healthz_router(health: BaseModel) -> APIRouter:
+    """``GET /healthz`` answering ``health``, the service's own model instance: liveness, not the database."""
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/healthz",
+        response_model=type(health),
+        summary="Liveness",
+        description="Answers while the process serves requests; says nothing about the database (see /readyz).",
+        responses=ok(health.model_dump(), "alive"),
+    )
+    def healthz() -> BaseModel:
+        return health
+
+    return router
