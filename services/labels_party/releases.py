@@ -28,7 +28,7 @@ from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unava
 from labeldp.mechanisms import LabelDomain
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
-from labeldp.release.randomizer import RandomizerError, randomize, validate_public_prior
+from labeldp.release.randomizer import randomize, validate_public_prior
 from labeldp.schema import FEATURE_TABLE_NAME, JsonPayload, LabelRelease, payload_digest, write_message
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
@@ -130,25 +130,23 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     mechanism = body.mechanism
     if mechanism == AUTO:
         mechanism = default_mechanism(ls.label_type, from_micro(charge), int(ls.n_ids))
-    try:
-        public_prior = (
-            None
-            if body.prior is None
-            else validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
-        )
-        out = randomize(
-            labels,
-            None if classes is not None else domain,
-            mechanism,
-            charge,
-            secure_generator(),
-            epsilon_prior_micro=prior_micro,
-            public_prior=public_prior,
-            classes=classes,
-            params=body.params,
-        )
-    except RandomizerError as exc:
-        raise InvalidInput(exc.code, str(exc)) from exc
+    # A RandomizerError is an InvalidInput: the edge answers 422 with its code.
+    public_prior = (
+        None
+        if body.prior is None
+        else validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
+    )
+    out = randomize(
+        labels,
+        None if classes is not None else domain,
+        mechanism,
+        charge,
+        secure_generator(),
+        epsilon_prior_micro=prior_micro,
+        public_prior=public_prior,
+        classes=classes,
+        params=body.params,
+    )
     del labels  # raw labels go no further than this function
     if out.accounting.total_epsilon_micro != charge:
         raise RuntimeError("the randomizer's accounting does not add up to the charge")
