@@ -19,7 +19,8 @@ from labeldp.service.database import make_session_factory
 from labeldp.service.idempotency import IdempotencyKeys
 from labeldp.service.metrics import TrainingObserver, features_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings
+from labeldp.service.settings import Settings, open_object_store
+from labeldp.storage import ObjectStore
 
 
 @dataclass
@@ -28,6 +29,9 @@ class AppContext:
     engine: Engine
     sessions: sessionmaker[Session]
     data_dir: Path
+    """This process's own folder (scratch, spools); what replicas and workers share lives in ``store``."""
+    store: ObjectStore
+    """``LABELDP_STORAGE_URL`` (or ``data_dir`` where that is empty): the one interface for every file."""
     registry: CollectorRegistry
     inbox_messages: Counter
     trainings: Counter
@@ -67,6 +71,7 @@ def build_context(settings: Settings) -> AppContext:
         engine=engine,
         sessions=sessions,
         data_dir=data_dir,
+        store=open_object_store(settings, data_dir),
         registry=registry,
         inbox_messages=measured.inbox_messages,
         trainings=measured.trainings,
