@@ -12,10 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from labeldp.service.openapi import ErrorBody
-
-Timestamp = str
-"""ISO-8601 with a UTC offset."""
+from labeldp.service.openapi import ErrorBody, MechanismName, Timestamp
 
 
 class _Body(BaseModel):
@@ -52,7 +49,7 @@ class ReceivedRelease(_Body):
     id: str
     label_set_id: str
     feature_table: str | None = Field(description="the sender's hint; a training binds the table")
-    mechanism: str
+    mechanism: MechanismName
     mechanism_spec: dict[str, Any] = Field(description="the mechanism's public parameters as the message carries them")
     prior: dict[str, Any] | None
     accounting: dict[str, Any]
@@ -115,7 +112,7 @@ class ModelCard(_Body):
     release_id: str
     label_set_id: str
     feature_table: str
-    mechanism: str
+    mechanism: MechanismName
     mechanism_spec: dict[str, Any]
     epsilon: float
     accounting: dict[str, Any]

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unavailable
 from labeldp.mechanisms import LabelDomain
+from labeldp.mechanisms.registry import NAMES
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
 from labeldp.release.randomizer import randomize, validate_public_prior
@@ -67,7 +68,10 @@ class ReleaseCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mechanism: str = Field(
-        "auto", max_length=40, description="a mechanism of the catalogue, or auto (the default rule)"
+        "auto",
+        max_length=40,
+        description="a mechanism of the catalogue, or auto (the default rule)",
+        json_schema_extra={"enum": ["auto", *NAMES]},
     )
     params: dict[str, Any] | None = Field(None, description="mechanism parameters, e.g. {'loss': 'absolute'}")
     epsilon: EpsilonIn = Field(description="ε charged to every id, a multiple of 0.000001")

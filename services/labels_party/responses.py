@@ -14,10 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .delivery_outcomes import DeliveryOutcome
+from labeldp.service.openapi import MechanismName, Timestamp
 
-Timestamp = str
-"""ISO-8601 with a UTC offset, e.g. ``2026-11-24T13:55:39.123456+00:00``."""
+from .delivery_outcomes import DeliveryOutcome
 
 
 class _Body(BaseModel):
@@ -73,7 +72,7 @@ class Budget(_Body):
 class ReleaseSummary(_Body):
     id: str = Field(description="`rel_…`")
     status: str
-    mechanism: str
+    mechanism: MechanismName
     epsilon: float
 
 
@@ -125,7 +124,7 @@ class Release(_Body):
     stage: Literal["queued", "sending", "retrying", "delivered", "rejected"] = Field(
         description="where delivery stands: queued, sending (the outbox holds it), retrying after a failed attempt"
     )
-    mechanism: str = Field(description="the mechanism that ran (what `auto` resolved to)")
+    mechanism: MechanismName = Field(description="the mechanism that ran (what `auto` resolved to)")
     epsilon: float
     epsilon_micro: int
     delta: float

@@ -21,7 +21,7 @@ from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties, feature
 from labeldp import __version__
 
 UPLOAD_TYPES = {"text/csv", "application/json", "application/vnd.apache.parquet", "application/vnd.apache.arrow.stream"}
-PUBLIC = {("get", "/healthz")}
+PUBLIC = {("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics")}
 SIGNED = {("post", "/v1/releases")}  # the features party's inbox
 
 
@@ -119,6 +119,7 @@ def test_operation_ids_are_unique_names_and_links_point_at_real_operations(app: 
 
 def test_every_response_example_is_a_valid_body_of_its_model(app: FastAPI) -> None:
     from features_party import responses as fr
+    from labeldp.service.health import Ready
     from labeldp.service.openapi import ErrorBody
     from labels_party import responses as lr
 
@@ -130,7 +131,8 @@ def test_every_response_example_is_a_valid_body_of_its_model(app: FastAPI) -> No
             if content is None:
                 continue
             name = content["schema"]["$ref"].rsplit("/", 1)[-1]
-            model = ErrorBody if name == "ErrorBody" else getattr(models, name)
+            shared = {"ErrorBody": ErrorBody, "Ready": Ready}
+            model = shared[name] if name in shared else getattr(models, name)
             try:  # a client reading the docs sees a real body
                 model.model_validate(content["example"])
             except ValueError as exc:
@@ -198,3 +200,42 @@ def test_real_bodies_of_every_resource_match_their_models(parties: Parties) -> N
     )
     assert predicted.status_code == 200, predicted.text
     fr.Predictions.model_validate(predicted.json())
+
+
+def _schemas_with_properties(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for name, schema in spec["components"]["schemas"].items():
+        for prop, value in schema.get("properties", {}).items():
+            out.append((name, prop, value))
+    return out
+
+
+def _types_of(value: dict[str, Any]) -> list[dict[str, Any]]:
+    return value.get("anyOf", [value])
+
+
+def test_codes_timestamps_and_mechanisms_are_typed_for_generators(app: FastAPI) -> None:
+    """Error codes and mechanism names are enums, every ``*_at`` a ``date-time`` (issue 26, item 1)."""
+    from labeldp.error_codes import ERROR_CODES
+    from labeldp.mechanisms.registry import NAMES
+
+    spec = app.openapi()
+    code = spec["components"]["schemas"]["ErrorBody"]["properties"]["code"]
+    assert sorted(code["enum"]) == sorted(ERROR_CODES)
+    stamps = mechanisms = 0
+    for name, prop, value in _schemas_with_properties(spec):
+        strings = [t for t in _types_of(value) if t.get("type") == "string"]
+        if prop.endswith("_at"):
+            stamps += 1
+            assert strings and all(t.get("format") == "date-time" for t in strings), f"{name}.{prop}"
+        if prop == "mechanism":
+            mechanisms += 1
+            assert strings and set(NAMES) <= set(strings[0]["enum"]), f"{name}.{prop}"
+    assert stamps >= 3 and mechanisms >= 1
+    for method, path, op in _operations(spec):
+        for status, response in op["responses"].items():
+            example = response.get("content", {}).get("application/json", {}).get("example")
+            if status.startswith(("4", "5")) and isinstance(example, dict):
+                assert example["code"] in ERROR_CODES, f"{method} {path} {status}: {example['code']}"
+                if example["code"] in ("budget_exhausted", "training_finished", "privacy_domain_exists"):
+                    assert example["message"] == ERROR_CODES[example["code"]]

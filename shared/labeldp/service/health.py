@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Literal
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
 from labeldp.service.database import ping
 from labeldp.service.http_api import database_unavailable_response
-from labeldp.service.openapi import ok
+from labeldp.service.openapi import errors, ok
 
 log = logging.getLogger("labeldp.service.health")
 
@@ -38,10 +39,25 @@ async def database_ready(engine: Engine, timeout_seconds: float) -> bool:
         return False
 
 
+class Ready(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ready"]
+    database: Literal["ok"]
+
+
 def mount_readiness(app: FastAPI, engine: Engine, timeout_seconds: float) -> None:
     """Add ``GET /readyz`` (unauthenticated, like ``/healthz``) to ``app``."""
 
-    @app.get("/readyz", include_in_schema=False)
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="Readiness",
+        description="200 while the database answers within the readiness timeout; 503 `database_unavailable` "
+        "(with Retry-After) otherwise: a load balancer sends no traffic to a replica that is not ready.",
+        response_model=Ready,
+        responses={**ok({"status": "ready", "database": "ok"}, "ready"), **errors(503)},
+    )
     async def readyz() -> JSONResponse:
         if await database_ready(engine, timeout_seconds):
             return JSONResponse({"status": "ready", "database": "ok"})

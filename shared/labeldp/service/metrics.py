@@ -157,7 +157,20 @@ def instrument(app: FastAPI, registry: CollectorRegistry, service: str, senders:
 
 
 def mount_metrics(app: FastAPI, registry: CollectorRegistry) -> None:
-    @app.get("/metrics", include_in_schema=False)
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics",
+        description="The service's metrics in Prometheus' text format (docs/operations.md \"Metrics\"); "
+        "unauthenticated like /healthz: keep it on the operators' network.",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "the metrics",
+                "content": {CONTENT_TYPE_LATEST: {"example": "# HELP labeldp_build_info ...\n"}},
+            }
+        },
+    )
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -26,9 +26,11 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from labeldp import __version__
+from labeldp.error_codes import ERROR_CODES
+from labeldp.mechanisms.registry import NAMES
 from labeldp.schema import SIGNATURE_HEADER
 
 BEARER = HTTPBearer(
@@ -47,12 +49,23 @@ SIGNATURE = APIKeyHeader(
 )
 
 
+Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+"""ISO-8601 with a UTC offset, e.g. ``2026-11-24T13:55:39.123456+00:00`` (labeldp.service.timestamps)."""
+
+
+MechanismName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(NAMES)})]
+"""A mechanism of the catalogue (labeldp.mechanisms.registry), as a release names the one that ran."""
+
+
 class ErrorBody(BaseModel):
     """Every error either service answers: a stable ``code`` to branch on, a message for people."""
 
     model_config = ConfigDict(extra="forbid")
 
-    code: str = Field(description="stable machine-readable error code, e.g. `budget_exhausted`")
+    code: str = Field(
+        description="stable machine-readable error code, e.g. `budget_exhausted` (docs/api-guide.md \"Error codes\")",
+        json_schema_extra={"enum": list[JsonValue](sorted(ERROR_CODES))},
+    )
     message: str = Field(description="what went wrong, for a person; never echoes a label value")
     details: list[dict[str, Any]] = Field(
         description="per-field or per-row facts (`loc`, `row` numbered from 1, `id`, `code`); never a label value"
@@ -99,7 +112,9 @@ def errors(*statuses: int, by_ref: bool = False, **codes: str) -> dict[int | str
     out: dict[int | str, dict[str, Any]] = {}
     for status in statuses:
         description, code, message = _ERRORS[status]
-        code = codes.get(f"e{status}", code)
+        if f"e{status}" in codes:  # the example's message says what its code means
+            code = codes[f"e{status}"]
+            message = ERROR_CODES[code]
         body: dict[str, Any] = {"example": {"code": code, "message": message, "details": []}}
         entry: dict[str, Any] = {"description": description, "content": {"application/json": body}}
         if by_ref:
