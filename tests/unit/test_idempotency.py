@@ -152,3 +152,32 @@ def test_malformed_keys_are_refused(bad: str) -> None:
 def test_a_valid_key_passes() -> None:
     assert idempotency_key("order-42:retry") == "order-42:retry"
     assert idempotency_key(None) is None
+
+
+def test_retry_after_follows_how_long_the_first_request_has_run() -> None:
+    from labeldp.service.idempotency import retry_after
+
+    assert retry_after(0.2, 119.8) == 1  # just started: ask again in a second, not in a minute
+    assert retry_after(3.4, 116.6) == 4
+    assert retry_after(50.0, 5.0) == 6  # the lease ends first: then the key can be taken over
+    assert retry_after(500.0, 600.0) == 60
+
+
+def test_a_duplicate_of_a_young_request_is_told_to_come_back_soon(sessions: sessionmaker[Session]) -> None:
+    keys = IdempotencyKeys(KEYS, sessions, lease_seconds=120.0)
+    started, finish = threading.Event(), threading.Event()
+    work = make_work(sessions)
+
+    def slow(claim: Claim | None) -> StoredResponse:
+        started.set()
+        finish.wait(10)
+        return work(claim)
+
+    t = threading.Thread(target=keys.execute, args=("POST /x", "k2", "fp", slow))
+    t.start()
+    assert started.wait(10)
+    with pytest.raises(LabelDPError) as exc:
+        keys.execute("POST /x", "k2", "fp", work)
+    finish.set()
+    t.join()
+    assert exc.value.headers is not None and int(exc.value.headers["Retry-After"]) <= 2

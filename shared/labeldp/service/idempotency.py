@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -71,6 +72,16 @@ def idempotency_table(metadata: MetaData) -> Table:
         Column("headers_json", Text, nullable=True),
         Column("created_at", DateTime(timezone=True), nullable=False),
     )
+
+
+def retry_after(running: float, lease_left: float) -> int:
+    """Seconds a duplicate waits: as long again as the first request has run (most answers come
+    soon after), at least 1, never past the lease's end (then the key can be taken over), at most 60.
+
+    The whole lease (120 s) was the old answer: a client told 60 s waited for an answer that was
+    ready 3.4 s later (issue 26).
+    """
+    return int(max(1, min(math.ceil(max(running, 0.0)), math.ceil(lease_left) + 1, 60)))
 
 
 def request_fingerprint(*parts: bytes | str) -> str:
@@ -212,11 +223,11 @@ class IdempotencyKeys:
                     replayed=True,
                 )
             if row["lease_until"] > now:
-                wait = max(1, int(row["lease_until"] - now) + 1)
+                running = now - (row["lease_until"] - self.lease_seconds)
                 raise Conflict(
                     "idempotency_in_progress",
                     "a request with this Idempotency-Key is in progress",
-                    headers={"Retry-After": str(min(wait, 60))},
+                    headers={"Retry-After": str(retry_after(running, row["lease_until"] - now))},
                 )
             taken = s.execute(
                 update(t)
