@@ -59,6 +59,10 @@ MAX_EPSILON_MICRO = 1_000 * MICRO  # no meaningful guarantee is left beyond ε =
 _DECIMAL_TEXT = re.compile(r"\+?([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})([eE][+-]?[0-9]{1,3})?", re.ASCII)
 
 
+_EXPRESSION = re.compile(r"[0-9.)]\s*[-+*/^]\s*[0-9.(]")
+"""Arithmetic between numbers (``0.1+0.2``, ``1/2``) but not an exponent's sign (``1e-3``)."""
+
+
 def exact_micro(value: object, *, allow_zero: bool = False) -> int:
     """A requested ε as exact micro-ε; refuses rather than rounds (docs/architecture.md, invariant 3).
 
@@ -80,6 +84,11 @@ def exact_micro(value: object, *, allow_zero: bool = False) -> int:
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidEpsilon("epsilon must be finite")
         if len(text) > 40 or not _DECIMAL_TEXT.fullmatch(text):
+            if _EXPRESSION.search(text):
+                raise InvalidEpsilon(
+                    "epsilon is an expression, which is never evaluated: send its value as a JSON number "
+                    "(e.g. 0.3, not \"0.1+0.2\")"
+                )
             raise InvalidEpsilon(
                 "epsilon must be a JSON number or a plain ASCII decimal string such as \"0.5\" or \"1e-3\""
                 " (no blanks, no other digits)"

@@ -61,3 +61,14 @@ def test_epsilon_text_must_be_plain_ascii_decimal(text):
 def test_plain_ascii_decimal_strings_keep_working(text, micro):
     assert exact_micro(text) == micro
     assert exact_micro(1.0) == exact_micro(1) == MICRO
+
+
+@pytest.mark.parametrize("text", ["0.1+0.2", "1/2", "2*0.5", "1 - 0.5"])
+def test_an_expression_is_refused_with_a_message_that_says_so(text: str) -> None:
+    with pytest.raises(InvalidEpsilon, match="expression"):
+        exact_micro(text)
+
+
+@pytest.mark.parametrize("text", ["1e-3", "1E+2", "+0.5"])
+def test_an_exponent_is_not_an_expression(text: str) -> None:
+    assert exact_micro(text) > 0
