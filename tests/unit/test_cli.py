@@ -22,6 +22,26 @@ def test_unknown_party_is_a_usage_error():
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"LABELDP_LABELS_API_KEY": "short"}, "LABELDP_LABELS_API_KEY holds a development value"),
+        ({"LABELDP_TRAINING_QUEUE_MAX": "many"}, "LABELDP_TRAINING_QUEUE_MAX: Input should be a valid integer"),
+    ],
+)
+def test_a_refused_setting_is_one_line_not_a_traceback(env, says, tmp_path):
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LABELDP_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "labeldp_tools.cli", "serve", "labels", "--port", "1"],
+        capture_output=True, text=True, timeout=60, env={**clean, "LABELDP_DATA_DIR": str(tmp_path), **env},
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("labeldp: refused to start: ") and says in out.stderr
+
+
 def _run(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "labeldp_tools.cli", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)

@@ -60,6 +60,7 @@ def _format(record: logging.LogRecord) -> dict:
 def test_a_log_line_is_one_json_object_with_the_bound_request_id() -> None:
     record = logging.LogRecord("labeldp.labels", logging.INFO, __file__, 1, "release %s charged", ("rel_1",), None)
     record.route = "/v1/releases"  # an `extra=` field becomes a key
+    record.color_message = "\x1b[32mrelease\x1b[0m"  # uvicorn's coloured copy is not
     assert "request_id" not in _format(record)
     with bound_request_id("trace-42") as rid:
         assert rid == current_request_id() == "trace-42"
@@ -69,6 +70,7 @@ def test_a_log_line_is_one_json_object_with_the_bound_request_id() -> None:
     assert doc["request_id"] == "trace-42"
     assert doc["service"] == "labels" and doc["level"] == "info" and doc["logger"] == "labeldp.labels"
     assert doc["route"] == "/v1/releases"
+    assert "color_message" not in doc and "\x1b" not in json.dumps(doc)
     assert doc["time"].endswith("+00:00")
 
 

@@ -10,6 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from labeldp.service.settings import InsecureSettings
+
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
@@ -389,7 +393,17 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "port", "unset") is None:
         args.port = 8001 if args.party == "labels" else 8002
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except InsecureSettings as exc:  # one line a person acts on, not a traceback around it
+        print(f"labeldp: refused to start: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        wrong = "; ".join(f"LABELDP_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        print(f"labeldp: refused to start: {wrong}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

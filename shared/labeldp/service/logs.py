@@ -40,7 +40,12 @@ _current: ContextVar[str | None] = ContextVar("labeldp_request_id", default=None
 access_log = logging.getLogger("labeldp.access")
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=`` and is a field.
-_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# uvicorn's ``color_message`` repeats the message with ANSI colour codes: never a field of ours.
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and scrapes: access lines at DEBUG
 
 
