@@ -267,3 +267,45 @@ def test_the_outbox_measures_its_queue_from_the_catalogue(settings: Settings, la
     with make_session_factory(engine)() as s:  # what the outbox will send as X-Request-ID: a fresh id
         outgoing = s.get(ReleaseRow, release.json()["id"]).request_id
     assert outgoing is not None and outgoing.startswith("req_") and outgoing != "queue-trace"
+
+
+def test_an_event_stream_is_timed_to_its_first_byte_not_its_end() -> None:
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+    from prometheus_client import CollectorRegistry
+
+    from labeldp.service.metrics import HttpInstrumentation, http_metrics
+
+    app = FastAPI()
+
+    async def slow_events():
+        yield b"data: 1\n\n"
+        await asyncio.sleep(0.6)  # a watcher that stays connected
+        yield b"data: 2\n\n"
+
+    @app.get("/events")
+    def events() -> StreamingResponse:
+        return StreamingResponse(slow_events(), media_type="text/event-stream")
+
+    @app.get("/slow")
+    async def slow() -> dict[str, int]:
+        await asyncio.sleep(0.6)
+        return {"ok": 1}
+
+    registry = CollectorRegistry()
+    app.add_middleware(HttpInstrumentation, metrics=http_metrics(registry))
+    with TestClient(app) as client:
+        assert client.get("/events").text.count("data:") == 2
+        assert client.get("/slow").status_code == 200
+
+    def seconds(route: str) -> float:
+        value = registry.get_sample_value(
+            "labeldp_http_request_duration_seconds_sum", {"method": "GET", "route": route, "status": "200"}
+        )
+        assert value is not None
+        return value
+
+    assert seconds("/events") < 0.3  # the stream's minutes do not read as a slow answer
+    assert seconds("/slow") >= 0.6  # a plain answer is still timed to its end

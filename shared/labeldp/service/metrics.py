@@ -74,7 +74,8 @@ def http_metrics(registry: CollectorRegistry) -> HttpMetrics:
     return HttpMetrics(
         requests=Histogram(
             "labeldp_http_request_duration_seconds",
-            "HTTP requests by route template, method and status: time to the end of the response",
+            "HTTP requests by route template, method and status: time to the end of the response "
+            "(an event stream: to its first byte, so a watch of minutes does not read as a slow answer)",
             ["method", "route", "status"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -107,6 +108,10 @@ def error_code(status: int, body: bytes) -> str:
     return "internal_error" if status >= 500 else "other"
 
 
+def _is_event_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)
+
+
 class HttpInstrumentation:
     """ASGI middleware: one latency observation per request, one error count per 4xx/5xx."""
 
@@ -121,11 +126,14 @@ class HttpInstrumentation:
         started = time.perf_counter()
         status = 500
         error_body = bytearray()
+        streamed_at: float | None = None  # an event stream is timed to its first byte, not its end
 
         async def observe(message: Message) -> None:
-            nonlocal status
+            nonlocal status, streamed_at
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if _is_event_stream(message.get("headers", [])):
+                    streamed_at = time.perf_counter()
             elif message["type"] == "http.response.body" and status >= 400 and len(error_body) < _ERROR_BODY_LIMIT:
                 error_body.extend(message.get("body", b"")[: _ERROR_BODY_LIMIT - len(error_body)])
             await send(message)
@@ -140,7 +148,8 @@ class HttpInstrumentation:
             method = scope.get("method", "")
             method = method if method in METHODS else "other"
             route = route_label(scope)
-            self.metrics.requests.labels(method, route, str(status)).observe(time.perf_counter() - started)
+            ended = streamed_at if streamed_at is not None else time.perf_counter()
+            self.metrics.requests.labels(method, route, str(status)).observe(ended - started)
             if status >= 400:
                 code = "internal_error" if raised else error_code(status, bytes(error_body))
                 self.metrics.errors.labels(method, route, str(status), code).inc()
