@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import jobs, models, store, worker
@@ -17,7 +17,7 @@ from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
 from labeldp.service.idempotency import IdempotencyKeys
-from labeldp.service.metrics import TrainingObserver, features_metrics
+from labeldp.service.metrics import StatusCounts, TrainingObserver, features_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings, open_object_store
 from labeldp.storage import ObjectStore
@@ -50,12 +50,29 @@ def torchrun_hosts(settings: Settings) -> Hosts | None:
     return Hosts(settings.torchrun_rdzv_endpoint, peers, settings.torchrun_local_addr or None)
 
 
+def trainings_by_status(sessions: sessionmaker[Session]) -> dict[str, int]:
+    """How many trainings are in each status now (the queue gauge)."""
+    with sessions() as s:
+        rows = s.execute(select(store.Training.status, func.count()).group_by(store.Training.status))
+        return {status: int(n) for status, n in rows}
+
+
 def build_context(settings: Settings) -> AppContext:
     engine = open_database(settings.features_database_url, "features_party.migrations", settings)
     sessions = make_session_factory(engine)
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     registry = CollectorRegistry()
+    registry.register(
+        StatusCounts(
+            "labeldp_trainings_in_queue",
+            "trainings queued, running or cancelling now, fleet-wide (read from the catalogue at each scrape: "
+            "aggregate "
+            "with max, not sum)",
+            lambda: trainings_by_status(sessions),
+            (store.QUEUED, store.RUNNING, store.CANCELLING),
+        )
+    )
     measured = features_metrics(registry)
     training_metrics = TrainingObserver(measured)
     runner = worker.TrainingRunner(

@@ -347,3 +347,24 @@ def test_feature_tables_releases_and_models_page_through_once(sessions) -> None:
         cards = _page_through(lambda limit, cursor: models.list_models(s, limit, cursor), 2)
         assert [c["id"] for c in cards] == ["m0", "m1", "m2"]
         assert cards[0]["training_id"] == "tm0" and cards[0]["epsilon"] == 1e-6
+
+
+def test_the_queue_gauge_counts_the_catalogue_at_each_scrape(sessions) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from features_party.context import trainings_by_status
+    from labeldp.service.metrics import StatusCounts
+
+    registry = CollectorRegistry()
+    registry.register(StatusCounts("labeldp_trainings_in_queue", "now", lambda: trainings_by_status(sessions),
+                                   (store.QUEUED, store.RUNNING, store.CANCELLING)))
+
+    def gauge() -> dict[str, float]:
+        return {s: registry.get_sample_value("labeldp_trainings_in_queue", {"status": s}) or 0.0
+                for s in ("queued", "running", "cancelling")}
+
+    assert gauge() == {"queued": 0, "running": 0, "cancelling": 0}
+    for minute, status in enumerate(("queued", "queued", "running", "succeeded", "failed")):
+        _queue(sessions, f"t{minute}", status=status, minute=minute)
+    assert gauge() == {"queued": 2, "running": 1, "cancelling": 0}  # finished ones are not in the queue
+    assert b"labeldp_trainings_in_queue" in generate_latest(registry)

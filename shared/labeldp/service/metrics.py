@@ -22,7 +22,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +30,9 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import write_to_textfile
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp import __version__
@@ -243,6 +244,28 @@ def features_metrics(registry: CollectorRegistry) -> FeaturesMetrics:
             registry=registry,
         ),
     )
+
+
+class StatusCounts(Collector):
+    """A gauge read at scrape time from the catalogue: how many jobs are in each status.
+
+    Every replica reads the same shared rows, so its value is the fleet's, not the replica's:
+    aggregate it with ``max``, never ``sum`` (docs/operations.md "Metrics").
+    """
+
+    def __init__(self, name: str, documentation: str, count: Callable[[], dict[str, int]], statuses: tuple[str, ...]):
+        self.name, self.documentation, self.count, self.statuses = name, documentation, count, statuses
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=["status"])
+        try:
+            counts = self.count()
+        except Exception as exc:  # a scrape during a database outage answers without this gauge
+            log.warning("could not count %s (%s)", self.name, type(exc).__name__)
+            return
+        for status in self.statuses:
+            family.add_metric([status], counts.get(status, 0))
+        yield family
 
 
 class TrainingObserver:
