@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import feature_tables, store
 from labeldp.errors import InvalidInput, NotFound
+from labeldp.learning.batch_predict import PredictionError, check_feature_values, predict_columns
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, load_model
 from labeldp.learning.tasks import CLASSIFICATION, LabelTask
 from labeldp.parquet_batches import check_unicode, is_unicode
@@ -185,7 +186,7 @@ class ModelCache:
 
 
 def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra: set[str]) -> pa.Table:
-    """Explicit rows -> an Arrow table of the model's columns; absent values become nulls."""
+    """Explicit rows -> an Arrow table of the model's columns; every row names every feature (null: missing)."""
     pre = model.preprocessor_
     known = set(pre.numeric_columns) | set(pre.categorical_columns) | allowed_extra
     for i, row in enumerate(rows):  # JSON's "\ud800" decodes to a str that UTF-8 (and Arrow) cannot hold
@@ -195,6 +196,13 @@ def rows_to_table(rows: list[dict[str, Any]], model: TrainedModel, allowed_extra
     if unknown:
         raise InvalidInput(
             "unknown_column", "rows name columns the model does not use", [{"column": c} for c in unknown[:20]]
+        )
+    needed = [*pre.numeric_columns, *pre.categorical_columns]
+    lacking = [{"row": i + 1, "column": c} for i, row in enumerate(rows) for c in needed if c not in row]
+    if lacking:  # as /predictions refuses a file without the column; a null value is a missing value
+        raise InvalidInput(
+            "missing_columns", f"{len(lacking)} values of the model's features are absent from the rows "
+            "(send null for a missing value)", lacking[:50]
         )
     arrays: dict[str, pa.Array] = {}
     for name in pre.numeric_columns:
@@ -265,6 +273,13 @@ def predict(
 
 
 def _response(model: TrainedModel, features: pa.Table) -> dict[str, Any]:
+    """The answer for ``features``; NaN, infinities and unpredictable values refused as by /predictions."""
+    try:
+        if not isinstance(model, TrainedClassifier):
+            return {"predictions": predict_columns(model, features)["prediction"].to_pylist()}
+        check_feature_values(model, features)
+    except PredictionError as exc:
+        raise InvalidInput(exc.code, str(exc), exc.details) from None
     if isinstance(model, TrainedClassifier):
         probabilities = model.predict_proba(features)
         names = [model.classes_[i] for i in probabilities.argmax(axis=1)]

@@ -15,7 +15,7 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from labeldp.learning.batch_predict import UnknownIds, predict_parquet
+from labeldp.learning.batch_predict import PredictionError, UnknownIds, predict_parquet
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
 from labeldp.learning.debiasing import PostProcessing
@@ -109,6 +109,28 @@ def test_batch_prediction_refuses_unknown_ids_and_leaves_no_file(tmp_path: Path,
     with pytest.raises(UnknownIds, match="1 ids"):
         predict_parquet(regressor, tmp_path / "ids.parquet", tmp_path / "out.parquet", feature_table=table_path)
     assert not list(tmp_path.glob("out.parquet*"))
+
+
+def test_batch_prediction_refuses_nan_and_infinity_as_the_json_route_does(tmp_path: Path, data, regressor) -> None:
+    """NaN, ±infinity and values that make the prediction infinite are refused in a file as in
+    /predict's JSON rows (invalid_feature_values); a null is a missing value, imputed."""
+    features = data[3].slice(0, 4)
+    numeric = regressor.preprocessor_.numeric_columns[0]
+    column = features.column(numeric).to_numpy().astype(float)
+    for bad in (np.nan, np.inf, -np.inf, 1e308):
+        values = column.copy()
+        values[2] = bad
+        if bad == 1e308:
+            values[:] = bad
+        table = features.set_column(features.column_names.index(numeric), numeric, pa.array(values))
+        pq.write_table(table, tmp_path / "bad.parquet")
+        with pytest.raises(PredictionError) as refused:
+            predict_parquet(regressor, tmp_path / "bad.parquet", tmp_path / "out.parquet", id_column=None)
+        assert refused.value.code == "invalid_feature_values", bad
+        assert not list(tmp_path.glob("out.parquet*"))
+    nulls = features.set_column(features.column_names.index(numeric), numeric, pa.nulls(4, pa.float64()))
+    pq.write_table(nulls, tmp_path / "nulls.parquet")
+    assert predict_parquet(regressor, tmp_path / "nulls.parquet", tmp_path / "out.parquet", id_column=None) == 4
 
 
 def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, regressor: TrainedRegressor) -> None:

@@ -43,16 +43,17 @@ def raised_codes() -> dict[str, list[str]]:
     for path in _python_files():
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):  # module constants named like a code, e.g. UNSUPPORTED_COLUMN_TYPE
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if isinstance(node, ast.Assign) and isinstance(getattr(node.value, "value", None), str):
                 for target in node.targets:
                     if isinstance(target, ast.Name) and target.id.isupper():
                         constants[target.id] = node.value.value
         for node in ast.walk(tree):  # a class's own code: ``class UnknownIds(PredictionError): code = "unknown_ids"``
             if isinstance(node, ast.ClassDef) and node.name in ERROR_CLASSES:
                 for item in node.body:
-                    if isinstance(item, ast.Assign) and [ast.unparse(t) for t in item.targets] == ["code"]:
-                        if isinstance(item.value, ast.Constant):
-                            found.setdefault(str(item.value.value), []).append(f"{path.relative_to(ROOT)}:{item.lineno}")
+                    named_code = isinstance(item, ast.Assign) and [ast.unparse(t) for t in item.targets] == ["code"]
+                    if named_code and isinstance(item.value, ast.Constant):  # type: ignore[attr-defined]
+                        where = f"{path.relative_to(ROOT)}:{item.lineno}"
+                        found.setdefault(str(item.value.value), []).append(where)  # type: ignore[attr-defined]
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue

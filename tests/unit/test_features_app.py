@@ -439,13 +439,25 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
 
     rows = [
         {"x1": 0.5, "x2": 0.2, "city": "north"},
-        {"x1": "1.0", "city": "atlantis"},  # missing numeric -> mean, unknown category -> unknown index
-        {},
+        {"x1": "1.0", "x2": None, "city": "atlantis"},  # null numeric -> mean, unseen category -> unknown index
+        {"x1": None, "x2": None, "city": None},
     ]
     by_rows = client.post(
         f"/v1/models/{training['model_id']}/predict", json={"rows": rows}, headers=AUTH
     ).json()["predictions"]
     assert len(by_rows) == 3 and all(np.isfinite(by_rows))
+    # The same rules as /predictions (a file): an absent feature, NaN or ±Infinity is refused, and
+    # so is a value that makes the prediction itself infinite; never a silent number or a null.
+    url = f"/v1/models/{training['model_id']}/predict"
+    for bad, code in (
+        ({}, "missing_columns"),
+        ({"x1": 0.5, "city": "north"}, "missing_columns"),
+        ({"x1": "NaN", "x2": 0.2, "city": "north"}, "invalid_feature_values"),
+        ({"x1": "Infinity", "x2": 0.2, "city": "north"}, "invalid_feature_values"),
+        ({"x1": 1e308, "x2": 1e308, "city": "north"}, "invalid_feature_values"),
+    ):
+        refused = client.post(url, json={"rows": [rows[0], bad]}, headers=AUTH)
+        assert (refused.status_code, refused.json()["code"]) == (422, code), bad
     # rows of the table predicted by values agree with prediction by id
     first = {"x1": float(trained["csv"].splitlines()[1].split(",")[1])}
     cells = trained["csv"].splitlines()[1].split(",")
@@ -472,8 +484,8 @@ def test_training_end_to_end(client: TestClient, trained: dict) -> None:
 def test_predict_rows_with_text_that_is_not_unicode_are_a_422(client: TestClient, trained: dict) -> None:
     # A lone surrogate ("\ud800" in JSON) as a category or a column name was a 500 (issue 24).
     url = f"/v1/models/{trained['training']['model_id']}/predict"
-    for rows in ([{"x1": 0.5, "city": "\ud800"}], [{"x1": 0.5, "\ud800": 1}]):
-        body = json.dumps({"rows": [{"x1": 0.1, "city": "north"}, *rows]})  # ASCII: "\ud800" escaped
+    for rows in ([{"x1": 0.5, "x2": 0.1, "city": "\ud800"}], [{"x1": 0.5, "x2": 0.1, "city": "a", "\ud800": 1}]):
+        body = json.dumps({"rows": [{"x1": 0.1, "x2": 0.1, "city": "north"}, *rows]})  # ASCII: "\ud800" escaped
         answer = client.post(url, content=body, headers={**AUTH, "Content-Type": "application/json"})
         assert answer.status_code == 422, answer.text
         assert answer.json()["code"] == "invalid_rows" and answer.json()["details"][0]["row"] == 2

@@ -355,7 +355,9 @@ def test_categorical_release_trains_a_classifier_end_to_end(
     assert (data_dir / "work").is_dir() is streamed and not list(data_dir.glob("work/*"))  # staged, then removed
 
     rows = client.post(
-        f"/v1/models/{training['model_id']}/predict", json={"rows": [{"x1": 2.0, "group": "a"}, {}]}, headers=AUTH
+        f"/v1/models/{training['model_id']}/predict",
+        json={"rows": [{"x1": 2.0, "group": "a"}, {"x1": None, "group": None}]},
+        headers=AUTH,
     ).json()
     assert len(rows["predictions"]) == 2 and rows["classes"] == CLASSES
     empty = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": []}, headers=AUTH).json()

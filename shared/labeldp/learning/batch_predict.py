@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -69,8 +70,31 @@ def _model_columns(model: TrainedModel) -> list[str]:
     return [*pre.numeric_columns, *pre.categorical_columns]
 
 
+def check_feature_values(model: TrainedModel, features: pa.Table) -> None:
+    """Refuse NaN and ±infinity in the model's numeric columns: the same rule for every route.
+
+    A null is a missing value, imputed as at training (the training mean; a missing or unseen
+    category is the "unknown" category, index 0): docs/api-guide.md "Predictions".
+    """
+    for name in model.preprocessor_.numeric_columns:
+        if name not in features.column_names:
+            continue
+        column = features.column(name)
+        if not pa.types.is_floating(column.type):
+            continue
+        finite = pc.is_finite(column)  # null stays null: a missing value, not a bad one
+        if pc.any(pc.invert(finite)).as_py():
+            raise PredictionError(f"column {name!r} holds NaN or an infinite value", [{"column": name}],
+                                  code="invalid_feature_values")
+
+
 def predict_columns(model: TrainedModel, features: pa.Table) -> dict[str, pa.Array]:
-    """The prediction columns for ``features`` (as :func:`features_party.models.predict` answers)."""
+    """The prediction columns for ``features`` (as :func:`features_party.models.predict` answers).
+
+    Raises :class:`PredictionError` ``invalid_feature_values`` for NaN or infinite inputs, or when
+    a value so far outside the training range makes the prediction itself infinite.
+    """
+    check_feature_values(model, features)
     if isinstance(model, TrainedClassifier):
         probabilities = model.predict_proba(features)
         names = [model.classes_[i] for i in probabilities.argmax(axis=1)]
@@ -78,7 +102,11 @@ def predict_columns(model: TrainedModel, features: pa.Table) -> dict[str, pa.Arr
         for j, name in enumerate(model.classes_):
             columns[f"p_{name}"] = pa.array(probabilities[:, j], pa.float64())
         return columns
-    return {"prediction": pa.array(model.predict(features), pa.float64())}
+    predictions = model.predict(features)
+    if not np.isfinite(predictions).all():
+        raise PredictionError("a feature value is too far outside the training range to predict",
+                              code="invalid_feature_values")
+    return {"prediction": pa.array(predictions, pa.float64())}
 
 
 def predict_parquet(
