@@ -18,8 +18,9 @@ from tests.training.data import write_table
 from labeldp.learning.batch_predict import PredictionError, UnknownIds, predict_parquet
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
-from labeldp.learning.debiasing import PostProcessing
+from labeldp.learning.debiasing import LabelLaw, MonotoneLaw, PostProcessing
 from labeldp.learning.export import export_onnx, export_torchscript
+from labeldp.learning.onnx_graph import feeds, full_graph
 from labeldp.learning.persistence import TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_private_regressor
 from labeldp.schema import LaplaceSpec
@@ -46,20 +47,53 @@ def inputs(model: TrainedModel, features: pa.Table) -> tuple[np.ndarray, np.ndar
     return model.preprocessor_.transform(features)
 
 
-def test_onnx_runtime_predicts_what_pytorch_predicts(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+def test_onnx_runtime_predicts_what_the_service_predicts(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
+    """The graph is the whole prediction: raw columns in (missing values and unseen categories
+    included), the service's answer out, with no code of ours around it (issue 26, item 2)."""
     _, _, _, features = data
     path = export_onnx(regressor, tmp_path / "m.onnx")
-    numeric, categorical = inputs(regressor, features)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (onnx_out,) = session.run(None, {"numeric": numeric, "categorical": categorical})
-    torch_out = regressor.network_outputs(features)
-    assert onnx_out.shape == (features.num_rows,)
-    assert np.allclose(onnx_out, torch_out, rtol=1e-5, atol=1e-5)
-    # the sidecar's post-processing turns the graph's output into predict()'s answer
+    pre = regressor.preprocessor_
+    assert [i.name for i in session.get_inputs()] == [*pre.numeric_columns, *pre.categorical_columns]
+    (onnx_out,) = session.run(None, feeds(regressor, features))
+    assert onnx_out.shape == (features.num_rows,) and onnx_out.dtype == np.float64
+    assert np.allclose(onnx_out, regressor.predict(features), rtol=1e-5, atol=1e-5)
+    # missing numeric values (null, NaN) and an unseen or missing category, as the service reads them
+    rows = features.slice(0, 6)
+    numeric, category = pre.numeric_columns[0], pre.categorical_columns[0]
+    holes = rows.set_column(rows.column_names.index(numeric), numeric,
+                            pa.array([None, float("nan"), 1.0, None, 2.0, 3.0], pa.float64()))
+    holes = holes.set_column(holes.column_names.index(category), category,
+                             pa.array(["never-seen", None, "", None, "never-seen", None], pa.string()))
+    (out,) = session.run(None, feeds(regressor, holes))
+    assert np.allclose(out, regressor.predict(holes), rtol=1e-5, atol=1e-5)
     side = json.loads((tmp_path / "m.json").read_text())
-    post = PostProcessing.from_dict(side["postprocessing"])
     assert side["preprocessor"] == regressor.preprocessor_.to_dict()
-    assert np.allclose(post.apply(onnx_out.astype(np.float64)), regressor.predict(features), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "post",
+    [
+        PostProcessing(),
+        PostProcessing("predictions", 0.4, LabelLaw("laplace", 0.8, 0.3, -12.0, 12.0), anchor=0.5, model_weight=0.7),
+        PostProcessing("targets", 1.0, LabelLaw("rr", 0.6, -0.2, -12.0, 12.0)),
+        PostProcessing("predictions", 1.0, MonotoneLaw("staircase", 0.8, 0.0, -2.0, 2.0,
+                                                       values=(-2.0, -1.0, 0.0, 1.0, 2.0),
+                                                       means=(-1.5, -0.9, 0.0, 0.8, 1.1))),
+    ],
+    ids=["none", "predictions-anchor", "targets", "monotone"],
+)
+def test_every_post_processing_is_in_the_graph(tmp_path: Path, data, regressor: TrainedRegressor,
+                                               post: PostProcessing) -> None:
+    _, _, _, features = data
+    original = regressor.postprocessing_
+    try:
+        regressor.postprocessing_ = post
+        session = ort.InferenceSession(full_graph(regressor).SerializeToString(), providers=["CPUExecutionProvider"])
+        (out,) = session.run(None, feeds(regressor, features))
+        assert np.allclose(out, regressor.predict(features), rtol=1e-5, atol=1e-5)
+    finally:
+        regressor.postprocessing_ = original
 
 
 def test_torchscript_predicts_what_pytorch_predicts(tmp_path: Path, data, regressor: TrainedRegressor) -> None:
@@ -76,10 +110,8 @@ def test_onnx_classifier_logits_give_the_same_probabilities(tmp_path: Path, data
     classes = np.digitize(y, [-1.0, 1.0]).astype(np.float64)
     model = fit_classifier(features, classes, 3, CONFIG, classes=["low", "mid", "high"])
     path = export_onnx(model, tmp_path / "c.onnx")
-    numeric, categorical = inputs(model, features)
-    (logits,) = ort.InferenceSession(str(path)).run(None, {"numeric": numeric, "categorical": categorical})
-    logits = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    logits, probs = ort.InferenceSession(str(path)).run(["logits", "probabilities"], feeds(model, features))
+    assert logits.shape == probs.shape == (features.num_rows, 3)
     assert np.allclose(probs, model.predict_proba(features), atol=1e-5)
     assert json.loads((tmp_path / "c.json").read_text())["classes"] == ["low", "mid", "high"]
 
@@ -148,10 +180,8 @@ def test_labeldp_export_and_predict_commands_end_to_end(tmp_path: Path, data, re
     session = ort.InferenceSession(str(tmp_path / "out" / "m.onnx"))
     embedded = json.loads(session.get_modelmeta().custom_metadata_map["labeldp"])
     assert embedded == json.loads((tmp_path / "out" / "m.json").read_text())
-    numeric, categorical = inputs(regressor, features)
-    (out,) = session.run(None, {"numeric": numeric, "categorical": categorical})
-    post = PostProcessing.from_dict(embedded["postprocessing"])
-    assert np.allclose(post.apply(out.astype(np.float64)), regressor.predict(features), rtol=1e-5, atol=1e-5)
+    (out,) = session.run(None, feeds(regressor, features))
+    assert np.allclose(out, regressor.predict(features), rtol=1e-5, atol=1e-5)
 
     done = subprocess.run([*labeldp, "predict", str(tmp_path / "model.pt"), str(tmp_path / "ids.parquet"),
                            str(tmp_path / "p.parquet"), "--feature-table", str(table_path)],

@@ -1,13 +1,14 @@
 """Trained models for use elsewhere: ONNX and TorchScript graphs plus a JSON of what surrounds them.
 
-The graph takes what :meth:`Preprocessor.transform` produces — ``numeric`` (n, k)
-float32, standardized, and ``categorical`` (n, m) int64 codes — and returns, for a
-regressor, the network's estimate in label units (``network_outputs``: before
-debiasing and shrinkage) and, for a classifier, the logits. The sidecar
-``<name>.json`` holds the preprocessor (means, stds, vocabularies), the regressor's
-post-processing (label law and λ, :class:`~labeldp.learning.debiasing.PostProcessing`)
-or the classifier's class names, so a consumer can reproduce ``predict`` exactly:
-string codes and the inverse law are table look-ups that do not belong in a graph. The
+The ONNX file is the whole prediction (:mod:`labeldp.learning.onnx_graph`): one input per
+feature column, the preprocessing, the network and the post-processing, so a runtime gives
+``predict``'s answer with no code of ours. The TorchScript file is the network alone: it
+takes what :meth:`Preprocessor.transform` produces — ``numeric`` (n, k) float32,
+standardized, and ``categorical`` (n, m) int64 codes — and returns, for a regressor, the
+network's estimate in label units (``network_outputs``: before debiasing and shrinkage)
+and, for a classifier, the logits. The sidecar ``<name>.json`` holds the preprocessor
+(means, stds, vocabularies), the regressor's post-processing (label law and λ,
+:class:`~labeldp.learning.debiasing.PostProcessing`) or the classifier's class names. The
 same JSON travels inside each file too (ONNX ``metadata_props["labeldp"]``, TorchScript
 extra file ``labeldp.json``), so the one file ``GET /v1/models/{id}/export`` answers is
 enough on its own.
@@ -95,20 +96,12 @@ def sidecar(model: TrainedModel) -> dict[str, Any]:
 
 
 def export_onnx(model: TrainedModel, path: str | Path, *, sidecar_file: bool = True) -> Path:
-    """ONNX (opset 17) with a dynamic batch dimension and the sidecar embedded (and next to it with
-    ``sidecar_file``)."""
+    """ONNX (opset 17): the whole prediction, raw feature columns in (:mod:`labeldp.learning.onnx_graph`),
+    with a dynamic batch dimension and the sidecar embedded (and next to it with ``sidecar_file``)."""
+    from labeldp.learning.onnx_graph import full_graph
+
     path = Path(path)
-    graph = exportable(model)
-    dynamic = {name: {0: "rows"} for name in (*INPUTS, "output")}
-    with warnings.catch_warnings():
-        # The TorchScript-based exporter: the torch.export-based one needs onnxscript, and this
-        # MLP has no control flow for which the new exporter would matter (torch is pinned).
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            graph, _example(model), str(path), input_names=list(INPUTS), output_names=["output"],
-            dynamic_axes=dynamic, opset_version=OPSET, dynamo=False,
-        )
-    proto = onnx.load(str(path))
+    proto = full_graph(model)
     entry = proto.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, json.dumps(sidecar(model))
     onnx.save(proto, str(path))
