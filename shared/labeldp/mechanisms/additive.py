@@ -50,6 +50,7 @@ from scipy import special
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.contract import Params, Prior
+from labeldp.mechanisms.exact_cells import nudge_folded_to_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import CONTINUOUS_STEPS as CONTINUOUS_STEPS
 from labeldp.mechanisms.lattice import DISCRETE_REAL_STEPS as DISCRETE_REAL_STEPS
@@ -57,7 +58,7 @@ from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.lattice import Variant as Variant
 from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
-from labeldp.mechanisms.sampling import MAX_TABLE_SIZE, TableSampler
+from labeldp.mechanisms.sampling import MAX_TABLE_BITS, MAX_TABLE_SIZE, TableSampler, cumulative_cells
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.laplace import LaplaceSpec
 
@@ -299,6 +300,8 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     """
 
     params_model: ClassVar[type[Params]] = AdditiveParams
+    pure_epsilon: ClassVar[bool] = True
+    """ε-DP with δ = 0: the clipped table is nudged to ≤ e^ε exactly (Gaussian: False)."""
 
     def __init__(
         self,
@@ -377,9 +380,18 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         return probs
 
     def noise_table(self) -> TableSampler:
-        """The exact table of ``folded_clipped_noise`` (cells out of 2^63), built once per fit."""
+        """The exact table of ``folded_clipped_noise`` (cells out of 2^63), built once per fit.
+
+        A pure-ε noise (``pure_epsilon``) has its cells moved by
+        ``exact_cells.nudge_folded_to_epsilon`` so the clipped output law is ε-DP in exact
+        integers: the float pmf's rounding (the largest cell takes the remainder) would
+        otherwise leave ratios up to ε + 5·10⁻¹³ (Laplace, ε = 5).
+        """
         if self._noise_table is None:
-            self._noise_table = TableSampler.from_probabilities(self.folded_clipped_noise())
+            cdf = cumulative_cells(self.folded_clipped_noise(), MAX_TABLE_BITS)
+            if self.pure_epsilon:
+                cdf = nudge_folded_to_epsilon(cdf, check_epsilon(self.epsilon))
+            self._noise_table = TableSampler.from_cumulative(cdf, MAX_TABLE_BITS)
         return self._noise_table
 
     # -- mechanism ------------------------------------------------------------
@@ -652,6 +664,7 @@ class Gaussian(AdditiveLatticeMechanism):
 
     name: ClassVar[str] = "gaussian"
     params_model: ClassVar[type[Params]] = GaussianParams
+    pure_epsilon: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -858,5 +871,3 @@ class Exponential(LatticeMechanism):
 def _check_close(fitted: float, declared: float, what: str) -> None:
     if not math.isclose(fitted, declared, rel_tol=1e-9):
         raise ValueError(f"spec {what} {declared} does not match the mechanism's {fitted}")
-
-
