@@ -51,13 +51,14 @@ from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.contract import Params, Prior
 from labeldp.mechanisms.exact_cells import nudge_folded_to_epsilon
+from labeldp.mechanisms.exact_noise import discrete_laplace, rate_from_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import CONTINUOUS_STEPS as CONTINUOUS_STEPS
 from labeldp.mechanisms.lattice import DISCRETE_REAL_STEPS as DISCRETE_REAL_STEPS
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.lattice import Variant as Variant
 from labeldp.mechanisms.law import TransitionLaw
-from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
+from labeldp.mechanisms.prior import LabelDomain
 from labeldp.mechanisms.sampling import MAX_TABLE_BITS, MAX_TABLE_SIZE, TableSampler, cumulative_cells
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.laplace import LaplaceSpec
@@ -476,8 +477,8 @@ class Laplace(AdditiveLatticeMechanism):
 
     "continuous" = Def. 23 realized on the fine lattice, "discrete" = Def. 22
     (DLap(Δ/ε) on integer labels). Fitted: ``alpha_``, ``scale_`` = (high − low)/ε.
-    Sampling: difference of two geometric counts (numpy inversion sampler); the
-    law is exactly two-sided geometric up to float64 rounding inside numpy.
+    Sampling: clipped, the nudged exact table; unclipped (or beyond ``MAX_TABLE_SIZE``), the
+    exact integer discrete Laplace sampler of ``exact_noise`` (rate ε/J rounded down).
     """
 
     name: ClassVar[str] = "laplace"
@@ -499,7 +500,9 @@ class Laplace(AdditiveLatticeMechanism):
         return 2.0 * self.alpha_ / math.expm1(self._log_alpha) ** 2
 
     def _sample_noise(self, size, rng: np.random.Generator) -> np.ndarray:
-        return _two_sided_geometric(self._log_alpha, size, rng)
+        """Exact discrete Laplace of rate ε/J (rounded down), from integers only (``exact_noise``)."""
+        n = int(np.prod(size))
+        return discrete_laplace(*rate_from_epsilon(float(self.epsilon), self.n_steps_), n, rng).reshape(size)
 
     @property
     def guarantee(self) -> PrivacyGuarantee:
