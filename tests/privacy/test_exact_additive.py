@@ -40,6 +40,7 @@ def _mechanisms(epsilon: float, domain: LabelDomain):
     yield Laplace(epsilon, domain).fit_to()
     yield Staircase(epsilon, domain).fit_to()
     yield Staircase(epsilon, domain, gamma=0.5).fit_to()
+    yield Staircase(epsilon, domain, gamma=1.0).fit_to()  # r = J: flat first period, the ends' bound tight
     if domain.kind == "integer":
         yield Laplace(epsilon, domain, variant="continuous").fit_to()  # J = 2^16 on an integer domain
 

@@ -156,10 +156,11 @@ def nudge_folded_to_epsilon(cdf_cells: np.ndarray, epsilon: float) -> np.ndarray
     1. every c'_d (d < J) above ⌊min c' · e^ε⌋ is lowered to it (c_0 to half of it): the
        minimum stays, the maximum drops under the cap;
     2. while 2^63 + c_0 > e^ε · c_J, cells move from the largest interior cell to c_J — the
-       left side falls or stays, the right side grows, and the interior maximum only drops.
+       left side falls or stays, the right side grows, the interior maximum only drops and no
+       interior cell goes below ⌈max/e^ε⌉, so the interior bound still holds.
 
-    A table already within both bounds comes back unchanged. Raises ValueError when the
-    moves would take an interior cell to the minimum (the law itself is not ε-DP).
+    A table already within both bounds comes back unchanged. Raises ValueError when no
+    interior cell has room above that floor (the law itself is not ε-DP).
     """
     cdf = np.asarray(cdf_cells, dtype=np.uint64)
     if cdf.ndim != 1 or cdf.size < 2:
@@ -171,18 +172,20 @@ def nudge_folded_to_epsilon(cdf_cells: np.ndarray, epsilon: float) -> np.ndarray
         return cdf
     cap, _ = folded_caps(cells, epsilon)
     last = len(cells) - 1
-    low = min(_interior(cells)) if last > 1 else 1  # J = 1: one interior cell, no ratio inside
     for d in range(last):
         ceiling = cap // 2 if d == 0 else cap
         if cells[d] > ceiling:
             cells[-1] += cells[d] - ceiling
             cells[d] = ceiling
+    bound = exp_lower_bound(float(epsilon))
     _, need = folded_caps(cells, epsilon)
     while cells[-1] < need:
         interior = _interior(cells)
         d = max(range(last), key=lambda k: interior[k])
+        # No interior cell may fall below ⌈max/e^ε⌉ (J = 1: one interior cell, no ratio inside).
+        floor = -(-interior[d] * bound.denominator // bound.numerator) if last > 1 else 2
         # Each cell moved lowers 2^63 + c_0 by one (d = 0) or not at all, and raises e^ε·c_J by e^ε.
-        step = min(need - cells[-1], (interior[d] - low) // (2 if d == 0 else 1))
+        step = min(need - cells[-1], (interior[d] - floor) // (2 if d == 0 else 1))
         if step <= 0:
             raise ValueError("no room below the caps: the folded law is not ε-DP")
         cells[d] -= step
