@@ -68,3 +68,19 @@ def test_the_stream_is_not_the_old_pcg_and_refuses_bad_keys() -> None:
     assert not isinstance(pcg.bit_generator, ChaCha20Stream)
     with pytest.raises(TypeError):  # a key must never travel with a pickled generator
         pickle.dumps(ChaCha20Stream(KEY))
+
+
+def test_the_block_function_and_openssl_agree_far_into_the_stream() -> None:
+    """Near block 2^32 − 20: bulk reads that stay below the 32-bit counter boundary come from
+    OpenSSL, a read across it from the compiled block function alone (OpenSSL's counter is word 12
+    only); both give the keystream of the same blocks, and the crossing read continues it."""
+    start = (1 << 32) - 20
+    below = ChaCha20Stream(KEY)
+    below._state[1] = start  # the next block to generate (test-only reach into the state)
+    across = ChaCha20Stream(KEY)
+    across._state[1] = start
+    first = below.random_raw(8 * 16)  # 16 blocks: OpenSSL
+    assert np.array_equal(first, keystream(KEY, 8 * 16, block=start))
+    whole = across.random_raw(8 * 40)  # 40 blocks, across 2^32: the block function
+    assert np.array_equal(whole[: 8 * 16], first)
+    assert np.array_equal(below.random_raw(8 * 24), whole[8 * 16 :])
