@@ -136,15 +136,9 @@ def _next_double(ptr: ctypes.c_void_p) -> float:
     return np.float64(_next_word(_state_view(ptr)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-_ZEROS = bytearray()
-
-
-def _zeros(n: int) -> memoryview:
-    """n zero bytes to encrypt (the keystream itself), from one buffer grown as needed."""
-    global _ZEROS
-    if len(_ZEROS) < n:
-        _ZEROS = bytearray(max(n, 2 * len(_ZEROS)))
-    return memoryview(_ZEROS)[:n]
+_ZERO_BYTES = 1 << 20
+_ZEROS = memoryview(bytes(_ZERO_BYTES))
+"""What ``random_raw`` encrypts, a MiB at a time: the keystream itself."""
 
 
 class _BitGen(ctypes.Structure):
@@ -207,7 +201,10 @@ class ChaCha20Stream:
                 start = left + 8 * blocks
                 nonce = counter.to_bytes(8, "little") + int(st[6]).to_bytes(8, "little")
                 cipher = Cipher(algorithms.ChaCha20(st[2:6].tobytes(), nonce), mode=None).encryptor()
-                cipher.update_into(_zeros(64 * blocks), out[left:start].view(np.uint8).data)  # LE words in place
+                target = out[left:start].view(np.uint8)  # the LE keystream bytes are the words in place
+                for at in range(0, target.size, _ZERO_BYTES):
+                    piece = target[at : at + _ZERO_BYTES]
+                    cipher.update_into(_ZEROS[: piece.size], piece.data)
                 st[1] = np.uint64(counter + blocks)
                 left = start
             _fill(st, out[left:])
