@@ -2,7 +2,7 @@
 
 Usage:
     python bench/bench_privatize_speed.py [--n 1000000,10000000] [--repeats 5]
-        [--only name,name] [--fast-only] [--out bench/results/privatize_speed.md]
+        [--only name,name] [--fast-only] [--streams] [--out bench/results/privatize_speed.md]
 
 For every mechanism of the catalogue (rr_on_bins, rp_with_prior, laplace continuous and
 discrete, staircase, gaussian, exponential, unbiased, randomized_response, rr_with_prior,
@@ -20,6 +20,12 @@ core does not count (their cache pressure still does). Reported: the median over
 ``repeats`` interleaved runs after one warm-up, labels per CPU-second, and the ratio.
 ``--fast-only`` times ``mech.privatize`` alone (used for the "before" column, when no
 numpy twin existed).
+
+``--streams`` times ``mech.privatize`` on both noise streams side by side, in one run: the
+PCG64DXSM generator releases used before (``labeldp.randomness.pcg64_generator``, not a CSPRNG)
+and the ChaCha20 keystream every release now draws from (``secure_generator``), with the ratio;
+plus the raw words alone and the ε₁ priors' noise (numpy's float geometric on PCG64 vs the exact
+integer discrete Laplace on ChaCha20).
 """
 
 from __future__ import annotations
@@ -57,7 +63,10 @@ from labeldp.mechanisms import (
     UnbiasedRandomizer,
 )
 from labeldp.mechanisms.contract import Prior
-from labeldp.randomness import secure_generator
+from labeldp.mechanisms.exact_noise import discrete_laplace, rate_from_epsilon
+from labeldp.mechanisms.prior import sample_two_sided_geometric
+from labeldp.mechanisms.sampling import raw_words
+from labeldp.randomness import pcg64_generator, secure_generator
 
 REAL = LabelDomain("real", 0.0, 5.0)
 INTEGER = LabelDomain("integer", 0.0, 100.0)
@@ -118,7 +127,7 @@ NOTES = [
     "Laws. Every output law is the one the mechanism states: the same lattice, the same pmf (clipped additive noise:",
     "the folded pmf of the noise; exponential: α^|i−j| on the lattice), the same cells where cells were already",
     "used (categorical cells_ out of 2^63, unbiased counts out of 2^53, RR-on-Bins, RPWithPrior's T/2^53). What",
-    "changed is how the randomness is consumed: one raw 64-bit word of the same secure PCG64DXSM stream per draw,",
+    "changed is how the randomness is consumed: one raw 64-bit word of the release's stream per draw,",
     "mapped through an integer alias table in which each output owns exactly its cells, instead of numpy's float",
     "samplers — for the additive mechanisms the realized law is now the stated pmf rounded to cells of 2^-63 (small",
     "entries rounded up) rather than the float error of numpy's inversion and ziggurat samplers. The committed",
@@ -137,14 +146,21 @@ CLOCK = time.thread_time
 """CPU time of this thread: on a shared machine, time spent waiting for the core does not count."""
 
 
-def timed(fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]], labels: np.ndarray, repeats: int) -> dict:
-    """Median seconds per function, runs interleaved so load drift hits all alike."""
-    for fn in fns.values():
-        fn(labels[:1000], secure_generator())  # warm-up (and JIT)
+def timed(
+    fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]],
+    labels: np.ndarray,
+    repeats: int,
+    streams: dict[str, Callable[[], np.random.Generator]] | None = None,
+) -> dict:
+    """Median seconds per function, runs interleaved so load drift hits all alike; each function
+    gets a fresh generator from ``streams[key]`` (default: the release stream, ``secure_generator``)."""
+    make = streams or {}
+    for key, fn in fns.items():
+        fn(labels[:1000], make.get(key, secure_generator)())  # warm-up (and JIT)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
-            rng = secure_generator()
+            rng = make.get(key, secure_generator)()
             start = CLOCK()
             fn(labels, rng)
             times[key].append(CLOCK() - start)
@@ -182,12 +198,89 @@ def machine_info() -> list[str]:
     ]
 
 
+STREAMS: dict[str, Callable[[], np.random.Generator]] = {"pcg64": pcg64_generator, "chacha20": secure_generator}
+
+STREAM_NOTES = [
+    "pcg64: `labeldp.randomness.pcg64_generator`, the PCG64DXSM generator (256 OS bits) releases drew from",
+    "before; chacha20: `labeldp.randomness.secure_generator`, the ChaCha20 keystream under a fresh os.urandom key",
+    "that every release now draws from (whole blocks from OpenSSL through `cryptography`, single words from the",
+    "numba block function). Both columns run the same `mech.privatize` (the kernels) on the same labels.",
+    "`raw words`: `random_raw` alone, one word per 'label'. `ε₁ prior noise`: the per-label noise of the",
+    "noised-labels prior (rate ε₁/J, J = 2^16) — numpy's float geometric on pcg64 (before) vs the exact integer",
+    "discrete Laplace (`exact_noise.discrete_laplace`, ~10 words a draw) on chacha20 (now); the histogram prior",
+    "draws only one per grid point (≤ 256), too few to matter.",
+]
+
+
+def _streams(args: argparse.Namespace, argv: list[str] | None, info: list[str], sizes: list[int], only) -> int:
+    """mech.privatize on PCG64DXSM vs ChaCha20, one table, ratios in the same run."""
+    rows = [
+        "| mechanism | labels | pcg64 (labels/s) | chacha20 (labels/s) | chacha20 / pcg64 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    data_rng = np.random.default_rng(0)
+    rate = rate_from_epsilon(EPSILON, 1 << 16)
+    alpha = float(np.exp(-EPSILON / (1 << 16)))
+    extra: list[Case] = [
+        ("raw words", lambda: None, _real),
+        ("ε₁ prior noise (float geometric → exact)", lambda: None, _real),
+    ]
+    for name, build, make_labels in [*extra, *CASES]:
+        if only is not None and not any(name.startswith(p) for p in only):
+            continue
+        mech = build()
+        for n in sizes:
+            labels = make_labels(n, data_rng)
+            fns: dict[str, Callable[[np.ndarray, np.random.Generator], Any]]
+            if name == "raw words":
+                fns = {k: lambda x, rng: raw_words(rng, x.size) for k in STREAMS}
+            elif name.startswith("ε₁"):
+                fns = {
+                    "pcg64": lambda x, rng: sample_two_sided_geometric(alpha, x.size, rng),
+                    "chacha20": lambda x, rng: discrete_laplace(*rate, x.size, rng),
+                }
+            else:
+                fns = dict.fromkeys(STREAMS, mech.privatize)
+            t = timed(fns, labels, args.repeats, STREAMS)
+            rows.append(
+                f"| {name} | {n:,} | {n / t['pcg64'] / 1e6:.1f} M | {n / t['chacha20'] / 1e6:.1f} M"
+                f" | {t['pcg64'] / t['chacha20']:.2f}× |"
+            )
+            print(rows[-1], flush=True)
+    command = "`NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_privatize_speed.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    text = "\n".join(
+        [
+            "# Privatization speed: the PCG64DXSM stream vs the ChaCha20 stream",
+            "",
+            command.rstrip() + "`",
+            "",
+            *info,
+            "",
+            f"ε = {EPSILON:g} (rr_on_bins: ε = 8), real labels on [0, 5], integer labels on 0..100, "
+            f"{CLASSES} classes; median of {args.repeats} interleaved runs, one core, labels per CPU-second.",
+            "",
+            *rows,
+            "",
+            *STREAM_NOTES,
+            "",
+        ]
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--n", default="1000000,10000000", help="comma-separated label counts")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default=None, help="comma-separated case-name prefixes")
     ap.add_argument("--fast-only", action="store_true", help="time mech.privatize only")
+    ap.add_argument("--streams", action="store_true", help="PCG64DXSM vs ChaCha20: mech.privatize on each stream")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "privatize_speed.md"))
     ap.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU")
     ap.add_argument("--before", default=None, help="a --fast-only results file of older code: its column is added")
@@ -200,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     only = None if args.only is None else [s.strip() for s in args.only.split(",")]
     reference = None if args.fast_only else _reference()
 
+    if args.streams:
+        return _streams(args, argv, info, sizes, only)
     before = _before_column(args.before) if args.before else None
     header = ["| mechanism | labels | kernel (labels/s) |"]
     if reference is not None:

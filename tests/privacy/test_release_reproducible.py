@@ -4,9 +4,14 @@ Every registry entry × prior kind (the whole-release pairs of release_cases.py:
 Laplace histogram, noised labels, the label-independent split, a public prior) is released
 with a fixed seed on its small label set and on the set tiled to 1 000+ rows; the digest
 covers the privatized labels' bytes and the JSON of the mechanism spec, the prior and the
-accounting — what the message carries. The digests in release_digests.json were written by
-the pipeline before its prior handling moved into one place (regenerate them only for a
-deliberate change of the draws: ``python -m tests.privacy.test_release_reproducible``).
+accounting — what the message carries. The seed keys the release stream itself
+(``labeldp.randomness.seeded_generator``: the ChaCha20 keystream every release draws from,
+under a key derived from the seed), so the pin covers the stream as well as the pipeline.
+
+The digests in release_digests.json were regenerated when the stream moved from PCG64DXSM to
+ChaCha20 and the ε₁ priors' noise to the exact integer sampler (every draw changed, on
+purpose); regenerate them only for such a deliberate change of the draws:
+``python -m tests.privacy.test_release_reproducible``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from labeldp.randomness import seeded_generator
+
 from .release_cases import release_pairs
 from .whole_release import ReleasePair
 
@@ -27,7 +34,7 @@ TILES = 50
 
 
 def _digest(pair: ReleasePair, labels: np.ndarray, seed: int) -> str:
-    out = pair.release(labels, np.random.default_rng(seed))
+    out = pair.release(labels, seeded_generator(seed))
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(out.labels, dtype=np.float64).tobytes())
     h.update(out.mechanism.model_dump_json().encode())
@@ -44,6 +51,13 @@ def digests(pair: ReleasePair) -> list[str]:
 def test_a_seed_fixed_release_is_unchanged(pair: ReleasePair) -> None:
     expected = json.loads(DIGESTS.read_text())
     assert digests(pair) == expected[pair.name]
+
+
+def test_the_pins_are_keyed_by_the_seed() -> None:
+    """Meaningful pins: the same seed gives the same digest, another seed another one."""
+    pair = PAIRS[0]
+    assert _digest(pair, pair.labels, 0) == _digest(pair, pair.labels, 0)
+    assert _digest(pair, pair.labels, 0) != _digest(pair, pair.labels, 2)
 
 
 def test_every_registry_entry_is_pinned() -> None:

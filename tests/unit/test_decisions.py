@@ -39,6 +39,8 @@ LONG_DOCSTRINGS = {
     "shared/labeldp/mechanisms/rp_with_prior.py": "the discretized mechanism and why it is ε-DP",
     "shared/labeldp/mechanisms/contract.py": "the mechanism contract (docs/architecture.md)",
     "shared/labeldp/mechanisms/categorical.py": "the categorical mechanisms and their exact sampling",
+    "shared/labeldp/mechanisms/exact_noise.py": "the exact discrete Laplace algorithm (CKS 2020) and why it is exact",
+    "shared/labeldp/randomness.py": "the ChaCha20 stream: layout, and why both read paths give one keystream",
 }
 
 

@@ -203,11 +203,15 @@ def test_consistent_probs_is_the_projection_that_keeps_the_public_total() -> Non
 
 
 class _NegativeNoise:
-    """A generator stub whose two-sided geometric draws are all −5."""
+    """A generator stub whose raw words make every exact discrete Laplace draw at ε = 1 equal −6:
+    U = 0 (accepted at once), three Bernoulli(e^{-1}) successes and a failure, sign −."""
 
-    def geometric(self, p, size):
-        self.calls = getattr(self, "calls", 0) + 1
-        return np.full(size, 1 if self.calls % 2 else 6)
+    class bit_generator:  # the attribute numpy's Generator has
+        PATTERN = np.array([0, 0] + [0, 1 << 62] * 3 + [1 << 63, 1 << 63], dtype=np.uint64)
+
+        @classmethod
+        def random_raw(cls, size: int) -> np.ndarray:
+            return np.resize(cls.PATTERN, size)
 
 
 def test_all_zero_counts_give_uniform() -> None:

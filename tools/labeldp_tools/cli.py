@@ -343,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
         "default rule for this label type and ε (the output's resolved_from says so)",
     )
     privatize.add_argument("--epsilon", required=True, help="total ε of the release")
-    privatize.add_argument("--epsilon-prior", help="ε₁ for the private prior (default √(k/n), at most ε/2)")
+    privatize.add_argument(
+        "--epsilon-prior", help="ε₁ for the private prior (default √(k/n), at most 0.9·ε: the randomizer keeps 10 %%)"
+    )
     privatize.add_argument("--input", type=Path, required=True, help="IN.csv with columns id,label")
     privatize.add_argument("--output", type=Path, required=True, help="OUT.csv to write")
     privatize.add_argument("--domain", type=_domain, help="public label range LOW,HIGH (real/integer labels)")

@@ -50,14 +50,16 @@ from scipy import special
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.contract import Params, Prior
+from labeldp.mechanisms.exact_cells import nudge_folded_to_epsilon
+from labeldp.mechanisms.exact_noise import discrete_laplace, rate_from_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import CONTINUOUS_STEPS as CONTINUOUS_STEPS
 from labeldp.mechanisms.lattice import DISCRETE_REAL_STEPS as DISCRETE_REAL_STEPS
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.lattice import Variant as Variant
 from labeldp.mechanisms.law import TransitionLaw
-from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
-from labeldp.mechanisms.sampling import MAX_TABLE_SIZE, TableSampler
+from labeldp.mechanisms.prior import LabelDomain
+from labeldp.mechanisms.sampling import MAX_TABLE_BITS, MAX_TABLE_SIZE, TableSampler, cumulative_cells
 from labeldp.specs.additive import ExponentialSpec, GaussianSpec, StaircaseSpec
 from labeldp.specs.laplace import LaplaceSpec
 
@@ -299,6 +301,8 @@ class AdditiveLatticeMechanism(LatticeMechanism):
     """
 
     params_model: ClassVar[type[Params]] = AdditiveParams
+    pure_epsilon: ClassVar[bool] = True
+    """ε-DP with δ = 0: the clipped table is nudged to ≤ e^ε exactly (Gaussian: False)."""
 
     def __init__(
         self,
@@ -377,9 +381,18 @@ class AdditiveLatticeMechanism(LatticeMechanism):
         return probs
 
     def noise_table(self) -> TableSampler:
-        """The exact table of ``folded_clipped_noise`` (cells out of 2^63), built once per fit."""
+        """The exact table of ``folded_clipped_noise`` (cells out of 2^63), built once per fit.
+
+        A pure-ε noise (``pure_epsilon``) has its cells moved by
+        ``exact_cells.nudge_folded_to_epsilon`` so the clipped output law is ε-DP in exact
+        integers: the float pmf's rounding (the largest cell takes the remainder) would
+        otherwise leave ratios up to ε + 5·10⁻¹³ (Laplace, ε = 5).
+        """
         if self._noise_table is None:
-            self._noise_table = TableSampler.from_probabilities(self.folded_clipped_noise())
+            cdf = cumulative_cells(self.folded_clipped_noise(), MAX_TABLE_BITS)
+            if self.pure_epsilon:
+                cdf = nudge_folded_to_epsilon(cdf, check_epsilon(self.epsilon))
+            self._noise_table = TableSampler.from_cumulative(cdf, MAX_TABLE_BITS)
         return self._noise_table
 
     # -- mechanism ------------------------------------------------------------
@@ -464,8 +477,8 @@ class Laplace(AdditiveLatticeMechanism):
 
     "continuous" = Def. 23 realized on the fine lattice, "discrete" = Def. 22
     (DLap(Δ/ε) on integer labels). Fitted: ``alpha_``, ``scale_`` = (high − low)/ε.
-    Sampling: difference of two geometric counts (numpy inversion sampler); the
-    law is exactly two-sided geometric up to float64 rounding inside numpy.
+    Sampling: clipped, the nudged exact table; unclipped (or beyond ``MAX_TABLE_SIZE``), the
+    exact integer discrete Laplace sampler of ``exact_noise`` (rate ε/J rounded down).
     """
 
     name: ClassVar[str] = "laplace"
@@ -487,7 +500,9 @@ class Laplace(AdditiveLatticeMechanism):
         return 2.0 * self.alpha_ / math.expm1(self._log_alpha) ** 2
 
     def _sample_noise(self, size, rng: np.random.Generator) -> np.ndarray:
-        return _two_sided_geometric(self._log_alpha, size, rng)
+        """Exact discrete Laplace of rate ε/J (rounded down), from integers only (``exact_noise``)."""
+        n = int(np.prod(size))
+        return discrete_laplace(*rate_from_epsilon(float(self.epsilon), self.n_steps_), n, rng).reshape(size)
 
     @property
     def guarantee(self) -> PrivacyGuarantee:
@@ -652,6 +667,7 @@ class Gaussian(AdditiveLatticeMechanism):
 
     name: ClassVar[str] = "gaussian"
     params_model: ClassVar[type[Params]] = GaussianParams
+    pure_epsilon: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -858,5 +874,3 @@ class Exponential(LatticeMechanism):
 def _check_close(fitted: float, declared: float, what: str) -> None:
     if not math.isclose(fitted, declared, rel_tol=1e-9):
         raise ValueError(f"spec {what} {declared} does not match the mechanism's {fitted}")
-
-

@@ -109,3 +109,94 @@ def nudge_to_epsilon(cdf_cells: np.ndarray, epsilon: float) -> np.ndarray:
 def _cells(cdf_cells: np.ndarray) -> np.ndarray:
     cdf = np.asarray(cdf_cells, dtype=np.uint64)
     return np.diff(cdf, axis=1, prepend=np.zeros((cdf.shape[0], 1), dtype=np.uint64))
+
+
+# -- the folded table of a clipped additive mechanism ---------------------------------
+#
+# ``kernels.clipped_additive`` draws one word per label: its top 63 bits pick a magnitude m
+# from cells c_0..c_J out of 2^63, its low bit the sign, and the output is clip(j ± m, 0, J).
+# In units of 2^-64 the output law is, for every input j in 0..J,
+#
+#   interior 0 < i < J:  P(i | j) = c'_{|i − j|}, with c'_0 = 2·c_0 (both signs) and c'_d = c_d;
+#   the end 0:           P(0 | j) = T(j) = Σ_{m ≥ j} c_m for j ≥ 1, and T(0) = 2^63 + c_0;
+#   the end J:           P(J | j) = T(J − j) (the mirror image).
+#
+# Every two inputs are neighbours (sensitivity J steps). An interior output i sees every
+# distance 0..max(i, J − i) ≤ J − 1, and i = 1 sees all of them; so the interior outputs are
+# ε-DP iff max_{d<J} c'_d ≤ e^ε · min_{d<J} c'_d. T falls from T(0) = 2^63 + c_0 (above
+# T(1) = 2^63 − c_0) to T(J) = c_J, so the two ends are ε-DP iff 2^63 + c_0 ≤ e^ε · c_J.
+
+
+def folded_caps(cells: list[int], epsilon: float) -> tuple[int, int]:
+    """(⌊min_{d<J} c'_d · e^ε⌋, the least c_J with 2^63 + c_0 ≤ e^ε·c_J): the two bounds above."""
+    bound = exp_lower_bound(float(epsilon))
+    num, den = bound.numerator, bound.denominator
+    interior = _interior(cells)
+    cap = min(interior) * num // den
+    total = sum(cells)
+    need = -(-(total + cells[0]) * den // num)  # ⌈(2^bits + c_0)/e^ε⌉
+    return cap, need
+
+
+def folded_within(cdf_cells: np.ndarray, epsilon: float) -> bool:
+    """True iff the clipped additive output law of these folded cells is ε-DP, in exact integers."""
+    cells = [int(c) for c in _cells(np.atleast_2d(cdf_cells))[0]]
+    if len(cells) < 2 or min(cells) == 0:
+        return False
+    cap, need = folded_caps(cells, epsilon)
+    return max(_interior(cells)) <= cap and cells[-1] >= need
+
+
+def nudge_folded_to_epsilon(cdf_cells: np.ndarray, epsilon: float) -> np.ndarray:
+    """The folded cumulative cells (one row, uint64) moved so the clipped output law is ε-DP exactly.
+
+    Two moves, each of a few cells out of 2^63, both into the tail cell c_J (which no interior
+    output sees and which only raises the ends' minimum T(J)):
+
+    1. every c'_d (d < J) above ⌊min c' · e^ε⌋ is lowered to it (c_0 to half of it): the
+       minimum stays, the maximum drops under the cap;
+    2. while 2^63 + c_0 > e^ε · c_J, cells move from the largest interior cell to c_J — the
+       left side falls or stays, the right side grows, the interior maximum only drops and no
+       interior cell goes below ⌈max/e^ε⌉, so the interior bound still holds.
+
+    A table already within both bounds comes back unchanged. Raises ValueError when no
+    interior cell has room above that floor (the law itself is not ε-DP).
+    """
+    cdf = np.asarray(cdf_cells, dtype=np.uint64)
+    if cdf.ndim != 1 or cdf.size < 2:
+        raise ValueError("a folded table is one row of at least two cells")
+    cells = [int(c) for c in _cells(cdf[None, :])[0]]
+    if min(cells) == 0:
+        raise ValueError("a zero cell in a folded table: infinite privacy loss")
+    if folded_within(cdf, epsilon):
+        return cdf
+    cap, _ = folded_caps(cells, epsilon)
+    last = len(cells) - 1
+    for d in range(last):
+        ceiling = cap // 2 if d == 0 else cap
+        if cells[d] > ceiling:
+            cells[-1] += cells[d] - ceiling
+            cells[d] = ceiling
+    bound = exp_lower_bound(float(epsilon))
+    _, need = folded_caps(cells, epsilon)
+    while cells[-1] < need:
+        interior = _interior(cells)
+        d = max(range(last), key=lambda k: interior[k])
+        # No interior cell may fall below ⌈max/e^ε⌉ (J = 1: one interior cell, no ratio inside).
+        floor = -(-interior[d] * bound.denominator // bound.numerator) if last > 1 else 2
+        # Each cell moved lowers 2^63 + c_0 by one (d = 0) or not at all, and raises e^ε·c_J by e^ε.
+        step = min(need - cells[-1], (interior[d] - floor) // (2 if d == 0 else 1))
+        if step <= 0:
+            raise ValueError("no room below the caps: the folded law is not ε-DP")
+        cells[d] -= step
+        cells[-1] += step
+        _, need = folded_caps(cells, epsilon)
+    out = np.cumsum(np.array(cells, dtype=np.uint64), dtype=np.uint64)
+    if not folded_within(out, epsilon):  # pragma: no cover - the moves above cannot fail this
+        raise AssertionError("the nudged folded table is not ε-DP")
+    return out
+
+
+def _interior(cells: list[int]) -> list[int]:
+    """c'_d for d < J: the interior outputs' cells (c'_0 = 2·c_0, both signs land on j)."""
+    return [2 * cells[0], *cells[1:-1]] if len(cells) > 1 else [2 * cells[0]]

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from labeldp.mechanisms.checks import check_epsilon, check_grid, check_labels
+from labeldp.mechanisms.exact_noise import discrete_laplace, rate_from_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.specs.base import LabelDomainSpec, NoisyPrior
 
@@ -174,7 +175,12 @@ def snap_to_grid(labels: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 
 def _two_sided_geometric(log_alpha: float, size, rng: np.random.Generator) -> np.ndarray:
-    """P(k) ∝ α^|k| with α = exp(log_alpha); 1 − α is taken as −expm1 for tiny ε."""
+    """P(k) ∝ α^|k| with α = exp(log_alpha); 1 − α is taken as −expm1 for tiny ε.
+
+    numpy's float geometric: its support is finite (a uniform ≥ 2⁻⁵³), so it is not pure
+    ε-DP. No release draws from it; release noise comes from ``exact_noise.discrete_laplace``.
+    Kept as the statistical twin the tests compare the exact sampler against.
+    """
     if log_alpha == -math.inf:
         return np.zeros(size, dtype=np.int64)
     p = -math.expm1(log_alpha)
@@ -186,7 +192,10 @@ def _two_sided_geometric(log_alpha: float, size, rng: np.random.Generator) -> np
 
 
 def sample_two_sided_geometric(alpha: float, size, rng: np.random.Generator) -> np.ndarray:
-    """Discrete Laplace noise: int64 samples with P(k) ∝ alpha^|k|, 0 <= alpha < 1."""
+    """Discrete Laplace noise by numpy's float sampler: int64 samples with P(k) ∝ alpha^|k|, 0 <= alpha < 1.
+
+    Not for releases (finite support, see ``_two_sided_geometric``): they use the exact
+    ``exact_noise.discrete_laplace``."""
     alpha = float(alpha)
     if not (0.0 <= alpha < 1.0):
         raise ValueError("alpha must lie in [0, 1)")
@@ -228,8 +237,9 @@ class LaplaceHistogramPrior:
     geometric noise with α = exp(−ε/2): the two changed cells each shift the
     output probability by at most α⁻¹ = e^{ε/2}, e^ε together. The prior is the
     counts' Norm-Sub projection with the public total n (:func:`consistent_probs`),
-    post-processing; an all-zero result becomes uniform. Noise is
-    integer on integer counts, so the release has no floating-point artefacts.
+    post-processing; an all-zero result becomes uniform. The noise is drawn by the exact
+    integer sampler (``exact_noise.discrete_laplace``, rate ε/2 rounded down): integer
+    noise on integer counts, support all of Z, so the release is pure ε, no float artefacts.
     Only the noisy counts are kept; the true counts never leave ``fit``.
     """
 
@@ -251,7 +261,7 @@ class LaplaceHistogramPrior:
         counts = np.asarray(counts, dtype=np.int64)
         if counts.shape != check_grid(self.grid).shape:
             raise ValueError("counts need one entry per grid point")
-        noisy = counts + _two_sided_geometric(log_alpha, counts.size, rng)
+        noisy = counts + discrete_laplace(*rate_from_epsilon(epsilon, 2), counts.size, rng)
         np.maximum(noisy, 0, out=noisy)
         self.alpha_ = math.exp(log_alpha)
         self.noisy_counts_ = noisy

@@ -34,10 +34,11 @@ from pydantic import Field, model_validator
 from labeldp.mechanisms import kernels
 from labeldp.mechanisms.checks import check_epsilon, check_labels
 from labeldp.mechanisms.contract import Params, Prior
+from labeldp.mechanisms.exact_noise import discrete_laplace, rate_from_epsilon
 from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.law import TransitionLaw
-from labeldp.mechanisms.prior import LabelDomain, _two_sided_geometric
+from labeldp.mechanisms.prior import LabelDomain
 from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RPWithPriorSpec
 
 ZETA_SCALE = 0.4
@@ -326,11 +327,13 @@ def laplace_noised_indices(
 
     Snapped indices of two labels differ by at most J, so each noised index has
     probability ratio ≤ e^ε between any two labels (the discrete Laplace mechanism
-    with sensitivity high − low). The result is unclipped integer lattice indices.
+    with sensitivity high − low). The result is unclipped integer lattice indices. The noise
+    comes from the exact integer sampler (``exact_noise.discrete_laplace``, rate ε/J rounded
+    down): its support is all of Z, so the guarantee is pure ε, not (ε, 2⁻⁵³).
     """
     epsilon = check_epsilon(epsilon)
     snapped = lattice.index(labels).ravel()
-    return snapped + _two_sided_geometric(-epsilon / lattice.n_steps, snapped.shape, rng)
+    return snapped + discrete_laplace(*rate_from_epsilon(epsilon, lattice.n_steps), snapped.size, rng)
 
 
 def histogram_from_noised(noised: np.ndarray, sigma_steps: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -566,7 +569,11 @@ class RPWithPrior:
         domain = LabelDomain.from_spec(spec.domain)
         private_prior: PrivatePrior = "histogram" if spec.sigma is None else "noised_labels"
         mech = cls(
-            spec.epsilon, domain, zeta=spec.zeta, private_prior=private_prior, sigma=spec.sigma,
+            spec.epsilon,
+            domain,
+            zeta=spec.zeta,
+            private_prior=private_prior,
+            sigma=spec.sigma,
             step=domain.width / spec.n_steps,
         )
         lattice = Lattice(domain.low, domain.high, spec.n_steps)
@@ -598,9 +605,7 @@ class RPWithPrior:
 
         inside = outputs[self.a1_index_ - first : self.a2_index_ - first + 1]
         low, high = self.domain.low, self.domain.high
-        return TransitionLaw.affine_or_monotone(
-            self.name, self.conditional_mean, projected, inside, outputs, low, high
-        )
+        return TransitionLaw.affine_or_monotone(self.name, self.conditional_mean, projected, inside, outputs, low, high)
 
     # -- the randomizer ---------------------------------------------------------------
 

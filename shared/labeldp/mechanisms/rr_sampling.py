@@ -22,8 +22,8 @@ word width (``bits``) so a test can push every possible word through the
 kernel and count the cells exactly.
 
 Randomness. Words come from ``rng.bit_generator.random_raw`` — the caller's
-numpy Generator (labeldp.randomness.secure_generator: PCG64DXSM seeded with 256
-bits from the OS CSPRNG) — in chunks; numba's own global generator is never
+numpy Generator (labeldp.randomness.secure_generator: the ChaCha20 keystream
+under a fresh os.urandom key) — in chunks; numba's own global generator is never
 used. ``randomized_response_reference`` is the plain numpy version (rng.random
 < p, exact to 2^−53, and rng.integers, Lemire's method) kept for tests and the
 speed benchmark.

@@ -2,7 +2,7 @@
 
 Words. Every sampler reads raw 64-bit outputs of the caller's generator
 (``rng.bit_generator.random_raw``; labeldp.randomness.secure_generator gives
-PCG64DXSM seeded with 256 bits from the OS CSPRNG), uniform on [0, 2^64). Numba's
+the ChaCha20 keystream under a fresh os.urandom key), uniform on [0, 2^64). Numba's
 own generator is never used. The top ``bits`` bits of a word, ``w >> (64 − bits)``,
 are uniform on [0, 2^bits) exactly.
 
