@@ -18,8 +18,14 @@ def _token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _scoped_labels_keys() -> str:
+    """Two keys: ``admin:`` for whoever decides privacy domains, ``release:`` for the systems that
+    upload and release (labeldp.service.settings.parse_api_keys)."""
+    return f"admin:{_token()},release:{_token()}"
+
+
 VARIABLES = {
-    "LABELDP_LABELS_API_KEY": _token,  # advertiser systems -> labels API
+    "LABELDP_LABELS_API_KEY": _scoped_labels_keys,  # advertiser systems -> labels API
     "LABELDP_FEATURES_API_KEY": _token,  # publisher systems -> features API
     "LABELDP_EXCHANGE_SECRET": _token,  # outbox signs, inbox verifies (HMAC-SHA256)
     "POSTGRES_PASSWORD": _token,  # the labels party's ledger database

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.settings import Settings, parse_api_keys, require_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS_SERVICES = {"labels-party-api", "labels-party-outbox"}
@@ -171,6 +171,8 @@ def test_the_documented_generator_writes_every_required_secret_and_each_passes_t
         exchange_secret=values["LABELDP_EXCHANGE_SECRET"],
     )
     require_secrets(settings, "labels_api_key", "features_api_key", "exchange_secret")  # raises if weak
+    labels_keys = values.pop("LABELDP_LABELS_API_KEY")  # an admin key and a release key
+    assert [(sorted(k.scopes), len(k.key)) for k in parse_api_keys(labels_keys)] == [(["admin"], 43), (["release"], 43)]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{16,}", v) for v in values.values())  # safe inside a database URL
     assert all(len(v) >= 40 for k, v in values.items() if k.startswith("LABELDP_") or k.endswith("POSTGRES_PASSWORD"))
     # MinIO caps its keys: access key 3-20 characters, secret 8-40

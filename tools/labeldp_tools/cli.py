@@ -96,15 +96,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     import httpx
 
-    from labeldp.service.settings import Settings
-    from labeldp.signing import secrets_of
+    from labeldp.service.settings import Settings, parse_api_keys
     from labeldp_tools.watch import follow_release, follow_training
 
     training = args.kind == "training"
     settings = Settings()
     url = args.url or ("http://127.0.0.1:8002" if training else "http://127.0.0.1:8001")
-    keys = secrets_of(args.key or (settings.features_api_key if training else settings.labels_api_key))
-    headers = {"authorization": f"Bearer {keys[0]}"} if keys else {}
+    keys = parse_api_keys(args.key or (settings.features_api_key if training else settings.labels_api_key))
+    headers = {"authorization": f"Bearer {keys[0].key}"} if keys else {}
     with httpx.Client(base_url=url, headers=headers, timeout=30.0) as client:
         try:
             final = (follow_training if training else follow_release)(client, args.id)

@@ -44,7 +44,7 @@ class LocalStack:
             "LABELDP_FEATURES_DATABASE_URL": f"sqlite:///{self.workdir / 'features.db'}",
             "LABELDP_FEATURES_DATA_DIR": str(self.workdir / "features-data"),
             "LABELDP_LABELS_DATA_DIR": str(self.workdir / "labels-data"),
-            "LABELDP_LABELS_API_KEY": self.labels_key,
+            "LABELDP_LABELS_API_KEY": f"admin+release:{self.labels_key}",  # the demo creates a domain
             "LABELDP_FEATURES_API_KEY": self.features_key,
             "LABELDP_EXCHANGE_SECRET": self.exchange_secret,
             "LABELDP_FEATURES_URL": self.features_url,

@@ -62,6 +62,11 @@ class ErrorBody(BaseModel):
 _ERRORS: dict[int, tuple[str, str, str]] = {
     # status: (description, example code, example message)
     401: ("missing or wrong credentials", "unauthorized", "missing or wrong API key"),
+    403: (
+        "the key is right but lacks the scope this operation needs (`admin` or `release`); nothing changed",
+        "scope_required",
+        "this API key lacks the scope this operation needs",
+    ),
     404: ("no such resource", "not_found", "no such resource"),
     409: (
         "conflicts with the resource's state, or the same Idempotency-Key is still running (retry after "

@@ -6,6 +6,9 @@ Defaults are the embedded ones of ``make demo``: SQLite files in ./var, loopback
 
 from __future__ import annotations
 
+import hashlib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field
@@ -23,6 +26,49 @@ class InsecureSettings(ValueError):
     """A key or secret left empty or at a development value: the service refuses to start."""
 
 
+SCOPES = ("admin", "release")
+"""What a labels-API key may do: ``admin`` creates and changes privacy domains and reads the audit
+log; ``release`` creates label sets, uploads labels and releases them. A key may hold both."""
+
+_SCOPE_PREFIX = re.compile(r"^([a-z]+(?:\+[a-z]+)*):(.+)$")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One configured API key and its scopes."""
+
+    key: str
+    scopes: frozenset[str]
+
+    @property
+    def key_id(self) -> str:
+        """A name for the key in the audit log: not the key, and not reversible to it."""
+        return "key_" + hashlib.sha256(self.key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def parse_api_keys(setting: str) -> list[ApiKey]:
+    """The keys of an API-key setting: comma-separated entries ``[scope[+scope]:]key``.
+
+    ``admin:K`` may change privacy domains, ``release:K`` may upload and release,
+    ``admin+release:K`` both. A plain ``K`` (the format before scopes) is a ``release`` key:
+    it keeps uploading and releasing and can no longer create a privacy domain. An entry whose
+    prefix looks like scopes but names an unknown one is refused (a typo must not widen or
+    drop rights silently).
+    """
+    out = []
+    for entry in secrets_of(setting):
+        match = _SCOPE_PREFIX.match(entry)
+        if match is None:
+            out.append(ApiKey(entry, frozenset({"release"})))
+            continue
+        scopes = frozenset(match.group(1).split("+"))
+        if unknown := sorted(scopes - set(SCOPES)):
+            raise InsecureSettings(
+                f"unknown API key scope {unknown[0]!r}: an entry is [scope[+scope]:]key with scopes {', '.join(SCOPES)}"
+            )
+        out.append(ApiKey(match.group(2).strip(), scopes))
+    return out
+
 
 
 class Settings(BaseSettings):
@@ -32,7 +78,11 @@ class Settings(BaseSettings):
     labels_database_url: str = Field(
         "sqlite:///var/labels.db", description="SQLAlchemy URL of the labels-party ledger"
     )
-    labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
+    labels_api_key: str = Field(
+        "admin+release:dev-labels-key",
+        description="bearer keys of the advertiser API, comma-separated entries [scope[+scope]:]key: scope admin "
+        "creates privacy domains and reads the audit log, release uploads and releases (a plain key is release)",
+    )
     labels_data_dir: Path = Field(
         Path("var/labels-data"),
         description="this process's own folder: request spools and the outbox's metric files; also the object "
