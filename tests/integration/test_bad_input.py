@@ -8,7 +8,7 @@ import time
 import pytest
 
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.signing import sign
+from labeldp.signing import generate_keypair, sign
 
 from .conftest import MAX_BODY, create_label_set, upload_csv
 
@@ -117,7 +117,7 @@ def test_unauthenticated_requests_are_refused(stack, label_set):
 def test_inbox_refuses_a_message_with_a_bad_signature(stack):
     body = json.dumps({"release_id": "rel_forged"}).encode()
     with stack.features_client() as features:
-        for header in (sign(body, "not-the-secret"), None):
+        for header in (sign(body, generate_keypair()[0]), None):  # a key the inbox does not trust
             headers = {"content-type": "application/json"}
             if header:
                 headers[SIGNATURE_HEADER] = header

@@ -68,6 +68,21 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_generate(args: argparse.Namespace) -> int:
+    from labeldp.signing import generate_keypair, key_id
+
+    private, public = generate_keypair()
+    if args.format == "env":
+        print(f"# kid {key_id(public)}: the private key stays with the labels party's outbox; publish the public key")
+        print(f"LABELDP_SIGNING_KEY={private}")
+        print(f"LABELDP_SIGNING_PUBLIC_KEYS={public}")
+    else:
+        import json
+
+        print(json.dumps({"kid": key_id(public), "private_key": private, "public_key": public}, indent=2))
+    return 0
+
+
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.service.logs import configure_logging
     from labeldp.service.migrations import open_database
@@ -282,6 +297,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     upgrade.add_argument("party", choices=["labels", "features"], help="whose database")
     upgrade.set_defaults(func=_db_upgrade)
+
+    keys = sub.add_parser(
+        "keys",
+        help="the advertiser's message-signing keys",
+        description="Ed25519 keys the labels party signs its messages with (labeldp.signing).",
+    )
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    generate = keys_sub.add_parser(
+        "generate",
+        help="print a new Ed25519 key pair with its key id",
+        description="A fresh pair from the OS CSPRNG: LABELDP_SIGNING_KEY (private, for the labels party's outbox "
+        "only) and its public key for the features party's LABELDP_SIGNING_PUBLIC_KEYS, with its kid. To rotate, "
+        "add the new public key to the features party's list first, then switch the outbox's private key, then "
+        "drop the old public key.",
+    )
+    generate.add_argument("--format", choices=["env", "json"], default="env", help="env lines (default) or JSON")
+    generate.set_defaults(func=_keys_generate)
 
     demo = sub.add_parser(
         "demo",

@@ -42,8 +42,9 @@ SIGNATURE = APIKeyHeader(
     name=SIGNATURE_HEADER,
     auto_error=False,
     scheme_name="exchange_signature",
-    description="`sha256=<hex HMAC-SHA256 of the exact body under the exchange secret>`: only the labels "
-    "party's outbox holds the secret; the inbox verifies it over the spooled body before parsing anything",
+    description="`ed25519;kid=<key id>;sig=<base64url Ed25519 signature of the exact body's SHA-256>`: only the "
+    "labels party's outbox holds the private key; the inbox verifies it with the advertiser's public key of that "
+    "kid over the spooled body before parsing anything",
 )
 
 
