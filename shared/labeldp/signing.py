@@ -15,10 +15,9 @@ Formats (all ASCII, URL-safe base64 without padding):
 - header ``X-Labeldp-Signature``: ``ed25519;kid=<kid>;sig=<64-byte signature>``
 
 What is signed is ``DOMAIN_TAG + SHA-256(body)``, so a 10⁸-row message is signed and checked a
-chunk at a time (Ed25519 itself needs the whole message); the tag keeps these signatures from
-being valid for anything else. ``sign(body, key_setting) -> header`` and ``verify(body,
-key_setting, header) -> bool`` (and their file and stream variants) are the call shapes every
-sender and receiver uses.
+chunk at a time; the tag keeps these signatures from being valid for anything else. Call shapes:
+``sign(body, key_setting) -> header``, ``verify(body, key_setting, header) -> bool`` and their
+file and stream variants.
 """
 
 from __future__ import annotations
