@@ -183,3 +183,18 @@ def test_allowing_dev_secrets_logs_a_warning_at_every_start(tmp_path: Path, capl
         require_secrets(_settings(tmp_path, allow_dev_secrets=True), "labels_api_key")
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "LABELDP_ALLOW_DEV_SECRETS" in caplog.records[0].getMessage()
+
+
+def test_keys_generate_prints_a_pair_that_signs_and_verifies_under_its_kid(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from labeldp_tools.cli import main
+
+    assert main(["keys", "generate", "--format", "json"]) == 0
+    pair = json.loads(capsys.readouterr().out)
+    header = sign(b"m", pair["private_key"])
+    assert verify(b"m", pair["public_key"], header)
+    assert header_key_id(header) == pair["kid"] == key_id(pair["public_key"])
+    assert main(["keys", "generate"]) == 0
+    lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
+    assert verify(b"m", lines["LABELDP_SIGNING_PUBLIC_KEYS"], sign(b"m", lines["LABELDP_SIGNING_KEY"]))
