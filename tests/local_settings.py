@@ -6,10 +6,29 @@ from pathlib import Path
 from typing import Any
 
 from labeldp.service.settings import Settings
+from labeldp.signing import public_key_of
 
 
-def both_parties(tmp_path: Path, labels_key: str, features_key: str, exchange_secret: str, **extra: Any) -> Settings:
-    """SQLite catalogues and data folders under ``tmp_path``, the given secrets, CPU training."""
+def fixed_signing_key(name: str) -> str:
+    """A private signing key derived from ``name``: the same in every import of a test module (pytest may
+    import a conftest twice, and a key generated at import would then differ between the two)."""
+    import base64
+    import hashlib
+
+    return "ed25519-sk:" + base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()).decode().rstrip("=")
+
+
+def both_parties(tmp_path: Path, labels_key: str, features_key: str, signing_key: str, **extra: Any) -> Settings:
+    """SQLite catalogues and data folders under ``tmp_path``, the given keys, CPU training.
+
+    ``signing_key`` is the labels party's Ed25519 private key; the features party trusts its
+    public half.
+
+    A labels key without a scope prefix gets both scopes (``admin+release:``), as the flows
+    that create a privacy domain and then release need; tests of scopes pass their own entries.
+    """
+    if ":" not in labels_key:
+        labels_key = f"admin+release:{labels_key}"
     return Settings(
         labels_database_url=f"sqlite:///{tmp_path / 'labels.db'}",
         labels_data_dir=tmp_path / "labels-data",
@@ -17,7 +36,8 @@ def both_parties(tmp_path: Path, labels_key: str, features_key: str, exchange_se
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "features-data",
         features_api_key=features_key,
-        exchange_secret=exchange_secret,
+        signing_key=signing_key,
+        signing_public_keys=public_key_of(signing_key),
         device="cpu",
         **extra,
     )

@@ -28,9 +28,9 @@ DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that
 party's signed release messages, trainings on features × privatized labels, models and predictions.
 
 Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead checks the
-HMAC signature of the labels party's outbox. Every error is `{code, message, details}` with a stable
-`code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`, `mdl_`); timestamps carry a UTC offset.
-There is no route that reaches the labels party."""
+Ed25519 signature of the labels party's outbox (checked with its public keys). Every error is
+`{code, message, details}` with a stable `code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`,
+`mdl_`); timestamps carry a UTC offset. There is no route that reaches the labels party."""
 
 TAGS = [
     {"name": "feature tables", "description": "the publisher's features, keyed by example id"},
@@ -55,7 +55,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    require_secrets(settings, "features_api_key", "exchange_secret")
+    require_secrets(settings, "features_api_key", "signing_public_keys")
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
 

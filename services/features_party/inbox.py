@@ -1,7 +1,7 @@
 """The release inbox: the one place privatized labels enter the features party.
 
-A message is accepted only if it is signed by the labels party (HMAC over the
-exact bytes), well formed and internally consistent (digest, row count, ids unique
+A message is accepted only if it is signed by the labels party (Ed25519 over the
+exact bytes, labeldp.signing), well formed and internally consistent (digest, row count, ids unique
 and sorted). It is stored as the exact bytes that were signed. It is accepted
 whether or not a feature table holds its ids yet: the labels party has already
 charged the budget for it, so nothing that the publisher can fix later (a table not

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from labeldp.service.database import make_session_factory
 from labeldp.service.health import mount_readiness
-from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers, require_scope
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.service.migrations import open_database
@@ -19,7 +19,7 @@ from labeldp.service.settings import Settings, require_secrets
 
 from . import ledger
 from .context import LabelsContext
-from .routes import label_sets, ops, privacy_domains, releases
+from .routes import audit_events, label_sets, ops, privacy_domains, releases
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
@@ -27,7 +27,8 @@ log = logging.getLogger("labeldp.labels")
 DESCRIPTION = """The advertiser's side of labeldp: privacy domains with a per-id ledger, label sets, and
 releases that privatize every label once and push one ε-label-DP message to the features party.
 
-Authenticate with `Authorization: Bearer <key>`. Every error is `{code, message, details}` with a
+Authenticate with `Authorization: Bearer <key>`; a key's scope decides what it may do (`admin`: privacy
+domains and the audit log; `release`: label sets and releases). Every error is `{code, message, details}` with a
 stable `code`. Mutating POSTs take `Idempotency-Key`. Ids are prefixed by kind (`pd_`, `ls_`,
 `rel_`); timestamps are ISO-8601 with a UTC offset."""
 
@@ -35,6 +36,7 @@ TAGS = [
     {"name": "privacy domains", "description": "per-id budgets and their ledgers"},
     {"name": "label sets", "description": "ids, labels (CSV, JSON, Parquet, Arrow IPC) and budgets"},
     {"name": "releases", "description": "privatize, charge and deliver once"},
+    {"name": "audit", "description": "the append-only log of every privacy-domain change"},
     {"name": "health", "description": "liveness"},
 ]
 
@@ -65,7 +67,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = labels_metrics(registry)
 
     app.include_router(ops.router)
+    # Every key reads domains; changing them (and reading the audit log) needs the admin scope,
+    # checked per route; label sets and releases need the release scope.
     guarded = [Depends(bearer_auth(settings.labels_api_key))]
-    for resource in (privacy_domains, label_sets, releases):
-        app.include_router(resource.router, dependencies=guarded)
+    app.include_router(privacy_domains.router, dependencies=guarded)
+    app.include_router(audit_events.router, dependencies=[*guarded, Depends(require_scope("admin"))])
+    for resource in (label_sets, releases):
+        app.include_router(resource.router, dependencies=[*guarded, Depends(require_scope("release"))])
     return app

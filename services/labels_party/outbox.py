@@ -39,7 +39,7 @@ from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings, open_object_store, require_secrets
-from labeldp.signing import sign_stream, signing_secret
+from labeldp.signing import sign_stream
 from labeldp.storage import ObjectStore
 
 from .context import message_key
@@ -105,7 +105,7 @@ def _attempt(
     # The exact bytes charged (the object never changes once a row names it), signed and sent
     # a chunk at a time: the sender's memory does not grow with the release.
     with store.open_input_stream(key) as f:
-        signature = sign_stream(f, signing_secret(settings.exchange_secret))
+        signature = sign_stream(f, settings.signing_key)
     headers = {
         "content-type": "application/json",
         "content-length": str(store.size(key)),
@@ -165,7 +165,7 @@ def quiet_http_client_logs() -> None:
 
 def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
     """Deliver until ``stop`` is set (or after one pass when ``once``); never exits on a database error."""
-    require_secrets(settings, "exchange_secret")
+    require_secrets(settings, "signing_key")
     quiet_http_client_logs()
     stop = stop or threading.Event()
     try:

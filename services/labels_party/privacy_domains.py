@@ -2,7 +2,10 @@
 
 Every label set belongs to a domain; every release charges each of its ids in the
 domain's per-id ledger, so label sets that share ids share their budget
-(docs/architecture.md, "The per-id ledger").
+(docs/architecture.md, "The per-id ledger"). A domain declares the id namespace it owns
+(``id_source``); no two domains may claim one, since two ledgers over the same ids would each
+grant the full budget (docs/privacy.md, "Privacy domains"). Creating one needs an ``admin`` key
+and is written to the audit log (audit.py) in the same transaction.
 """
 
 from __future__ import annotations
@@ -26,20 +29,28 @@ from labeldp.epsilon import (
 )
 from labeldp.errors import Conflict, InvalidInput, NotFound
 from labeldp.service.idempotency import Claim, StoredResponse
+from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
-from . import ledger
+from . import audit, ledger
 from .context import LabelsContext
 from .store import PrivacyDomainRow
 
 DEFAULT_DOMAIN = "default"
+DEFAULT_ID_SOURCE = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_ID_SOURCE = re.compile(r"^[a-z0-9][a-z0-9._:/@-]{0,199}$")
 
 
 class PrivacyDomainCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, description="letters, digits and . _ : -")
+    id_source: str = Field(
+        min_length=1, max_length=200,
+        description="the id namespace the domain owns, e.g. `crm:customer_id` (letters, digits and . _ : / @ -, "
+        "compared without case): no other domain may claim it, so one id's labels live in one domain",
+    )
     epsilon: EpsilonIn = Field(description="per-id ε budget, a multiple of 0.000001")
     delta: StrictFloat | StrictInt = Field(0.0, ge=0, le=0.5, description="per-id δ budget (Gaussian releases)")
 
@@ -51,40 +62,85 @@ def budget_of(epsilon: object, delta: object) -> tuple[int, int]:
         raise InvalidInput("invalid_epsilon", str(exc)) from exc
 
 
-def create_privacy_domain(ctx: LabelsContext, body: PrivacyDomainCreate, claim: Claim | None) -> StoredResponse:
+def id_source_of(value: str) -> str:
+    source = value.strip().lower()
+    if not _ID_SOURCE.match(source):
+        raise InvalidInput(
+            "invalid_id_source", "an id source is letters, digits and . _ : / @ - (at most 200, without case)"
+        )
+    return source
+
+
+def _id_source_claimed() -> Conflict:
+    return Conflict(
+        "id_source_claimed",
+        "another privacy domain owns this id source: one id's labels live in one domain (docs/privacy.md)",
+    )
+
+
+def create_privacy_domain(
+    ctx: LabelsContext, body: PrivacyDomainCreate, claim: Claim | None, key: ApiKey | None = None
+) -> StoredResponse:
     if not _NAME.match(body.name):
         raise InvalidInput("invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
+    source = id_source_of(body.id_source)
     eps, delta = budget_of(body.epsilon, body.delta)
     row = PrivacyDomainRow(
-        id="pd_" + uuid.uuid4().hex, name=body.name, epsilon_budget_micro=eps, delta_budget_units=delta,
-        n_ids=0, id_segments=0, spent_version=0,
+        id="pd_" + uuid.uuid4().hex, name=body.name, id_source=source, epsilon_budget_micro=eps,
+        delta_budget_units=delta, n_ids=0, id_segments=0, spent_version=0,
     )
     try:
         with ctx.sessions.begin() as s:
             if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == body.name)) is not None:
                 raise Conflict("privacy_domain_exists", "a privacy domain with this name exists")
+            if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.id_source == source)) is not None:
+                raise _id_source_claimed()
             s.add(row)
             s.flush()
+            audit.record(
+                s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name,
+                details=_audit_details(row),
+            )
             out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/privacy-domains/{body.name}"})
             if claim is not None:
                 claim.complete(s, out)
     except IntegrityError as exc:
+        # a concurrent create won the race on one of the two unique columns
+        with ctx.sessions() as s:
+            if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == body.name)) is None:
+                raise _id_source_claimed() from exc
         raise Conflict("privacy_domain_exists", "a privacy domain with this name exists") from exc
     return out
 
 
+def _audit_details(row: PrivacyDomainRow) -> dict[str, Any]:
+    return {
+        "name": row.name, "id_source": row.id_source, "epsilon_micro": row.epsilon_budget_micro,
+        "delta": from_delta_units(row.delta_budget_units),
+    }
+
+
 def ensure_default_domain(ctx: LabelsContext) -> None:
-    """Create the ``default`` domain with the configured per-id budget if it does not exist."""
+    """Create the ``default`` domain with the configured per-id budget if it does not exist.
+
+    It owns the id source ``default``; its creation is audited as the service's own (no key).
+    """
     with ctx.sessions() as s:
         if s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == DEFAULT_DOMAIN)) is not None:
             return
     eps, delta = budget_of(ctx.settings.default_domain_epsilon, ctx.settings.default_domain_delta)
     try:
         with ctx.sessions.begin() as s:
-            s.add(PrivacyDomainRow(
-                id="pd_" + uuid.uuid4().hex, name=DEFAULT_DOMAIN, epsilon_budget_micro=eps,
+            row = PrivacyDomainRow(
+                id="pd_" + uuid.uuid4().hex, name=DEFAULT_DOMAIN, id_source=DEFAULT_ID_SOURCE, epsilon_budget_micro=eps,
                 delta_budget_units=delta, n_ids=0, id_segments=0, spent_version=0,
-            ))
+            )
+            s.add(row)
+            s.flush()
+            audit.record(
+                s, audit.DOMAIN_CREATED, key=None, scope=None, domain_id=row.id, domain=row.name,
+                details=_audit_details(row),
+            )
     except IntegrityError:
         pass  # another process created it first
 
@@ -101,6 +157,7 @@ def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> dict[str,
     return {
         "id": row.id,
         "name": row.name,
+        "id_source": row.id_source,
         "budget_per_id": {
             "epsilon": from_micro(row.epsilon_budget_micro),
             "epsilon_micro": row.epsilon_budget_micro,

@@ -38,12 +38,30 @@ class BudgetPerId(_Body):
 class PrivacyDomain(_Body):
     id: str = Field(description="`pd_…`")
     name: str
+    id_source: str = Field(description="the id namespace the domain owns (no other domain may claim it)")
     budget_per_id: BudgetPerId
     ids: int = Field(description="ids the domain's ledger holds")
     max_spent_epsilon: float = Field(description="the most any one id has spent")
     ids_exhausted: int = Field(description="ids with no ε left")
     ledger_version: int
     created_at: Timestamp | None
+
+
+class AuditEvent(_Body):
+    id: str = Field(description="`aud_…`")
+    action: Literal["privacy_domain.created"]
+    privacy_domain_id: str | None
+    privacy_domain: str | None
+    key_id: str | None = Field(description="the key that acted (`key_…`, a hash prefix, never the key); null: the "
+                                           "service itself (the `default` domain)")
+    scope: str | None = Field(description="the scope the action needed")
+    details: dict[str, Any] = Field(description="what changed: public facts only")
+    created_at: Timestamp | None
+
+
+class AuditEventPage(_Body):
+    items: list[AuditEvent]
+    next_cursor: str | None
 
 
 class Domain(_Body):
@@ -155,8 +173,19 @@ LS = "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9"
 REL = "rel_9f8e7d6c5b4a49382716a5b4c3d2e1f0"
 
 EXAMPLE_DOMAIN = {
-    "id": PD, "name": "conversions", "budget_per_id": {"epsilon": 10.0, "epsilon_micro": 10_000_000, "delta": 1e-6},
+    "id": PD, "name": "conversions", "id_source": "crm:customer_id",
+    "budget_per_id": {"epsilon": 10.0, "epsilon_micro": 10_000_000, "delta": 1e-6},
     "ids": 1000, "max_spent_epsilon": 1.0, "ids_exhausted": 0, "ledger_version": 1, "created_at": TS,
+}
+EXAMPLE_AUDIT_PAGE = {
+    "items": [{
+        "id": "aud_187b3c2d4e5f6a7b0c1d2e3f4a5b", "action": "privacy_domain.created", "privacy_domain_id": PD,
+        "privacy_domain": "conversions", "key_id": "key_3f2a1b0c9d8e7f6a", "scope": "admin",
+        "details": {"name": "conversions", "id_source": "crm:customer_id", "epsilon_micro": 10_000_000,
+                    "delta": 1e-6},
+        "created_at": TS,
+    }],
+    "next_cursor": None,
 }
 EXAMPLE_LABEL_SET = {
     "id": LS, "name": "spend", "label_type": "real", "domain": {"low": 0.0, "high": 10.0}, "classes": None,

@@ -35,12 +35,18 @@ class PrivacyDomainRow(Base):
     ``spent_version`` counts the ledger's commits. ``id_segments`` > 0 marks a domain still in
     the layout before buckets (append-only id files, one spent column), bucketed on first use.
     The row is the lock every ledger commit takes, for its compare-and-swap only.
+
+    ``id_source`` is the id namespace the domain owns (docs/privacy.md, "Privacy domains"):
+    unique, so no two domains can hold budgets over the same ids.
     """
 
     __tablename__ = "privacy_domains"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
+    id_source: Mapped[str] = mapped_column(
+        String(200), unique=True, comment="the id namespace the domain owns, lower case; one domain per source"
+    )
     epsilon_budget_micro: Mapped[int] = mapped_column(BigInteger)
     delta_budget_units: Mapped[int] = mapped_column(BigInteger)
     n_ids: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -131,3 +137,20 @@ class ReleaseRow(Base):
     # A fresh request id made when the release was charged (never the client's X-Request-ID, which
     # stays in the labels party's logs); the outbox sends it with every attempt.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class AuditEventRow(Base):
+    """One entry of the append-only audit log (services/labels_party/audit.py): a privacy-domain
+    change, who made it (a key's id, never the key) and with which scope. Rows are only ever
+    inserted: the session refuses to update or delete one."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    action: Mapped[str] = mapped_column(String(64))
+    privacy_domain_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    privacy_domain: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    key_id: Mapped[str | None] = mapped_column(String(40), nullable=True, comment="null: the service itself")
+    scope: Mapped[str | None] = mapped_column(String(32), nullable=True, comment="the scope the action needed")
+    details_json: Mapped[str] = mapped_column(Text, comment="what changed: public facts only (names, budgets)")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

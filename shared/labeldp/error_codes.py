@@ -12,6 +12,7 @@ ERROR_CODES: dict[str, str] = {
     # 401 / 403: who is calling
     "unauthorized": "no API key, or not one of this service's keys",
     "forbidden": "the key is valid but may not do this",
+    "scope_required": "the key lacks the scope this route needs (admin or release)",
     "bad_signature": "the inbox could not verify the message's signature: nothing was read",
     # 404: no such resource
     "not_found": "no such path or resource",
@@ -35,6 +36,7 @@ ERROR_CODES: dict[str, str] = {
     "labels_incomplete": "some ids of the label set have no label yet",
     "labels_deleted": "the label set's labels were deleted",
     "privacy_domain_exists": "a privacy domain of that name exists",
+    "id_source_claimed": "another privacy domain owns this id source: one label source, one domain",
     "feature_table_exists": "a feature table of that name exists",
     "release_conflict": "the inbox holds a different message under this release id",
     "training_finished": "the training is over: it cannot be cancelled",
@@ -49,6 +51,7 @@ ERROR_CODES: dict[str, str] = {
     "invalid_cursor": "the page cursor is not one this service issued",
     "invalid_limit": "the page size is out of range",
     "invalid_name": "a name outside the allowed characters or length",
+    "invalid_id_source": "an id source outside the allowed characters or length",
     "invalid_epsilon": "ε (or δ) is not a positive plain decimal within the allowed range",
     "invalid_domain": "the label range is not a finite LOW < HIGH",
     "invalid_classes": "the class list is empty, repeated or too long",

@@ -11,6 +11,7 @@ row and the public id.
     ├── NotFound                 404  no such resource (or not yours to see)
     ├── Conflict                 409  the resource's state forbids it (budget spent, key reused)
     ├── Unauthorized             401  no or a wrong credential
+    ├── Forbidden                403  a right credential without the scope this needs
     ├── PayloadTooLarge          413  over a public size limit
     ├── UnsupportedMediaType     415  a body type this route does not read
     ├── Busy                     429  a bounded queue is full: retry later
@@ -59,6 +60,10 @@ class Unauthorized(LabelDPError):
     status_code = 401
 
 
+class Forbidden(LabelDPError):
+    status_code = 403
+
+
 class PayloadTooLarge(LabelDPError):
     status_code = 413
 
@@ -85,7 +90,8 @@ class RandomizerError(InvalidInput, ValueError):
 BY_STATUS: dict[int, type[LabelDPError]] = {
     cls.status_code: cls
     for cls in (
-        InvalidInput, NotFound, Conflict, Unauthorized, PayloadTooLarge, UnsupportedMediaType, Busy, Unavailable
+        InvalidInput, NotFound, Conflict, Unauthorized, Forbidden, PayloadTooLarge, UnsupportedMediaType, Busy,
+        Unavailable,
     )
 }
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from tests.local_settings import both_parties
+from tests.local_settings import both_parties, fixed_signing_key
 
 from labeldp.service.settings import Settings
 
@@ -23,13 +23,13 @@ if TYPE_CHECKING:
 
 LABELS_KEY = "contract-labels-key-0123456789"
 FEATURES_KEY = "contract-features-key-0123456789"
-EXCHANGE_SECRET = "contract-exchange-secret-0123456789"
+SIGNING_KEY = fixed_signing_key("contract tests")  # the advertiser's: the outbox signs, the inbox verifies
 LABELS_AUTH = {"Authorization": f"Bearer {LABELS_KEY}"}
 FEATURES_AUTH = {"Authorization": f"Bearer {FEATURES_KEY}"}
 
 
 def contract_settings(tmp_path: Path) -> Settings:
-    return both_parties(tmp_path, LABELS_KEY, FEATURES_KEY, EXCHANGE_SECRET, training_threads=1)
+    return both_parties(tmp_path, LABELS_KEY, FEATURES_KEY, SIGNING_KEY, training_threads=1)
 
 
 def labels_app(tmp_path: Path) -> FastAPI:

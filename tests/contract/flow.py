@@ -35,7 +35,9 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     from labels_party import outbox
 
     domain = labels.post(
-        "/v1/privacy-domains", json={"name": "conversions", "epsilon": 10, "delta": 1e-6}, headers=LABELS_AUTH
+        "/v1/privacy-domains",
+        json={"name": "conversions", "id_source": "crm:customer_id", "epsilon": 10, "delta": 1e-6},
+        headers=LABELS_AUTH,
     )
     assert domain.status_code == 201, domain.text
     label_set = labels.post(

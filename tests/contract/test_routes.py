@@ -44,7 +44,9 @@ def test_a_body_that_drifts_from_its_model_is_refused(labels: TestClient, monkey
     is never sent (500 ``internal_error``), so a drift cannot reach a client unnoticed."""
     from labels_party import privacy_domains
 
-    created = labels.post("/v1/privacy-domains", json={"name": "drift", "epsilon": 1}, headers=LABELS_AUTH)
+    created = labels.post(
+        "/v1/privacy-domains", json={"name": "drift", "id_source": "drift", "epsilon": 1}, headers=LABELS_AUTH
+    )
     assert created.status_code == 201, created.text
     assert labels.get("/v1/privacy-domains/drift", headers=LABELS_AUTH).json() == created.json()
     real = privacy_domains.get_privacy_domain

@@ -144,3 +144,45 @@ def test_regenerating_the_initial_revision_is_refused_once_later_ones_exist() ->
     with pytest.raises(RuntimeError, match="revisions after the initial one"):
         regenerate_initial(SERVICES["features"])
     assert (package_dir(SERVICES["features"]) / "versions" / "0002_training_leases.py").is_file()
+
+
+def test_labels_0005_gives_domains_written_at_0003_their_name_as_id_source(database_url: str) -> None:
+    """A labels database with privacy domains from before id sources upgrades in place: each domain
+    owns its own name as id source (names were unique), the audit log starts empty, and the
+    uniqueness of id sources holds from then on."""
+    from sqlalchemy.exc import IntegrityError
+
+    engine = make_engine(database_url)
+    package = SERVICES["labels"]
+    try:
+        upgrade_schema(engine, package, "0003")
+        with engine.begin() as connection:
+            for domain_id, name in (("pd_a", "conversions"), ("pd_b", "Orders")):
+                connection.execute(
+                    text(
+                        "INSERT INTO privacy_domains (id, name, epsilon_budget_micro, delta_budget_units, n_ids, "
+                        "id_segments, spent_version, n_buckets, created_at) VALUES (:id, :name, 2000000, 0, 7, 0, "
+                        "3, 1024, :created)"
+                    ),
+                    {"id": domain_id, "name": name, "created": datetime(2026, 1, 1, tzinfo=UTC)},
+                )
+        upgrade_schema(engine, package, "0005")
+        assert schema_differences(engine, LabelsBase.metadata) == []
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT id, name, id_source, epsilon_budget_micro, n_ids, spent_version FROM privacy_domains "
+                "ORDER BY id"
+            )).all()
+            events = connection.execute(text("SELECT count(*) FROM audit_events")).scalar_one()
+        assert [tuple(row) for row in rows] == [
+            ("pd_a", "conversions", "conversions", 2_000_000, 7, 3), ("pd_b", "Orders", "Orders", 2_000_000, 7, 3)
+        ]
+        assert events == 0
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO privacy_domains (id, name, id_source, epsilon_budget_micro, delta_budget_units, n_ids, "
+                "id_segments, spent_version, n_buckets, created_at) VALUES ('pd_c', 'again', 'conversions', 1, 0, "
+                "0, 0, 0, 1024, :created)"
+            ), {"created": datetime(2026, 1, 2, tzinfo=UTC)})
+    finally:
+        engine.dispose()

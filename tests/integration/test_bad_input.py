@@ -8,7 +8,7 @@ import time
 import pytest
 
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.signing import sign
+from labeldp.signing import generate_keypair, sign
 
 from .conftest import MAX_BODY, create_label_set, upload_csv
 
@@ -117,7 +117,7 @@ def test_unauthenticated_requests_are_refused(stack, label_set):
 def test_inbox_refuses_a_message_with_a_bad_signature(stack):
     body = json.dumps({"release_id": "rel_forged"}).encode()
     with stack.features_client() as features:
-        for header in (sign(body, "not-the-secret"), None):
+        for header in (sign(body, generate_keypair()[0]), None):  # a key the inbox does not trust
             headers = {"content-type": "application/json"}
             if header:
                 headers[SIGNATURE_HEADER] = header
@@ -194,9 +194,9 @@ def test_bad_label_set_and_domain_requests_change_nothing(stack):
             r = labels.post("/v1/label-sets", json=body)
             assert (r.status_code, r.json()["code"]) == (status, code), body
         for body, code in [
-            ({"name": "bad name!", "epsilon": 1}, "invalid_name"),
-            ({"name": "ok", "epsilon": "1e-9"}, "invalid_epsilon"),
-            ({"name": "ok", "epsilon": 1, "delta": 0.9}, "invalid_request"),
+            ({"name": "bad name!", "id_source": "s1", "epsilon": 1}, "invalid_name"),
+            ({"name": "ok", "id_source": "s2", "epsilon": "1e-9"}, "invalid_epsilon"),
+            ({"name": "ok", "id_source": "s3", "epsilon": 1, "delta": 0.9}, "invalid_request"),
         ]:
             r = labels.post("/v1/privacy-domains", json=body)
             assert (r.status_code, r.json()["code"]) == (422, code), body
@@ -232,7 +232,8 @@ def test_text_that_is_not_unicode_nested_columns_and_odd_epsilon_text_are_4xx_th
         r = labels.post("/v1/label-sets", json={"name": "x", "domain": {"low": 0, "high": 1}, "ids": ["a"],
                                                  "total_epsilon": " 1 "})
         assert (r.status_code, r.json()["code"]) == (422, "invalid_epsilon"), r.text
-        r = labels.post("/v1/privacy-domains", content=json.dumps({"name": "arabic", "epsilon": "١"}),
+        r = labels.post("/v1/privacy-domains", content=json.dumps(
+                            {"name": "arabic", "id_source": "arabic", "epsilon": "١"}),
                         headers=json_type)
         assert (r.status_code, r.json()["code"]) == (422, "invalid_epsilon"), r.text
         assert labels.get("/v1/privacy-domains/arabic").status_code == 404

@@ -31,7 +31,7 @@ def _labeled_set(labels: httpx.Client, domain: str, n: int, seed: int = 0) -> st
 
 
 def _domain(labels: httpx.Client, name: str, epsilon: float) -> None:
-    r = labels.post("/v1/privacy-domains", json={"name": name, "epsilon": epsilon})
+    r = labels.post("/v1/privacy-domains", json={"name": name, "id_source": name, "epsilon": epsilon})
     assert r.status_code == 201, r.text
 
 

@@ -23,7 +23,8 @@ from .conftest import create_label_set, upload_csv, wait_for_status
 pytestmark = pytest.mark.integration
 
 SHARED = (
-    "LABELDP_LABELS_DATABASE_URL", "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_EXCHANGE_SECRET",
+    "LABELDP_LABELS_DATABASE_URL", "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_KEY",
+    "LABELDP_SIGNING_PUBLIC_KEYS",
     "LABELDP_FEATURES_URL",
 )
 
@@ -35,7 +36,8 @@ def replicas(tmp_path: Path, database_url: str, storage_env: dict[str, str]) -> 
     b = LocalStack(tmp_path / "host-b", extra_env=extra)
     for name in SHARED:
         b.env[name] = a.env[name]
-    b.labels_key, b.features_key, b.exchange_secret = a.labels_key, a.features_key, a.exchange_secret
+    b.labels_key, b.features_key = a.labels_key, a.features_key
+    b.signing_key, b.public_key = a.signing_key, a.public_key
     return a, b
 
 

@@ -40,7 +40,7 @@ def make_ctx(database_url: str, tmp_path: Path, **settings: object) -> LabelsCon
 
 
 def new_domain(ctx: LabelsContext, name: str, epsilon: float, delta: float = 0.0) -> None:
-    create_privacy_domain(ctx, PrivacyDomainCreate(name=name, epsilon=epsilon, delta=delta), None)
+    create_privacy_domain(ctx, PrivacyDomainCreate(name=name, id_source=name, epsilon=epsilon, delta=delta), None)
 
 
 def labeled_set(ctx: LabelsContext, tmp_path: Path, domain: str, ids: list[str], cap: float | None = None) -> str:

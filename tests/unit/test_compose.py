@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.settings import Settings, parse_api_keys, require_secrets
+from labeldp.signing import public_key_of
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS_SERVICES = {"labels-party-api", "labels-party-outbox"}
@@ -143,7 +144,8 @@ def test_every_secret_comes_from_env_and_compose_refuses_to_start_without_it():
             assert not [k for k in _env_file(service["env_file"]) if SECRET_NAME.search(k)], name
     assert not list(ROOT.glob("deploy/*.env.example"))  # no change-me values left to copy
     assert _required_variables() == {
-        "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_EXCHANGE_SECRET", "POSTGRES_PASSWORD"
+        "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_KEY", "LABELDP_SIGNING_PUBLIC_KEYS",
+        "POSTGRES_PASSWORD",
     }
 
 
@@ -154,8 +156,9 @@ def test_each_container_gets_only_the_secrets_it_uses():
         return {k for k in services[name].get("environment", {}) if SECRET_NAME.search(k)}
 
     assert secrets_of("labels-party-api") == {"LABELDP_LABELS_API_KEY"}
-    assert secrets_of("labels-party-outbox") == {"LABELDP_EXCHANGE_SECRET"}  # signs; needs no API key
-    assert secrets_of("features-party") == {"LABELDP_FEATURES_API_KEY", "LABELDP_EXCHANGE_SECRET"}
+    assert secrets_of("labels-party-outbox") == {"LABELDP_SIGNING_KEY"}  # signs; needs no API key
+    # the features party holds the advertiser's public key only: it can verify, never sign
+    assert secrets_of("features-party") == {"LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_PUBLIC_KEYS"}
 
 
 def test_the_documented_generator_writes_every_required_secret_and_each_passes_the_services_checks():
@@ -168,9 +171,15 @@ def test_the_documented_generator_writes_every_required_secret_and_each_passes_t
     settings = Settings(
         labels_api_key=values["LABELDP_LABELS_API_KEY"],
         features_api_key=values["LABELDP_FEATURES_API_KEY"],
-        exchange_secret=values["LABELDP_EXCHANGE_SECRET"],
+        signing_key=values["LABELDP_SIGNING_KEY"],
+        signing_public_keys=values["LABELDP_SIGNING_PUBLIC_KEYS"],
     )
-    require_secrets(settings, "labels_api_key", "features_api_key", "exchange_secret")  # raises if weak
+    require_secrets(settings, "labels_api_key", "features_api_key", "signing_key", "signing_public_keys")
+    # the stdlib derivation of the public key is the one `cryptography` makes
+    assert public_key_of(values["LABELDP_SIGNING_KEY"]) == values.pop("LABELDP_SIGNING_PUBLIC_KEYS")
+    assert values.pop("LABELDP_SIGNING_KEY").startswith("ed25519-sk:")
+    labels_keys = values.pop("LABELDP_LABELS_API_KEY")  # an admin key and a release key
+    assert [(sorted(k.scopes), len(k.key)) for k in parse_api_keys(labels_keys)] == [(["admin"], 43), (["release"], 43)]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{16,}", v) for v in values.values())  # safe inside a database URL
     assert all(len(v) >= 40 for k, v in values.items() if k.startswith("LABELDP_") or k.endswith("POSTGRES_PASSWORD"))
     # MinIO caps its keys: access key 3-20 characters, secret 8-40

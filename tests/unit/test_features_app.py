@@ -29,11 +29,12 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.service.settings import Settings
-from labeldp.signing import sign
+from labeldp.signing import generate_keypair, sign
 from labeldp.specs.base import LabelDomainSpec
 
 API_KEY = "test-features-key"
-SECRET = "test-exchange-secret"
+SECRET, PUBLIC_KEY = generate_keypair()  # the advertiser signs with SECRET; the app trusts PUBLIC_KEY
+UNTRUSTED, _ = generate_keypair()  # a private key whose public half the app does not trust
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
@@ -125,7 +126,7 @@ def settings(tmp_path: Path) -> Settings:
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
         features_api_key=API_KEY,
-        exchange_secret=SECRET,
+        signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
     )
@@ -249,7 +250,7 @@ def test_metrics_count_inbox_results(client: TestClient, small_table: list[str])
     body = release_body(small_table, [1.0, 2.0, 3.0])
     post_release(client, body)
     post_release(client, body)
-    post_release(client, body, secret="wrong")
+    post_release(client, body, secret=UNTRUSTED)
     text = client.get("/metrics").text
     assert 'labeldp_inbox_messages_total{result="accepted"} 1.0' in text
     assert 'labeldp_inbox_messages_total{result="duplicate"} 1.0' in text
@@ -290,7 +291,7 @@ def test_inbox_same_id_different_bytes_conflicts(client: TestClient, small_table
     assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json()["labels"] == [1.0, 2.0, 3.0]
 
 
-@pytest.mark.parametrize("secret", [None, "not-the-secret"])
+@pytest.mark.parametrize("secret", [None, UNTRUSTED])
 def test_inbox_rejects_bad_or_missing_signature(client: TestClient, small_table: list[str], secret) -> None:
     response = post_release(client, release_body(small_table, [1.0, 2.0, 3.0]), secret=secret)
     assert response.status_code == 401

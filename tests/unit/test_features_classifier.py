@@ -39,9 +39,11 @@ from labeldp.schema import (
     payload_digest,
 )
 from labeldp.service.settings import Settings
+from labeldp.signing import generate_keypair
 from labeldp.specs.base import LabelDomainSpec, MechanismSpecBase
 
 API_KEY = "test-features-key"
+_, PUBLIC_KEY = generate_keypair()  # the advertiser's public key the inbox trusts
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 CLASSES = ["cat", "dog", "emu"]
 
@@ -236,7 +238,7 @@ def client(tmp_path: Path, request: pytest.FixtureRequest):
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
         features_api_key=API_KEY,
-        exchange_secret="test-exchange-secret",
+        signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
         training_streaming=mode is True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
-from tests.unit.test_features_app import API_KEY, AUTH, SECRET, SMALL_CSV, post_release, release_body, upload
+from tests.unit.test_features_app import API_KEY, AUTH, PUBLIC_KEY, SMALL_CSV, post_release, release_body, upload
 
 from features_party import store
 from features_party.app import create_app
@@ -27,7 +27,7 @@ def client(tmp_path: Path):
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
         features_api_key=API_KEY,
-        exchange_secret=SECRET,
+        signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,
     )

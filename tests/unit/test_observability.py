@@ -18,11 +18,12 @@ from features_party.app import create_app as create_features_app
 from labeldp.service.logs import JsonFormatter, accepted_request_id, bound_request_id, current_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OUTBOX_STALE_SECONDS, OutboxMetricsFile, outbox_metrics
 from labeldp.service.settings import Settings
+from labeldp.signing import generate_keypair
 from labels_party.app import create_app as create_labels_app
 
 LABELS_KEY = "labels-key-0123456789abcdef"
 FEATURES_KEY = "features-key-0123456789abcdef"
-SECRET = "exchange-secret-0123456789abcdef"
+SECRET, _ = generate_keypair()  # the labels party's signing key
 
 
 @pytest.fixture

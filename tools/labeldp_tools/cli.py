@@ -72,6 +72,21 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_generate(args: argparse.Namespace) -> int:
+    from labeldp.signing import generate_keypair, key_id
+
+    private, public = generate_keypair()
+    if args.format == "env":
+        print(f"# kid {key_id(public)}: the private key stays with the labels party's outbox; publish the public key")
+        print(f"LABELDP_SIGNING_KEY={private}")
+        print(f"LABELDP_SIGNING_PUBLIC_KEYS={public}")
+    else:
+        import json
+
+        print(json.dumps({"kid": key_id(public), "private_key": private, "public_key": public}, indent=2))
+    return 0
+
+
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.service.logs import configure_logging
     from labeldp.service.migrations import open_database
@@ -100,15 +115,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     import httpx
 
-    from labeldp.service.settings import Settings
-    from labeldp.signing import secrets_of
+    from labeldp.service.settings import Settings, parse_api_keys
     from labeldp_tools.watch import follow_release, follow_training
 
     training = args.kind == "training"
     settings = Settings()
     url = args.url or ("http://127.0.0.1:8002" if training else "http://127.0.0.1:8001")
-    keys = secrets_of(args.key or (settings.features_api_key if training else settings.labels_api_key))
-    headers = {"authorization": f"Bearer {keys[0]}"} if keys else {}
+    keys = parse_api_keys(args.key or (settings.features_api_key if training else settings.labels_api_key))
+    headers = {"authorization": f"Bearer {keys[0].key}"} if keys else {}
     with httpx.Client(base_url=url, headers=headers, timeout=30.0) as client:
         try:
             final = (follow_training if training else follow_release)(client, args.id)
@@ -287,6 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     upgrade.add_argument("party", choices=["labels", "features"], help="whose database")
     upgrade.set_defaults(func=_db_upgrade)
+
+    keys = sub.add_parser(
+        "keys",
+        help="the advertiser's message-signing keys",
+        description="Ed25519 keys the labels party signs its messages with (labeldp.signing).",
+    )
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    generate = keys_sub.add_parser(
+        "generate",
+        help="print a new Ed25519 key pair with its key id",
+        description="A fresh pair from the OS CSPRNG: LABELDP_SIGNING_KEY (private, for the labels party's outbox "
+        "only) and its public key for the features party's LABELDP_SIGNING_PUBLIC_KEYS, with its kid. To rotate, "
+        "add the new public key to the features party's list first, then switch the outbox's private key, then "
+        "drop the old public key.",
+    )
+    generate.add_argument("--format", choices=["env", "json"], default="env", help="env lines (default) or JSON")
+    generate.set_defaults(func=_keys_generate)
 
     demo = sub.add_parser(
         "demo",

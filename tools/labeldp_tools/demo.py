@@ -96,7 +96,7 @@ def run_demo(n_rows: int = 100_000, epsilons: list[float] | None = None, epochs:
             _expect(
                 labels.post(
                     "/v1/privacy-domains",
-                    json={"name": "demo-conversions", "epsilon": budget},
+                    json={"name": "demo-conversions", "id_source": "demo:conversion_id", "epsilon": budget},
                     headers={"idempotency-key": "demo-domain-1"},
                 ),
                 201,

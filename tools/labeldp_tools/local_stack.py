@@ -1,7 +1,8 @@
 """Both parties and the sender as real processes on loopback, for the demo and the tests.
 
 Each process gets its own log file, SQLite database and free port in one work
-folder; keys and the exchange secret are fresh random values per stack.
+folder; keys and the advertiser's signing key
+pair are fresh random values per stack.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from labeldp.signing import generate_keypair
 
 
 def free_port() -> int:
@@ -35,7 +38,8 @@ class LocalStack:
         self.features_port = free_port()
         self.labels_key = secrets.token_hex(16)
         self.features_key = secrets.token_hex(16)
-        self.exchange_secret = secrets.token_hex(32)
+        # a fresh advertiser key pair: the outbox signs with the private key, the inbox trusts the public one
+        self.signing_key, self.public_key = generate_keypair()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._log_files: dict[str, object] = {}
         self.env = {
@@ -44,9 +48,10 @@ class LocalStack:
             "LABELDP_FEATURES_DATABASE_URL": f"sqlite:///{self.workdir / 'features.db'}",
             "LABELDP_FEATURES_DATA_DIR": str(self.workdir / "features-data"),
             "LABELDP_LABELS_DATA_DIR": str(self.workdir / "labels-data"),
-            "LABELDP_LABELS_API_KEY": self.labels_key,
+            "LABELDP_LABELS_API_KEY": f"admin+release:{self.labels_key}",  # the demo creates a domain
             "LABELDP_FEATURES_API_KEY": self.features_key,
-            "LABELDP_EXCHANGE_SECRET": self.exchange_secret,
+            "LABELDP_SIGNING_KEY": self.signing_key,
+            "LABELDP_SIGNING_PUBLIC_KEYS": self.public_key,
             "LABELDP_FEATURES_URL": self.features_url,
             "LABELDP_OUTBOX_POLL_SECONDS": "0.2",
             "LABELDP_OUTBOX_INITIAL_BACKOFF_SECONDS": "0.2",

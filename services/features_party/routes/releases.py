@@ -36,9 +36,9 @@ _MESSAGE = {"type": "object", "description": "a LabelRelease message"}
     status_code=201,
     response_model=responses.InboxReceipt,
     summary="Receive a release message (the inbox)",
-    description="For the labels party's outbox only: the body is spooled to disk, its HMAC signature checked "
-    "over the file, then the schema, the digest and the ids; every valid, signed release is stored once "
-    "(201), a resend of the same bytes is a duplicate (200).",
+    description="For the labels party's outbox only: the body is spooled to disk, its Ed25519 signature "
+    "checked over the file with the advertiser's public keys (by kid), then the schema, the digest and the "
+    "ids; every valid, signed release is stored once (201), a resend of the same bytes is a duplicate (200).",
     dependencies=[Security(SIGNATURE)],
     responses={
         **ok(responses.EXAMPLE_RECEIPT, "stored", 201, None,
@@ -62,7 +62,7 @@ async def receive(request: Request, ctx: Context, response: Response) -> dict[st
         signature = request.headers.get(SIGNATURE_HEADER)
         try:
             result = await run_in_threadpool(
-                inbox.receive_release, ctx.sessions, ctx.settings.exchange_secret, body.path, signature
+                inbox.receive_release, ctx.sessions, ctx.settings.signing_public_keys, body.path, signature
             )
         except LabelDPError as exc:
             ctx.inbox_messages.labels(result=exc.code).inc()

@@ -52,7 +52,7 @@ _BINARY_UPLOADS = dict.fromkeys(
     "follow; it charges its privacy domain's per-id ledger. `Idempotency-Key` makes a retry safe.",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET, "created", 201, {"Location": "the set's URL"}, _LINKS),
-        **errors(401, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
+        **errors(401, 403, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
     },
     openapi_extra=json_example(
         {"name": "spend", "label_type": "real", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions",
@@ -80,7 +80,7 @@ def create_label_set(
     description="Oldest first, a page at a time: pass `next_cursor` back as `cursor`.",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET_PAGE, "a page"),
-        **errors(401, 422, 503, e422="invalid_cursor"),
+        **errors(401, 403, 422, 503, e422="invalid_cursor"),
     },
 )
 def list_label_sets(
@@ -99,7 +99,7 @@ def list_label_sets(
     "release of the set is possible.",
     responses={
         **ok({**responses.EXAMPLE_LABEL_SET, "labels_deleted": True}, "labels deleted"),
-        **errors(401, 404, 409, 422, 503, e404="label_set_not_found"),
+        **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found"),
     },
 )
 def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
     description="Counts, budget (total, spent, remaining: the least any of its ids has left) and releases.",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET, "the label set"),
-        **errors(401, 404, 422, 503, e404="label_set_not_found"),
+        **errors(401, 403, 404, 422, 503, e404="label_set_not_found"),
     },
 )
 def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
     "or JSON `{\"ids\": [...]}`. Streamed to disk, sorted once (the release order).",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET, "ids stored"),
-        **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_already_set", e422="duplicate_ids"),
+        **errors(401, 403, 404, 409, 413, 415, 422, 503, e409="ids_already_set", e422="duplicate_ids"),
     },
     openapi_extra=request_body(
         {
@@ -169,7 +169,7 @@ async def upload_ids(
     "row (from 1) and the id, never the value. `validate_only=true` checks without storing.",
     responses={
         **ok(responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
-        **errors(401, 404, 409, 413, 415, 422, 503, e409="ids_missing", e422="invalid_labels"),
+        **errors(401, 403, 404, 409, 413, 415, 422, 503, e409="ids_missing", e422="invalid_labels"),
     },
     openapi_extra=request_body(
         {

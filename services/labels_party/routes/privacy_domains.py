@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
+from labeldp.service.http_api import require_scope
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, json_example, ok
+from labeldp.service.settings import ApiKey
 
 from .. import privacy_domains, responses
 from .deps import Context, IdempotencyKey
 
 router = APIRouter(prefix="/v1", tags=["privacy domains"])
+
+AdminKey = Annotated[ApiKey, Depends(require_scope("admin"))]
 
 
 @router.post(
@@ -20,23 +24,28 @@ router = APIRouter(prefix="/v1", tags=["privacy domains"])
     status_code=201,
     response_model=responses.PrivacyDomain,
     summary="Create a privacy domain",
-    description="A per-id budget (ε, δ): no id of the domain is ever charged past it, across all its label "
-    "sets and releases. `Idempotency-Key` makes a retry safe.",
+    description="A per-id budget (ε, δ) over the ids of one declared `id_source`: no id of the domain is ever "
+    "charged past it, across all its label sets and releases, and no other domain may claim the same id source "
+    "(409 `id_source_claimed`). Needs an `admin` key (403 `scope_required`); written to the audit log. "
+    "`Idempotency-Key` makes a retry safe.",
     responses={
         **ok(responses.EXAMPLE_DOMAIN, "created", 201, {"Location": "the domain's URL"}),
-        **errors(401, 409, 413, 422, 503, e409="privacy_domain_exists"),
+        **errors(401, 403, 409, 413, 422, 503, e403="scope_required", e409="id_source_claimed"),
     },
-    openapi_extra=json_example({"name": "conversions", "epsilon": 10, "delta": 1e-6}),
+    openapi_extra=json_example(
+        {"name": "conversions", "id_source": "crm:customer_id", "epsilon": 10, "delta": 1e-6}
+    ),
 )
 def create_privacy_domain(
-    body: privacy_domains.PrivacyDomainCreate, ctx: Context, response: Response, key: IdempotencyKey
+    body: privacy_domains.PrivacyDomainCreate, ctx: Context, response: Response, key: IdempotencyKey,
+    admin: AdminKey,
 ) -> dict[str, Any]:
     scope = "POST /v1/privacy-domains"
     return ctx.idempotency.execute(
         scope,
         key,
         request_fingerprint(scope, body.model_dump_json()),
-        lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim),
+        lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim, admin),
     ).answer(response)
 
 

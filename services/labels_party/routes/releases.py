@@ -39,7 +39,7 @@ def mechanism_label(name: str) -> str:
     description="Oldest first, optionally of one label set; never reads message bytes.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
-        **errors(401, 422, 503, e422="invalid_cursor"),
+        **errors(401, 403, 422, 503, e422="invalid_cursor"),
     },
 )
 def list_releases(
@@ -61,7 +61,7 @@ def list_releases(
     responses={
         **ok(responses.EXAMPLE_RELEASE, "charged and queued for delivery", 202, {"Location": "the release's URL"},
              _LINKS),
-        **errors(401, 404, 409, 413, 422, 503, e404="label_set_not_found", e409="budget_exhausted"),
+        **errors(401, 403, 404, 409, 413, 422, 503, e404="label_set_not_found", e409="budget_exhausted"),
     },
     openapi_extra=json_example({"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"}),
 )
@@ -98,7 +98,7 @@ def create_release(
     description="Delivery status, attempts, ε and the message digest; never reads the message bytes.",
     responses={
         **ok(responses.EXAMPLE_RELEASE, "the release"),
-        **errors(401, 404, 422, 503, e404="release_not_found"),
+        **errors(401, 403, 404, 422, 503, e404="release_not_found"),
     },
 )
 def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
     description="The same bytes again: no new charge.",
     responses={
         **ok(responses.EXAMPLE_RELEASE, "queued again", 202),
-        **errors(401, 404, 409, 422, 503, e404="release_not_found", e409="already_delivered"),
+        **errors(401, 403, 404, 409, 422, 503, e404="release_not_found", e409="already_delivered"),
     },
 )
 def redeliver(release_id: str, ctx: Context) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def redeliver(release_id: str, ctx: Context) -> dict[str, Any]:
     response_class=EventStreamResponse,
     responses={
         **event_stream_ok(responses.EXAMPLE_RELEASE_EVENTS, "the event stream"),
-        **errors(401, 404, 422, 503, by_ref=True, e404="release_not_found"),
+        **errors(401, 403, 404, 422, 503, by_ref=True, e404="release_not_found"),
     },
 )
 async def release_events(release_id: str, request: Request, ctx: Context) -> StreamingResponse:

@@ -20,10 +20,10 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labeldp.errors import LabelDPError, Unauthorized
+from labeldp.errors import Forbidden, LabelDPError, Unauthorized
 from labeldp.service.database import is_transient
 from labeldp.service.openapi import BEARER
-from labeldp.signing import secrets_of
+from labeldp.service.settings import ApiKey, parse_api_keys
 
 log = logging.getLogger("labeldp.http")
 
@@ -142,26 +142,47 @@ def allowed_methods(request: Request, named: str | None) -> str:
 
 
 def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
-    """A dependency that admits ``Authorization: Bearer <key>`` for any of the comma-separated keys.
+    """A dependency that admits ``Authorization: Bearer <key>`` for any of the configured keys.
 
-    Several keys let a client move to a new key before the old one is removed. Keys are
-    compared as bytes in constant time, so a header with non-ASCII characters is simply a
-    wrong key (401), never an error. An empty key list admits no one.
+    ``expected_keys`` is an API-key setting (:func:`labeldp.service.settings.parse_api_keys`:
+    comma-separated ``[scope[+scope]:]key``). Several keys let a client move to a new key before
+    the old one is removed. Keys are compared as bytes in constant time, so a header with
+    non-ASCII characters is simply a wrong key (401), never an error. An empty key list admits
+    no one. The matched key is left on ``request.state.api_key`` for :func:`require_scope`.
     """
-    keys = [k.encode("utf-8") for k in secrets_of(expected_keys)]
+    keys = [(k.key.encode("utf-8"), k) for k in parse_api_keys(expected_keys)]
 
     def check(request: Request, _documented: Annotated[Any, Security(BEARER)] = None) -> None:
         # ``BEARER`` only puts the scheme in the OpenAPI contract; the header is read here.
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         offered = token.strip().encode("utf-8", "surrogateescape")
-        matched = False
-        for key in keys:  # every key is compared: the time taken does not tell which one matched
-            matched |= hmac.compare_digest(offered, key)
-        if scheme.lower() != "bearer" or not offered or not matched:
+        found: ApiKey | None = None
+        for raw, key in keys:  # every key is compared: the time taken does not tell which one matched
+            if hmac.compare_digest(offered, raw):
+                found = key
+        if scheme.lower() != "bearer" or not offered or found is None:
             raise Unauthorized(
                 "unauthorized", "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"}
             )
+        request.state.api_key = found
+
+    return check
+
+
+def require_scope(scope: str) -> Callable[[Request], ApiKey]:
+    """A dependency, after :func:`bearer_auth`: 403 ``scope_required`` unless the caller's key holds ``scope``.
+
+    It answers before the route's use case runs, so a refused request writes nothing.
+    """
+
+    def check(request: Request) -> ApiKey:
+        key: ApiKey | None = getattr(request.state, "api_key", None)
+        if key is None:  # bearer_auth did not run: fail closed
+            raise Unauthorized("unauthorized", "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
+        if scope not in key.scopes:
+            raise Forbidden("scope_required", f"this operation needs an API key with the {scope!r} scope")
+        return key
 
     return check
 

@@ -44,8 +44,9 @@ SIGNATURE = APIKeyHeader(
     name=SIGNATURE_HEADER,
     auto_error=False,
     scheme_name="exchange_signature",
-    description="`sha256=<hex HMAC-SHA256 of the exact body under the exchange secret>`: only the labels "
-    "party's outbox holds the secret; the inbox verifies it over the spooled body before parsing anything",
+    description="`ed25519;kid=<key id>;sig=<base64url Ed25519 signature of the exact body's SHA-256>`: only the "
+    "labels party's outbox holds the private key; the inbox verifies it with the advertiser's public key of that "
+    "kid over the spooled body before parsing anything",
 )
 
 
@@ -75,6 +76,11 @@ class ErrorBody(BaseModel):
 _ERRORS: dict[int, tuple[str, str, str]] = {
     # status: (description, example code, example message)
     401: ("missing or wrong credentials", "unauthorized", "missing or wrong API key"),
+    403: (
+        "the key is right but lacks the scope this operation needs (`admin` or `release`); nothing changed",
+        "scope_required",
+        "this API key lacks the scope this operation needs",
+    ),
     404: ("no such resource", "not_found", "no such resource"),
     409: (
         "conflicts with the resource's state, or the same Idempotency-Key is still running (retry after "

@@ -6,15 +6,34 @@ Defaults are the embedded ones of ``make demo``: SQLite files in ./var, loopback
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import logging
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from labeldp.signing import secrets_of
+from labeldp.signing import (
+    PRIVATE_PREFIX,
+    SigningKeyError,
+    load_private_key,
+    load_public_keys,
+    public_key_of,
+    secrets_of,
+)
 from labeldp.storage import ObjectStore
 
-DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", "dev-exchange-secret"})
+DEV_SIGNING_KEY = "ed25519-sk:" + base64.urlsafe_b64encode(
+    hashlib.sha256(b"labeldp development signing key: public to everyone, never deployed").digest()
+).decode().rstrip("=")
+"""The built-in development key pair (``labeldp serve`` on a laptop): everyone can sign with it, so
+a service refuses it unless ``LABELDP_ALLOW_DEV_SECRETS``; ``make demo`` generates its own pair."""
+DEV_PUBLIC_KEY = public_key_of(DEV_SIGNING_KEY)
+DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", DEV_SIGNING_KEY, DEV_PUBLIC_KEY})
 MIN_SECRET_LENGTH = 16
 SECRET_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
@@ -22,6 +41,49 @@ SECRET_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 class InsecureSettings(ValueError):
     """A key or secret left empty or at a development value: the service refuses to start."""
 
+
+SCOPES = ("admin", "release")
+"""What a labels-API key may do: ``admin`` creates and changes privacy domains and reads the audit
+log; ``release`` creates label sets, uploads labels and releases them. A key may hold both."""
+
+_SCOPE_PREFIX = re.compile(r"^([a-z]+(?:\+[a-z]+)*):(.+)$")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One configured API key and its scopes."""
+
+    key: str
+    scopes: frozenset[str]
+
+    @property
+    def key_id(self) -> str:
+        """A name for the key in the audit log: not the key, and not reversible to it."""
+        return "key_" + hashlib.sha256(self.key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def parse_api_keys(setting: str) -> list[ApiKey]:
+    """The keys of an API-key setting: comma-separated entries ``[scope[+scope]:]key``.
+
+    ``admin:K`` may change privacy domains, ``release:K`` may upload and release,
+    ``admin+release:K`` both. A plain ``K`` (the format before scopes) is a ``release`` key:
+    it keeps uploading and releasing and can no longer create a privacy domain. An entry whose
+    prefix looks like scopes but names an unknown one is refused (a typo must not widen or
+    drop rights silently).
+    """
+    out = []
+    for entry in secrets_of(setting):
+        match = _SCOPE_PREFIX.match(entry)
+        if match is None:
+            out.append(ApiKey(entry, frozenset({"release"})))
+            continue
+        scopes = frozenset(match.group(1).split("+"))
+        if unknown := sorted(scopes - set(SCOPES)):
+            raise InsecureSettings(
+                f"unknown API key scope {unknown[0]!r}: an entry is [scope[+scope]:]key with scopes {', '.join(SCOPES)}"
+            )
+        out.append(ApiKey(match.group(2).strip(), scopes))
+    return out
 
 
 
@@ -32,7 +94,11 @@ class Settings(BaseSettings):
     labels_database_url: str = Field(
         "sqlite:///var/labels.db", description="SQLAlchemy URL of the labels-party ledger"
     )
-    labels_api_key: str = Field("dev-labels-key", description="bearer key of the advertiser API")
+    labels_api_key: str = Field(
+        "admin+release:dev-labels-key",
+        description="bearer keys of the advertiser API, comma-separated entries [scope[+scope]:]key: scope admin "
+        "creates privacy domains and reads the audit log, release uploads and releases (a plain key is release)",
+    )
     labels_data_dir: Path = Field(
         Path("var/labels-data"),
         description="this process's own folder: request spools and the outbox's metric files; also the object "
@@ -132,8 +198,15 @@ class Settings(BaseSettings):
     storage_s3_region: str = Field("", description="S3 region; empty: the AWS environment's or the SDK default")
     storage_s3_access_key: str = Field("", description="S3 access key id; empty: AWS_ACCESS_KEY_ID and the like")
     storage_s3_secret_key: str = Field("", description="S3 secret key; empty: AWS_SECRET_ACCESS_KEY and the like")
-    exchange_secret: str = Field(
-        "dev-exchange-secret", description="HMAC-SHA256 key shared by the two parties"
+    signing_key: str = Field(
+        DEV_SIGNING_KEY,
+        description="labels outbox: the advertiser's Ed25519 private key (ed25519-sk:…, from `labeldp keys "
+        "generate`) that signs every message; only the labels party holds it",
+    )
+    signing_public_keys: str = Field(
+        DEV_PUBLIC_KEY,
+        description="features inbox: the advertiser's Ed25519 public keys it trusts (comma-separated ed25519-pk:…, "
+        "selected by the kid in the signature header; list the new key next to the old one to rotate)",
     )
     inbox_max_body_bytes: int = Field(
         8 * 1024**3,
@@ -190,18 +263,100 @@ def open_object_store(settings: Settings, data_dir: Path) -> ObjectStore:
     )
 
 
+KEY_FIELDS = ("labels_api_key", "features_api_key")
+SIGNING_FIELDS = ("signing_key", "signing_public_keys")
+MIN_KEY_BITS = 64
+"""Least estimated entropy of an API key (:func:`estimated_bits`): a random 16-character
+lower-case-and-digit key has about 77, ``Password12345678`` about 53."""
+
+log = logging.getLogger("labeldp.settings")
+
+
+def estimated_bits(key: str) -> float:
+    """A conservative entropy estimate: log2 of the pool of character classes the key uses, per
+    character that does not repeat or continue a run (``aaaa``, ``abcd``, ``1234`` count once)."""
+    pool = sum(size for test, size in (
+        (str.islower, 26), (str.isupper, 26), (str.isdigit, 10), (lambda c: not c.isalnum(), 33),
+    ) if any(test(c) for c in key))
+    effective = sum(1 for i, c in enumerate(key) if i == 0 or abs(ord(c) - ord(key[i - 1])) > 1)
+    return effective * math.log2(max(pool, 2))
+
+
+def _refuse(env: str, why: str) -> InsecureSettings:
+    return InsecureSettings(f"{env} {why}")
+
+
+def _key_material(settings: Settings, name: str) -> set[str]:
+    """Every value a field holds, as a string another field must not reuse (a signing key also as its
+    base64 body, so an API key cannot be the private key's bytes either)."""
+    values = secrets_of(str(getattr(settings, name)))
+    if name in KEY_FIELDS:
+        try:
+            return {k.key for k in parse_api_keys(str(getattr(settings, name)))}
+        except InsecureSettings:
+            return set(values)
+    return set(values) | {v.split(":", 1)[-1] for v in values}
+
+
 def require_secrets(settings: Settings, *fields: str) -> None:
-    """Refuse to start with an empty key, a dev key or a short secret (unless ``allow_dev_secrets``)."""
+    """Refuse to start with keys an attacker could guess, share or forge with (issue 24).
+
+    API keys (``labels_api_key``, ``features_api_key``): not empty, printable ASCII, distinct from
+    the other party's keys and from the signing keys; and, unless ``allow_dev_secrets``, no dev or
+    ``change-me`` value, at least 16 characters and :data:`MIN_KEY_BITS` of estimated entropy.
+    ``signing_key`` must be an Ed25519 private key, ``signing_public_keys`` Ed25519 public keys,
+    neither the built-in dev pair unless ``allow_dev_secrets``. Whenever ``allow_dev_secrets`` is
+    on, every start logs a warning.
+    """
+    if settings.allow_dev_secrets:
+        log.warning(
+            "LABELDP_ALLOW_DEV_SECRETS is on: development keys and weak secrets are accepted; a laptop only, "
+            "never a deployment"
+        )
     for name in fields:
         env = f"LABELDP_{name.upper()}"
         values = secrets_of(str(getattr(settings, name)))
         if not values:
-            raise InsecureSettings(f"{env} is empty: set it to a secret, e.g. the output of {SECRET_HINT}")
-        if settings.allow_dev_secrets:
+            raise _refuse(env, f"is empty: set it to a secret, e.g. the output of {SECRET_HINT}")
+        if name in SIGNING_FIELDS:
+            _check_signing(settings, name, env, values)
             continue
-        for value in values:
-            if value in DEV_SECRETS or value.startswith("change-me") or len(value) < MIN_SECRET_LENGTH:
-                raise InsecureSettings(
-                    f"{env} holds a development value or a secret shorter than {MIN_SECRET_LENGTH} characters: set "
-                    f"it to a secret (e.g. {SECRET_HINT}); on a laptop only, LABELDP_ALLOW_DEV_SECRETS=1 accepts it"
-                )
+        for key in (k.key for k in parse_api_keys(str(getattr(settings, name)))):
+            _check_key(settings, name, env, key)
+
+
+def _check_key(settings: Settings, name: str, env: str, key: str) -> None:
+    if not (key.isascii() and key.isprintable()) or any(c.isspace() for c in key):
+        raise _refuse(env, "holds a key with non-ASCII, blank or control characters: use printable ASCII, e.g. "
+                      f"{SECRET_HINT}")
+    for other in (*KEY_FIELDS, *SIGNING_FIELDS):
+        if other != name and key in _key_material(settings, other):
+            raise _refuse(env, f"reuses a value of LABELDP_{other.upper()}: each party's keys and the signing "
+                          "keys must be distinct")
+    if settings.allow_dev_secrets:
+        return
+    if key in DEV_SECRETS or key.startswith("change-me") or len(key) < MIN_SECRET_LENGTH:
+        raise _refuse(
+            env, f"holds a development value or a key shorter than {MIN_SECRET_LENGTH} characters: set it to a "
+            f"secret (e.g. {SECRET_HINT}); on a laptop only, LABELDP_ALLOW_DEV_SECRETS=1 accepts it"
+        )
+    if estimated_bits(key) < MIN_KEY_BITS:
+        raise _refuse(env, f"holds a guessable key (under {MIN_KEY_BITS} bits of estimated entropy: repeats, runs "
+                      f"or few kinds of character): use a random one, e.g. {SECRET_HINT}")
+
+
+def _check_signing(settings: Settings, name: str, env: str, values: list[str]) -> None:
+    try:
+        if name == "signing_key":
+            if len(values) != 1 or not values[0].startswith(PRIVATE_PREFIX):
+                raise SigningKeyError("one private key")
+            load_private_key(values[0])
+        else:
+            load_public_keys(",".join(values))
+    except (SigningKeyError, ValueError):
+        what = "one Ed25519 private key (ed25519-sk:…)" if name == "signing_key" else \
+            "Ed25519 public keys (ed25519-pk:…, comma-separated)"
+        raise _refuse(env, f"must hold {what}: generate a pair with `labeldp keys generate`") from None
+    if not settings.allow_dev_secrets and DEV_SECRETS & set(values):
+        raise _refuse(env, "holds the built-in development key pair, which anyone can sign with: generate a pair "
+                      "with `labeldp keys generate`; on a laptop only, LABELDP_ALLOW_DEV_SECRETS=1 accepts it")
