@@ -31,12 +31,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import ConfigDict, Field
 from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -46,7 +46,7 @@ from features_party.store import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING,
 from labeldp.errors import Busy, Conflict, InvalidInput, LabelDPError, NotFound
 from labeldp.learning import streamed
 from labeldp.learning.classifier import fit_classifier
-from labeldp.learning.config import DEFAULT_LEARNING, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
+from labeldp.learning.config import PLAIN, LearningConfig, TrainingConfig, TrainingOptions
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.learning.loop import EpochReport
@@ -65,12 +65,8 @@ STATUSES = TRAINING_STATUSES
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 QUEUE_LOCK = 0x6C616264  # PostgreSQL advisory lock serializing the queue bound's count-then-insert
 MODELS_DIR = "models"
-LEARNING_FIELDS = ("debias", "shrinkage", "select_epoch")
-
-
-class TrainingRequest(TrainingOptions):
-    """Body of ``POST /v1/trainings``: the training options (defaults: the benchmarked default
-    configuration, :mod:`labeldp.learning.config`), what to train on, and how to learn from it."""
+class _TrainingTarget(TrainingOptions):
+    """The training options and what to train on (the request's fields before the learning ones)."""
 
     release_id: str = Field(min_length=1, max_length=256)
     feature_table: str | None = Field(
@@ -81,21 +77,49 @@ class TrainingRequest(TrainingOptions):
         description="categorical releases whose rows follow one transition matrix T (the mechanism's law): "
         "train with the forward-corrected loss CE(log(softmax(f(x))·T), ŷ) (Patrini et al. 2017)",
     )
-    debias: Literal["none", "targets", "predictions"] = Field(
-        DEFAULT_LEARNING.debias,
-        description="regression: use the release's transition law E[ŷ|y] to debias predictions or training targets",
-    )
-    shrinkage: Literal["auto"] | Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)] = Field(
-        DEFAULT_LEARNING.shrinkage,
-        description="λ of λ·debiased + (1 − λ)·plain, or 'auto' (chosen on the privatized validation split)",
-    )
-    select_epoch: StrictBool = Field(
-        DEFAULT_LEARNING.select_epoch,
-        description="keep the epoch with the best private validation estimate instead of the last",
-    )
+
+
+class TrainingRequest(LearningConfig, _TrainingTarget):
+    """Body of ``POST /v1/trainings``: the training options (defaults: the benchmarked default
+    configuration, :mod:`labeldp.learning.config`), what to train on, and how to learn from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
 
     def learning(self) -> LearningConfig:
-        return LearningConfig(debias=self.debias, shrinkage=self.shrinkage, select_epoch=self.select_epoch)
+        return LearningConfig(**self.to_dict())
+
+
+@dataclass(frozen=True)
+class TrainingOrder:
+    """A training's options as its row keeps them (the trainings table's JSON ``config``): the one
+    conversion between the request's models and the stored form, both ways.
+
+    Stored flat, as the request named them: the :class:`TrainingOptions`, ``forward_correction``
+    and, for regressions, the resolved :class:`LearningConfig` fields (classifications store none).
+    Rows queued before learning options existed train as they were requested: plainly; rows queued
+    before schedules existed keep a constant rate.
+    """
+
+    options: TrainingOptions
+    forward_correction: bool = False
+    learning: LearningConfig | None = None  # None: a classification (or a row from before learning options)
+
+    @classmethod
+    def of_request(cls, request: TrainingRequest, learning: LearningConfig | None) -> TrainingOrder:
+        return cls(TrainingOptions(**request.options()), request.forward_correction, learning)
+
+    def stored(self) -> dict[str, Any]:
+        learning = self.learning.to_dict() if self.learning is not None else {}
+        return {**self.options.options(), "forward_correction": self.forward_correction, **learning}
+
+    @classmethod
+    def of_stored(cls, config: dict[str, Any]) -> TrainingOrder:
+        values = dict(config)
+        forward_correction = bool(values.pop("forward_correction", False))
+        learned = {name: values.pop(name) for name in LearningConfig.model_fields if name in values}
+        learning = LearningConfig(**{**PLAIN.to_dict(), **learned}) if learned else None
+        values.setdefault("schedule", "none")
+        return cls(TrainingOptions(**values), forward_correction, learning)
 
 
 class TrainingInterrupted(Exception):
@@ -143,7 +167,6 @@ def create_training(
     check_join(data_dir, table_row, ids)
 
     training_id = "trn_" + uuid.uuid4().hex
-    options = request.model_dump(exclude={"release_id", "feature_table", *LEARNING_FIELDS})
     response = StoredResponse(
         202,
         {"id": training_id, "status": QUEUED},
@@ -156,7 +179,7 @@ def create_training(
                 training_id=training_id,
                 release_id=release_id,
                 feature_table=table_row.name,
-                config={**options, **(learning.to_dict() if learning is not None else {})},
+                config=TrainingOrder.of_request(request, learning).stored(),
                 status=QUEUED,
                 epoch=0,
                 epochs=request.epochs,
@@ -211,7 +234,7 @@ def resolve_learning(request: TrainingRequest, task: LabelTask, spec: Any) -> Le
     rebuilt is refused (422), never trained plainly in its place. Fields the request
     sets explicitly are honoured or refused, never silently changed.
     """
-    explicit = request.model_fields_set & set(LEARNING_FIELDS)
+    explicit = request.model_fields_set & set(LearningConfig.model_fields)
     if task.task == CLASSIFICATION:
         if explicit:
             message = "debias, shrinkage and select_epoch apply to regression releases"
@@ -615,31 +638,23 @@ def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) ->
         row = session.get(store.Training, training_id)
         if row is None or row.owner != ctx.owner:
             return None
-        options = dict(row.config)
+        order = TrainingOrder.of_stored(row.config)
         attempt = row.attempt
-        forward_correction = bool(options.pop("forward_correction", False))
-        # Rows queued before learning options existed train as they were requested: plainly.
-        learning = LearningConfig(
-            debias=options.pop("debias", PLAIN.debias),
-            shrinkage=options.pop("shrinkage", PLAIN.shrinkage),
-            select_epoch=bool(options.pop("select_epoch", PLAIN.select_epoch)),
-        )
-        options.setdefault("schedule", "none")  # rows queued before schedules existed: a constant rate
         release_id, table_name = row.release_id, row.feature_table
     resume = None if _torchrun(ctx) else checkpoints.load(ctx.data_dir, training_id)
     if resume is not None and resume.get("path") != _path_kind(ctx):
         resume = None  # written by a worker configured for the other training path: start over
     # The seed is fixed here, so a resumed attempt draws the same split and data order.
-    seed = resume["seed"] if resume is not None else options.get("seed")
-    options["seed"] = seed if seed is not None else secrets.randbits(63)
+    seed = resume["seed"] if resume is not None else order.options.seed
     config = TrainingConfig(
-        **options, device=device, threads=ctx.threads,
+        **{**order.options.options(), "seed": seed if seed is not None else secrets.randbits(63)},
+        device=device, threads=ctx.threads,
         row_group_rows=ctx.row_group_rows, buffer_row_groups=ctx.buffer_row_groups,
         join_partition_rows=ctx.join_partition_rows,
     )
     listener = _Listener(ctx, training_id, stop, None, resume["history"] if resume is not None else None)
-    return _Job(ctx, training_id, listener, config, forward_correction, learning, resume, release_id, table_name,
-                attempt)
+    return _Job(ctx, training_id, listener, config, order.forward_correction, order.learning or PLAIN, resume,
+                release_id, table_name, attempt)
 
 
 def _streaming(ctx: JobContext) -> bool:

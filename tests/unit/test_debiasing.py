@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 from labeldp.learning.config import PLAIN, LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import (
     IDENTITY,
+    Debias,
     LabelLaw,
     MonotoneLaw,
     PostProcessing,
@@ -258,6 +260,10 @@ def table_of(x: np.ndarray, extra: int, seed: int) -> pa.Table:
 FAST = dict(batch_size=64, learning_rate=1e-2, weight_decay=0.0, seed=0, device="cpu", threads=1)
 
 
+def learn(debias: Debias, shrinkage: float | Literal["auto"], select_epoch: bool) -> LearningConfig:
+    return LearningConfig(debias=debias, shrinkage=shrinkage, select_epoch=select_epoch)
+
+
 def test_fit_private_regressor_plain_reproduces_fit_regressor_and_parts() -> None:
     x, _y, yhat, law, mech = synthetic_rr_release(800, 3)
     table = table_of(x, 0, 3)
@@ -265,15 +271,15 @@ def test_fit_private_regressor_plain_reproduces_fit_regressor_and_parts() -> Non
     reference = fit_regressor(table, yhat, config).predict(table)
     spec = mech.to_spec()
     np.testing.assert_allclose(fit_private_regressor(table, yhat, spec, config, PLAIN).predict(table), reference)
-    lam0 = fit_private_regressor(table, yhat, spec, config, LearningConfig("predictions", 0.0, False))
-    lam1 = fit_private_regressor(table, yhat, spec, config, LearningConfig("predictions", 1.0, False))
+    lam0 = fit_private_regressor(table, yhat, spec, config, learn("predictions", 0.0, False))
+    lam1 = fit_private_regressor(table, yhat, spec, config, learn("predictions", 1.0, False))
     np.testing.assert_allclose(lam0.predict(table), np.clip(reference, law.low, law.high))
     np.testing.assert_allclose(lam1.predict(table), law.debias_predictions(reference))
     plain, debiased = lam1.predict_parts(table)
     np.testing.assert_allclose(plain, lam0.predict(table))
     np.testing.assert_allclose(debiased, lam1.predict(table))
     # debiased targets = debiased predictions for an affine law (standardization absorbs the map)
-    targets = fit_private_regressor(table, yhat, spec, config, LearningConfig("targets", 1.0, False))
+    targets = fit_private_regressor(table, yhat, spec, config, learn("targets", 1.0, False))
     np.testing.assert_allclose(targets.predict(table), lam1.predict(table), atol=1e-4)
     assert lam1.selection_["selected_epoch"] == 3 and lam1.selection_["shrinkage"] == 1.0
 
@@ -283,7 +289,7 @@ def test_selection_picks_the_best_epoch_when_training_overfits_the_noise() -> No
     x, y, yhat, law, mech = synthetic_rr_release(400, 4)
     table = table_of(x, 20, 4)
     config = TrainingConfig(epochs=25, validation_fraction=0.3, **{**FAST, "learning_rate": 2e-2, "batch_size": 16})
-    learning = LearningConfig("predictions", "auto", True)
+    learning = LearningConfig(debias="predictions", shrinkage="auto", select_epoch=True)
     model = fit_private_regressor(table, yhat, mech.to_spec(), config, learning)
     estimates = [e["estimate"] for e in model.selection_["epochs"]]
     assert [h["selection_loss"] for h in model.history_] == pytest.approx(estimates)
@@ -292,9 +298,9 @@ def test_selection_picks_the_best_epoch_when_training_overfits_the_noise() -> No
     assert estimates[-1] > min(estimates)  # it did overfit
     # the returned weights are that epoch's: retraining for `best` epochs gives the same network
     shorter = TrainingConfig(**{**config.__dict__, "epochs": best})
-    again = fit_private_regressor(table, yhat, mech.to_spec(), shorter, LearningConfig("predictions", 0.0, False))
+    again = fit_private_regressor(table, yhat, mech.to_spec(), shorter, learn("predictions", 0.0, False))
     np.testing.assert_allclose(model.network_outputs(table), again.network_outputs(table), rtol=1e-5, atol=1e-6)
-    last = fit_private_regressor(table, yhat, mech.to_spec(), config, LearningConfig("predictions", "auto", False))
+    last = fit_private_regressor(table, yhat, mech.to_spec(), config, learn("predictions", "auto", False))
     assert last.selection_["selected_epoch"] == config.epochs
     true_mse = lambda m: float(np.mean((m.predict(table) - law.target(y)) ** 2))  # noqa: E731
     assert true_mse(model) < true_mse(last)
@@ -352,7 +358,7 @@ def test_learning_config_validation_and_validation_split() -> None:
     no_val = TrainingConfig(epochs=1, validation_fraction=0.0, **FAST)
     with pytest.raises(ValueError, match="validation"):
         fit_private_regressor(table, y, None, no_val, LearningConfig())
-    model = fit_private_regressor(table, y, None, no_val, LearningConfig("predictions", 1.0, False))
+    model = fit_private_regressor(table, y, None, no_val, learn("predictions", 1.0, False))
     assert model.selection_ is None and model.postprocessing_.shrinkage == 1.0
 
 

@@ -9,18 +9,19 @@ configuration was measured with (docs/architecture.md, "Benchmark protocol"):
 Liu & Huang §5.3 (Adam, lr 1e-3, 50 epochs, batch 256, lr ÷ 10 after epoch 25,
 weight decay 1e-4) with 10 % of the rows held out for private model selection,
 and the default :class:`LearningConfig` (docs/decisions/0011-training-recipe.md).
+:class:`LearningConfig` (how a regressor learns from the release's law) is declared
+once as well: the request subclasses it too.
 
 No torch here: the request model and the benchmark's tables import this module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from labeldp.learning.debiasing import DEBIAS_MODES, Debias, check_shrinkage
+from labeldp.learning.debiasing import Debias
 from labeldp.learning.staging import PARTITION_ROWS
 
 Optimizer = Literal["adam", "rmsprop"]
@@ -96,9 +97,12 @@ class TrainingConfig(TrainingOptions):
         return type(self).model_validate({**self.model_dump(), **changes})
 
 
-@dataclass(frozen=True)
-class LearningConfig:
+class LearningConfig(BaseModel):
     """How a regressor uses the release's transition law (post-processing: no ε).
+
+    Declared once: ``POST /v1/trainings`` takes these fields as they are
+    (:class:`features_party.jobs.TrainingRequest` subclasses this model) and a training's
+    row stores them beside its :class:`TrainingOptions` (``features_party.jobs.TrainingOrder``).
 
     ``debias``: ``predictions`` trains on the privatized labels and maps each
     prediction through the inverse of E[ŷ | y]; ``targets`` trains on debiased
@@ -113,17 +117,20 @@ class LearningConfig:
     Decided in docs/decisions/0010-default-learning.md.
     """
 
-    debias: Debias = "predictions"
-    shrinkage: Literal["auto"] | float = "auto"
-    select_epoch: bool = True
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __post_init__(self) -> None:
-        if self.debias not in DEBIAS_MODES:
-            raise ValueError(f"debias must be one of {', '.join(DEBIAS_MODES)}")
-        if self.shrinkage != "auto":
-            if isinstance(self.shrinkage, (str, bool)):
-                raise ValueError("shrinkage must be 'auto' or a number in [0, 1]")
-            check_shrinkage(self.shrinkage)
+    debias: Debias = Field(
+        "predictions",
+        description="regression: use the release's transition law E[ŷ|y] to debias predictions or training targets",
+    )
+    shrinkage: Literal["auto"] | Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)] = Field(
+        "auto",
+        description="λ of λ·debiased + (1 − λ)·plain, or 'auto' (chosen on the privatized validation split)",
+    )
+    select_epoch: StrictBool = Field(
+        True,
+        description="keep the epoch with the best private validation estimate instead of the last",
+    )
 
     @property
     def needs_validation(self) -> bool:
@@ -131,7 +138,8 @@ class LearningConfig:
         return self.select_epoch or (self.debias != "none" and self.shrinkage == "auto")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"debias": self.debias, "shrinkage": self.shrinkage, "select_epoch": self.select_epoch}
+        """The learning fields alone (no subclass fields), as plain values."""
+        return self.model_dump(include=set(LearningConfig.model_fields))
 
 
 DEFAULT_LEARNING = LearningConfig()

@@ -1,8 +1,11 @@
-"""The training loop both tasks share: split, preprocess, optimize, report every epoch.
+"""The one training loop (:func:`train`) every path shares: split, preprocess, optimize, report every epoch.
 
 What differs between regression and classification is an :class:`Objective` (head,
-per-row loss, how losses are reported). The rows that validate are drawn from the seed
-before any target is looked at (:func:`make_plan`).
+per-row loss, how losses are reported); what differs between a table in memory
+(:func:`fit_network`) and a staged release streamed in row groups, in this process or
+in each torchrun worker (:func:`fit_streamed`), is a :class:`TrainingData` (batches,
+the step's loss, validation, the data order a checkpoint keeps). The rows that validate
+are drawn from the seed before any target is looked at (:func:`make_plan`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import contextlib
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -175,113 +178,6 @@ class Fitted:
 
 
 
-def fit_network(
-    table: pa.Table,
-    targets: np.ndarray,
-    objective: Objective,
-    config: TrainingConfig,
-    plan: Plan,
-    on_epoch: Callable[[EpochReport], None] | None,
-    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> Fitted:
-    """Fit the preprocessor on training rows, run the optimizer for ``config.epochs``, report every epoch.
-
-    ``targets`` has one entry per row of ``table``, already in the form the loss takes.
-    ``inspect(epoch, validation_outputs, model)`` runs after each epoch (before
-    ``on_epoch``) with the network's raw outputs on the validation rows; the float
-    it returns is reported as the epoch's ``selection_loss``. ``checkpoint(state)`` runs
-    after each epoch (before ``on_epoch``) with the epoch, the model's, the optimizer's
-    (fp16: the scaler's) and the shuffle's state and the history; ``resume`` (such a
-    state, from a run with the same seed) continues after its epoch exactly as the
-    uninterrupted run would have (the service's training jobs, :mod:`features_party.jobs`).
-    """
-    device = plan.device
-    train_table = table.take(pa.array(plan.train_idx))
-    pre = Preprocessor.fit(train_table)
-
-    def tensors(idx: np.ndarray, part: pa.Table | None = None) -> tuple[torch.Tensor, ...]:
-        num, cat = pre.transform(part if part is not None else table.take(pa.array(idx)))
-        return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in (num, cat, targets[idx]))
-
-    x_tr, c_tr, y_tr = tensors(plan.train_idx, train_table)
-    validation = tensors(plan.val_idx) if len(plan.val_idx) else None
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(plan.seed)
-        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
-    optimizer = make_optimizer(model, config)
-    shuffle = torch.Generator().manual_seed(plan.seed)
-    history: list[dict[str, Any]] = []
-    n_train = len(plan.train_idx)
-    steps_per_epoch = math.ceil(n_train / config.batch_size)
-    current_lr = config.learning_rate
-    on_batch = on_epoch.on_batch if isinstance(on_epoch, BatchListener) else None
-    amp = MixedPrecision(config.precision, device)
-    meter = Throughput()
-    first = 1
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        if amp.scaler is not None and resume.get("scaler"):
-            amp.scaler.load_state_dict(resume["scaler"])
-        shuffle.set_state(resume["shuffle"])
-        history, first = list(resume["history"]), int(resume["epoch"]) + 1
-        meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
-        current_lr = optimizer.param_groups[0]["lr"]
-
-    for epoch in range(first, config.epochs + 1):
-        started = time.perf_counter()
-        model.train()
-        order = torch.randperm(n_train, generator=shuffle).to(device)
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        for step, start in enumerate(range(0, n_train, config.batch_size)):
-            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
-            if lr != current_lr:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                current_lr = lr
-            batch = order[start : start + config.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            with amp.autocast():
-                out = model(x_tr[batch], c_tr[batch])
-            loss = objective.loss(out.float(), y_tr[batch]).mean()
-            amp.step(loss, optimizer)
-            total += loss.detach().double() * len(batch)
-            if objective.accuracy:
-                correct += (out.detach().argmax(dim=1) == y_tr[batch]).sum()
-            if on_batch is not None:
-                on_batch(epoch, step + 1, steps_per_epoch)
-        meter.add(n_train, time.perf_counter() - started)
-        train_loss = float(total.item()) / n_train * objective.loss_scale
-        train_acc = float(correct.item()) / n_train if objective.accuracy else None
-        val_loss, val_acc = evaluate(model, objective, *validation) if validation is not None else (None, None)
-        selection_loss = None
-        if inspect is not None:
-            outputs = raw_outputs(model, *validation[:2]) if validation is not None else np.empty((0,))
-            selection_loss = inspect(epoch, outputs, model)
-        elapsed = time.perf_counter() - started
-        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
-        history.append(report.as_history())
-        if checkpoint is not None:
-            checkpoint({
-                "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
-                "shuffle": shuffle.get_state(), "history": list(history),
-                "throughput": {"rows": meter.rows, "seconds": meter.seconds},
-            })
-        if on_epoch is not None:
-            on_epoch(report)
-
-    model.eval()
-    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision)}
-    if resume is not None:
-        run["resumed_after_epoch"] = first - 1
-    return Fitted(model, pre, history, n_train, len(plan.val_idx), run)
-
-
 class Throughput:
     """Training rows per second over the optimizer passes (evaluation excluded), for the model card."""
 
@@ -298,6 +194,313 @@ class Throughput:
         rate = self.rows / self.seconds if self.seconds > 0 else None
         return {"device": device, "precision": precision, "workers": workers, "rows_per_second": rate}
 
+
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where this process sits in a data-parallel training; one process is rank 0 of 1.
+
+    With ``world > 1`` the process group must be initialized (:mod:`labeldp.learning.distributed`).
+    ``lead``: the rank that evaluates, selects, checkpoints and reports (on a multi-node job the
+    one beside the launcher that owns the training, whatever rank the rendezvous gave it).
+    ``shards``: the data shards this process reads (default: every ``world``-th from ``rank``).
+    """
+
+    rank: int = 0
+    world: int = 1
+    lead: int = 0
+    shards: tuple[int, ...] | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == self.lead
+
+
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+"""Numeric features, categorical codes and targets of some training rows, on the training device."""
+Validation = tuple[np.ndarray, float | None, float | None]
+"""(raw outputs, reported loss, accuracy for classifiers) over the validation rows."""
+
+
+class TrainingData(Protocol):
+    """Where one training's rows come from: in memory (:class:`InMemoryData`) or streamed in row
+    groups (:class:`StreamedData`). :func:`train` runs the same epochs over either."""
+
+    preprocessor: Preprocessor
+    n_train: int
+    n_validation: int
+
+    def steps_per_epoch(self) -> int: ...
+
+    def steps(self, epoch: int) -> Iterator[Sequence[Batch]]:
+        """Each optimizer step of ``epoch`` as its micro-batches (their gradients add up)."""
+        ...
+
+    def reduce(self, losses: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss to backpropagate, its float64 sum over the rows for the epoch's report) of one
+        micro-batch's per-row ``losses``."""
+        ...
+
+    def validate(self, model: MLP, objective: Objective, outputs: bool) -> Validation:
+        """(raw outputs when ``outputs`` asks for them, reported loss, accuracy) over the validation rows."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the data order, beside the model's."""
+        ...
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue the data order of a checkpoint (or refuse one of another order)."""
+        ...
+
+
+def train(
+    data: TrainingData,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Fitted:
+    """The one epoch loop: build the network from the seed, run the optimizer for ``config.epochs``
+    over ``data``, report every epoch.
+
+    ``inspect(epoch, validation_outputs, model)`` runs after each epoch (before
+    ``on_epoch``) with the network's raw outputs on the validation rows; the float it
+    returns is reported as the epoch's ``selection_loss``. ``checkpoint(state)`` runs after
+    each epoch (before ``on_epoch``) with the epoch, the model's, the optimizer's (fp16: the
+    scaler's) and the data order's state, the history and the throughput, as plain types;
+    ``resume`` (such a state, from a run with the same seed) continues after its epoch exactly
+    as the uninterrupted run would have (the service's training jobs, :mod:`features_party.jobs`).
+
+    With ``workers.world > 1`` the network is wrapped in DistributedDataParallel; the main
+    worker alone validates, calls ``inspect``, ``checkpoint`` and ``on_epoch``.
+    """
+    workers = workers or Workers()
+    device = plan.device
+    pre = data.preprocessor
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
+    optimizer = make_optimizer(model, config)
+    amp = MixedPrecision(config.precision, device)
+    meter = Throughput()
+    history: list[dict[str, Any]] = []
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if amp.scaler is not None and resume.get("scaler"):
+            amp.scaler.load_state_dict(resume["scaler"])
+        data.restore(resume)
+        history, first = list(resume["history"]), int(resume["epoch"]) + 1
+        if resume.get("throughput"):  # the rows and seconds of the epochs before the restart
+            meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
+    trained: nn.Module = model
+    if workers.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.device(device).index or 0] if device != "cpu" else None
+        trained = DistributedDataParallel(model, device_ids=ids)
+    steps_per_epoch = data.steps_per_epoch()
+    # Batch progress (and a cancel between batches) where the listener lives: the main worker.
+    on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
+    current_lr = optimizer.param_groups[0]["lr"]
+    for epoch in range(first, config.epochs + 1):
+        started = time.perf_counter()
+        trained.train()
+        total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
+        for step, parts in enumerate(data.steps(epoch)):
+            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
+            if lr != current_lr:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                current_lr = lr
+            optimizer.zero_grad(set_to_none=True)
+            for i, (x, c, y) in enumerate(parts):
+                # Each owned shard is a micro-batch whose gradients add up (DDP all-reduces after the
+                # last), so a process owning S shards steps as S processes do, to the bit for S = 2.
+                last = i == len(parts) - 1
+                with contextlib.nullcontext() if last or workers.world == 1 else trained.no_sync():  # type: ignore[operator]
+                    with amp.autocast():
+                        out = trained(x, c)
+                    loss, loss_sum = data.reduce(objective.loss(out.float(), y), step)
+                    amp.backward(loss)
+                total[0] += loss_sum
+                total[1] += len(y)
+                if objective.accuracy:
+                    total[2] += (out.detach().argmax(dim=1) == y).sum()
+            amp.update(optimizer)
+            if on_batch is not None:
+                on_batch(epoch, step + 1, steps_per_epoch)
+        if workers.world > 1:
+            torch.distributed.all_reduce(total)
+        meter.add(data.n_train, time.perf_counter() - started)
+        rows = max(float(total[1].item()), 1.0)
+        train_loss = float(total[0].item()) / rows * objective.loss_scale
+        train_acc = float(total[2].item()) / rows if objective.accuracy else None
+        val_loss, val_acc, selection_loss = None, None, None
+        if workers.is_main:
+            outputs, val_loss, val_acc = data.validate(model, objective, inspect is not None)
+            if inspect is not None:
+                selection_loss = inspect(epoch, outputs, model)
+        elapsed = time.perf_counter() - started
+        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
+        history.append(report.as_history())
+        if workers.is_main:
+            if checkpoint is not None:
+                checkpoint({
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
+                    **data.state(), "history": list(history),
+                    "throughput": {"rows": meter.rows, "seconds": meter.seconds},
+                })
+            if on_epoch is not None:
+                on_epoch(report)
+    model.eval()
+    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision, workers.world)}
+    if resume is not None:
+        run["resumed_after_epoch"] = first - 1
+    return Fitted(model, pre, history, data.n_train, data.n_validation, run)
+
+
+class InMemoryData:
+    """A table's training rows as tensors on the device, shuffled each epoch by a generator seeded
+    from the plan; the preprocessor is fitted on the training rows."""
+
+    def __init__(self, table: pa.Table, targets: np.ndarray, config: TrainingConfig, plan: Plan) -> None:
+        device = plan.device
+        train_table = table.take(pa.array(plan.train_idx))
+        self.preprocessor = pre = Preprocessor.fit(train_table)
+
+        def tensors(idx: np.ndarray, part: pa.Table | None = None) -> tuple[torch.Tensor, ...]:
+            num, cat = pre.transform(part if part is not None else table.take(pa.array(idx)))
+            return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in (num, cat, targets[idx]))
+
+        self.x, self.c, self.y = tensors(plan.train_idx, train_table)
+        self.validation = tensors(plan.val_idx) if len(plan.val_idx) else None
+        self.n_train, self.n_validation = len(plan.train_idx), len(plan.val_idx)
+        self.batch_size, self.device = config.batch_size, device
+        self.shuffle = torch.Generator().manual_seed(plan.seed)
+
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.n_train / self.batch_size)
+
+    def steps(self, epoch: int) -> Iterator[Sequence[Batch]]:
+        order = torch.randperm(self.n_train, generator=self.shuffle).to(self.device)
+        for start in range(0, self.n_train, self.batch_size):
+            batch = order[start : start + self.batch_size]
+            yield [(self.x[batch], self.c[batch], self.y[batch])]
+
+    def reduce(self, losses: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = losses.mean()
+        return loss, loss.detach().double() * len(losses)
+
+    def validate(self, model: MLP, objective: Objective, outputs: bool) -> Validation:
+        if self.validation is None:
+            return np.empty((0,)), None, None
+        val_loss, val_acc = evaluate(model, objective, *self.validation)
+        raw = raw_outputs(model, *self.validation[:2]) if outputs else np.empty((0,))
+        return raw, val_loss, val_acc
+
+    def state(self) -> dict[str, Any]:
+        return {"shuffle": self.shuffle.get_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.shuffle.set_state(state["shuffle"])
+
+
+def fit_network(
+    table: pa.Table,
+    targets: np.ndarray,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Fitted:
+    """:func:`train` on ``table`` in memory: the preprocessor fitted on the plan's training rows.
+
+    ``targets`` has one entry per row of ``table``, already in the form the loss takes;
+    ``inspect``, ``checkpoint`` and ``resume`` as :func:`train` takes them.
+    """
+    data = InMemoryData(table, targets, config, plan)
+    return train(data, objective, config, plan, on_epoch, inspect, None, checkpoint, resume)
+
+
+class StreamedData:
+    """A staged release read in row groups (:class:`~labeldp.learning.loader.RowGroupLoader`),
+    each worker its data shards; validated one row group at a time in file order."""
+
+    def __init__(self, staged: StagedRelease, objective: Objective, config: TrainingConfig, plan: Plan,
+                 workers: Workers) -> None:
+        self.staged, self.device, self.world = staged, plan.device, workers.world
+        self.preprocessor = staged.preprocessor
+        self.n_train, self.n_validation = staged.n_train, staged.n_validation
+        self.loader = RowGroupLoader(
+            staged.train_path, staged.preprocessor, config.batch_size,
+            target_mean=staged.target_mean, target_std=staged.target_std,
+            buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
+            rank=workers.rank, world=workers.world, device=plan.device, class_targets=objective.accuracy,
+            layout=stage_layout(staged.directory, config.data_shards or workers.world), owned=workers.shards,
+        )
+        self.data_order = self.loader.order.to_dict()
+
+    def steps_per_epoch(self) -> int:
+        return self.loader.steps_per_epoch()
+
+    def steps(self, epoch: int) -> Iterator[Sequence[Batch]]:
+        return self.loader.steps(epoch)
+
+    def reduce(self, losses: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # The step's mean over every process's rows (DDP averages the world's gradients).
+        return losses.sum() * self.world / self.loader.step_rows(step), losses.detach().double().sum()
+
+    def validate(self, model: MLP, objective: Objective, outputs: bool) -> Validation:
+        return streamed_validation(model, objective, self.staged, self.device)
+
+    def state(self) -> dict[str, Any]:
+        return {"world": self.world, "data_order": self.data_order}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state.get("data_order", self.data_order) != self.data_order:
+            raise ValueError("the checkpoint was trained in another data order")
+
+
+def fit_streamed(
+    staged: StagedRelease,
+    objective: Objective,
+    config: TrainingConfig,
+    plan: Plan,
+    on_epoch: Callable[[EpochReport], None] | None,
+    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
+    workers: Workers | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Fitted:
+    """:func:`train` over a staged release streamed in row groups (regression or, with an
+    ``accuracy`` objective, classification: the staged targets are then class indices).
+
+    Every worker builds the same initial network from the seed; with ``workers.world >
+    1`` each worker reads its data shards (:class:`~labeldp.learning.loader.DataOrder`): a
+    step is ``batch_size`` rows over all shards and its loss their mean, so the steps do not
+    depend on the number of workers. The main worker validates on the validation rows in
+    file order (the same array a single process sees). Every epoch's data order comes from
+    (seed, epoch, shard) and no other random state is drawn while training, so a resumed
+    training is the uninterrupted one; a checkpoint of another data order is refused.
+    """
+    workers = workers or Workers()
+    data = StreamedData(staged, objective, config, plan, workers)
+    fitted = train(data, objective, config, plan, on_epoch, inspect, workers, checkpoint, resume)
+    fitted.config.setdefault("resumed_after_epoch", 0)  # 0: trained in one go
+    return fitted
 
 
 def raw_outputs(model: MLP, x: torch.Tensor, c: torch.Tensor) -> np.ndarray:
@@ -346,149 +549,6 @@ def standardize(targets: np.ndarray, train_idx: np.ndarray) -> tuple[float, floa
     std = float(targets[train_idx].std())
     std = std if std > 1e-12 else 1.0
     return mean, std, ((targets - mean) / std).astype(np.float32)
-
-
-@dataclass(frozen=True)
-class Workers:
-    """Where this process sits in a data-parallel training; one process is rank 0 of 1.
-
-    With ``world > 1`` the process group must be initialized (:mod:`labeldp.learning.distributed`).
-    ``lead``: the rank that evaluates, selects, checkpoints and reports (on a multi-node job the
-    one beside the launcher that owns the training, whatever rank the rendezvous gave it).
-    ``shards``: the data shards this process reads (default: every ``world``-th from ``rank``).
-    """
-
-    rank: int = 0
-    world: int = 1
-    lead: int = 0
-    shards: tuple[int, ...] | None = None
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == self.lead
-
-
-def fit_streamed(
-    staged: StagedRelease,
-    objective: Objective,
-    config: TrainingConfig,
-    plan: Plan,
-    on_epoch: Callable[[EpochReport], None] | None,
-    inspect: Callable[[int, np.ndarray, MLP], float | None] | None = None,
-    workers: Workers | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-) -> Fitted:
-    """:func:`fit_network` over a staged release streamed in row groups (regression or, with an
-    ``accuracy`` objective, classification: the staged targets are then class indices).
-
-    Every worker builds the same initial network from the seed; with ``workers.world >
-    1`` it is wrapped in DistributedDataParallel and each worker reads its data shards
-    (:class:`~labeldp.learning.loader.DataOrder`): a step is ``batch_size`` rows over all
-    shards and its loss their mean, so the steps do not depend on the number of workers.
-    The main worker alone evaluates the validation rows (in
-    file order, the same array a single process sees), calls ``inspect`` and
-    ``on_epoch``, and ``checkpoint(state)`` after each epoch, ``state`` holding the
-    epoch, the model's and the optimizer's (and fp16's scaler's) state, the history and
-    the data order as plain types. ``resume`` (such a state) continues after its epoch:
-    every epoch's data order comes from (seed, epoch, shard) and no other random state is
-    drawn while training, so a resumed training is the uninterrupted one.
-    """
-    workers = workers or Workers()
-    device = plan.device
-    pre = staged.preprocessor
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(plan.seed)
-        model = objective.network(len(pre.numeric_columns), pre.vocab_sizes).to(device)
-    optimizer = make_optimizer(model, config)
-    amp = MixedPrecision(config.precision, device)
-    history: list[dict[str, Any]] = []
-    first = 1
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        if amp.scaler is not None and resume.get("scaler"):
-            amp.scaler.load_state_dict(resume["scaler"])
-        history, first = list(resume["history"]), int(resume["epoch"]) + 1
-    trained: nn.Module = model
-    if workers.world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [torch.device(device).index or 0] if device != "cpu" else None
-        trained = DistributedDataParallel(model, device_ids=ids)
-    loader = RowGroupLoader(
-        staged.train_path, pre, config.batch_size,
-        target_mean=staged.target_mean, target_std=staged.target_std,
-        buffer_row_groups=config.buffer_row_groups, seed=plan.seed,
-        rank=workers.rank, world=workers.world, device=device, class_targets=objective.accuracy,
-        layout=stage_layout(staged.directory, config.data_shards or workers.world), owned=workers.shards,
-    )
-    data_order = loader.order.to_dict()
-    if resume is not None and resume.get("data_order", data_order) != data_order:
-        raise ValueError("the checkpoint was trained in another data order")
-    steps_per_epoch = loader.steps_per_epoch()
-    # Batch progress (and a cancel between batches) where the listener lives: the main worker.
-    on_batch = on_epoch.on_batch if workers.is_main and isinstance(on_epoch, BatchListener) else None
-    meter = Throughput()
-    if resume is not None and resume.get("throughput"):  # the rows and seconds of the epochs before the restart
-        meter.add(int(resume["throughput"]["rows"]), float(resume["throughput"]["seconds"]))
-    current_lr = optimizer.param_groups[0]["lr"]
-    for epoch in range(first, config.epochs + 1):
-        started = time.perf_counter()
-        trained.train()
-        total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
-        for step, parts in enumerate(loader.steps(epoch)):
-            lr = learning_rate_at(config, epoch, step, steps_per_epoch)
-            if lr != current_lr:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                current_lr = lr
-            optimizer.zero_grad(set_to_none=True)
-            for i, (x, c, y) in enumerate(parts):
-                # Each owned shard is a micro-batch whose gradients add up (DDP all-reduces after the
-                # last), so a process owning S shards steps as S processes do, to the bit for S = 2.
-                last = i == len(parts) - 1
-                with contextlib.nullcontext() if last or workers.world == 1 else trained.no_sync():  # type: ignore[operator]
-                    with amp.autocast():
-                        out = trained(x, c)
-                    losses = objective.loss(out.float(), y)
-                    # The step's mean over every process's rows (DDP averages the world's gradients).
-                    amp.backward(losses.sum() * workers.world / loader.step_rows(step))
-                total[0] += losses.detach().double().sum()
-                total[1] += len(y)
-                if objective.accuracy:
-                    total[2] += (out.detach().argmax(dim=1) == y).sum()
-            amp.update(optimizer)
-            if on_batch is not None:
-                on_batch(epoch, step + 1, steps_per_epoch)
-        if workers.world > 1:
-            torch.distributed.all_reduce(total)
-        meter.add(staged.n_train, time.perf_counter() - started)
-        rows = max(float(total[1].item()), 1.0)
-        train_loss = float(total[0].item()) / rows * objective.loss_scale
-        train_acc = float(total[2].item()) / rows if objective.accuracy else None
-        val_loss, val_acc, selection_loss = None, None, None
-        if workers.is_main:
-            outputs, val_loss, val_acc = streamed_validation(model, objective, staged, device)
-            if inspect is not None:
-                selection_loss = inspect(epoch, outputs, model)
-        elapsed = time.perf_counter() - started
-        report = EpochReport(epoch, config.epochs, train_loss, val_loss, elapsed, train_acc, val_acc, selection_loss)
-        history.append(report.as_history())
-        if workers.is_main:
-            if checkpoint is not None:
-                checkpoint({
-                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": amp.scaler.state_dict() if amp.scaler is not None else None,
-                    "history": list(history), "world": workers.world, "data_order": data_order,
-                    "throughput": {"rows": meter.rows, "seconds": meter.seconds},
-                })
-            if on_epoch is not None:
-                on_epoch(report)
-    model.eval()
-    run = {**config.model_dump(), "seed": plan.seed, **meter.card(device, config.precision, workers.world)}
-    run["resumed_after_epoch"] = first - 1  # 0: trained in one go
-    return Fitted(model, pre, history, staged.n_train, staged.n_validation, run)
 
 
 def streamed_validation(
