@@ -66,17 +66,18 @@ def build_context(settings: Settings) -> AppContext:
         max_attempts=settings.training_max_attempts,
         poll_seconds=settings.training_poll_seconds,
     )
+    objects = open_object_store(settings, data_dir)
     return AppContext(
         settings=settings,
         engine=engine,
         sessions=sessions,
         data_dir=data_dir,
-        store=open_object_store(settings, data_dir),
+        store=objects,
         registry=registry,
         inbox_messages=measured.inbox_messages,
         trainings=measured.trainings,
         runner=runner,
-        model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
+        model_cache=models.ModelCache(objects, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
         inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
     )

@@ -112,6 +112,18 @@ class Settings(BaseSettings):
         description="how often a running training writes its batch progress to the database and reads a cancel "
         "requested by another process",
     )
+    feature_table_max_body_bytes: int = Field(
+        64 * 1024**3,
+        gt=0,
+        description="largest feature-table upload to POST /v1/feature-tables (spooled to disk, converted a batch at "
+        "a time); larger bodies get 413",
+    )
+    feature_sources: str = Field(
+        "",
+        description="comma-separated URL prefixes (s3://bucket/prefix, file:///folder) under which POST "
+        "/v1/feature-tables?source=URL may read a table by reference (with the storage_s3_* credentials); "
+        "empty: none, any other URL gets 422 feature_source_not_allowed",
+    )
     prediction_max_body_bytes: int = Field(
         1024**3,
         gt=0,
