@@ -43,9 +43,14 @@ class AppContext:
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:
-    """The peer hosts of a torchrun job across hosts, when a rendezvous endpoint is set (else one host)."""
+    """The peer hosts of a torchrun job across hosts, when a rendezvous endpoint is set (else one host):
+    named hosts reached through the object store (``LABELDP_TORCHRUN_PEER_NAMES``), or peer folders."""
     if not settings.torchrun_rdzv_endpoint:
         return None
+    names = tuple(p.strip() for p in settings.torchrun_peer_names.split(",") if p.strip())
+    if names:
+        objects = open_object_store(settings, Path(settings.features_data_dir))
+        return Hosts(settings.torchrun_rdzv_endpoint, names, settings.torchrun_local_addr or None, objects)
     peers = tuple(Path(p.strip()) for p in settings.torchrun_peer_dirs.split(",") if p.strip())
     return Hosts(settings.torchrun_rdzv_endpoint, peers, settings.torchrun_local_addr or None)
 

@@ -82,6 +82,12 @@ class Settings(BaseSettings):
         "", description="comma-separated: each peer host's own working folder, where this launcher delivers that "
         "host's job file and data shards (with the rendezvous endpoint: --nnodes is 1 + their number)"
     )
+    torchrun_peer_names: str = Field(
+        "", description="comma-separated names of the peer hosts of a training across hosts, reached through the "
+        "object store (LABELDP_STORAGE_URL) instead of folders: each runs `labeldp torchrun-host NAME DIR`, takes "
+        "its job from the store and reads its own data shards there (no shared filesystem); overrides "
+        "torchrun_peer_dirs"
+    )
     torchrun_local_addr: str = Field("", description="this host's address as the peer hosts reach it (default: "
                                      "its hostname)")
     training_row_group_rows: int = Field(65_536, ge=1, description="rows per staged row group (streaming)")
