@@ -278,8 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a training worker",
         description="Claim queued trainings from the features party's database (LABELDP_FEATURES_DATABASE_URL) "
         "and run them, one at a time, renewing a lease; several may run on several hosts sharing "
-        "LABELDP_FEATURES_DATA_DIR. SIGTERM stops after the running epoch and hands the training back to the "
-        "queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
+        "the object store LABELDP_STORAGE_URL. SIGTERM stops after the running epoch and hands the training back "
+        "to the queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
     )
     worker.add_argument("party", choices=["features"], help="whose trainings (the features party's)")
     worker.set_defaults(func=_worker)
