@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from features_party import feature_tables, responses
 from labeldp.errors import InvalidInput, UnsupportedMediaType
 from labeldp.service.idempotency import request_fingerprint
-from labeldp.service.openapi import BINARY, CSV_TEXT, errors, ok, request_body
+from labeldp.service.openapi import CSV_TEXT, errors, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
@@ -50,10 +50,10 @@ FORMAT_OF = {
     openapi_extra=request_body(
         {
             "text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
-            "application/vnd.apache.parquet": (BINARY, None),
-            "application/vnd.apache.arrow.file": (BINARY, None),
         },
-        "the table as CSV, Parquet or Arrow IPC (file or stream); empty with `source`",
+        "the table as CSV, header first; or as Parquet (application/vnd.apache.parquet), Arrow IPC (file "
+        "or stream: application/vnd.apache.arrow.file or .stream), or any of them as application/octet-stream "
+        "(told apart by its first bytes); empty with `source`",
     ),
 )
 async def upload_feature_table(
