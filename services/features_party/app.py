@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         limits={
             "/v1/releases": settings.inbox_max_body_bytes,
+            "/v1/feature-tables": settings.feature_table_max_body_bytes,
             "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
         },
     )

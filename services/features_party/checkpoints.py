@@ -1,59 +1,61 @@
 """Where a training's checkpoint lives: the model, optimizer and selection state after an epoch.
 
 A worker that dies leaves its training to another worker, which resumes after the last
-checkpoint (features_party.leases, docs/architecture.md "Training jobs"). For now the
-checkpoint is a file under the features data directory (``checkpoints/<training id>.pt``),
-which every API and worker must share, as they share the feature tables and models;
-these three functions are the only place that knows it, so moving checkpoints to object
-storage changes this module alone.
+checkpoint (features_party.leases, docs/architecture.md "Training jobs"). The checkpoint is
+the object ``checkpoints/<training id>.pt`` of the object store every API and worker shares
+(``LABELDP_STORAGE_URL``: a local folder on one host, ``s3://…`` across hosts), so the worker
+that resumes need not be on the host that wrote it. An object is written whole or not at
+all (:meth:`labeldp.storage.ObjectStore.open_output_stream`): a reader sees the previous
+checkpoint or this one, never half. These four functions are the only place that knows it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from labeldp.errors import NotFound
+from labeldp.storage import ObjectStore
+
 log = logging.getLogger("labeldp.features")
 
 CHECKPOINTS_DIR = "checkpoints"
+SUFFIX = ".pt"
 
 
-def _path(data_dir: Path, training_id: str) -> Path:
-    return Path(data_dir) / CHECKPOINTS_DIR / f"{training_id}.pt"
+def _key(training_id: str) -> str:
+    return f"{CHECKPOINTS_DIR}/{training_id}{SUFFIX}"
 
 
-def save(data_dir: Path, training_id: str, state: dict[str, Any]) -> None:
-    """Write the state atomically: a reader sees the previous checkpoint or this one, never half."""
-    path = _path(data_dir, training_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    torch.save(state, partial)
-    os.replace(partial, path)
+def save(objects: ObjectStore, training_id: str, state: dict[str, Any]) -> None:
+    """Write the state as one object (replacing the previous checkpoint only once complete)."""
+    with objects.open_output_stream(_key(training_id)) as out:
+        torch.save(state, out)
 
 
-def load(data_dir: Path, training_id: str) -> dict[str, Any] | None:
+def load(objects: ObjectStore, training_id: str) -> dict[str, Any] | None:
     """The last checkpoint of a training, or None (none written, or unreadable: start over)."""
-    path = _path(data_dir, training_id)
-    if not path.is_file():
+    try:
+        data = objects.get_bytes(_key(training_id))
+    except NotFound:
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     except Exception as exc:  # a checkpoint we cannot read is no reason to fail the training
         log.warning("checkpoint of %s unreadable (%s); starting over", training_id, type(exc).__name__)
         return None
     return state if isinstance(state, dict) else None
 
 
-def remove(data_dir: Path, training_id: str) -> None:
+def remove(objects: ObjectStore, training_id: str) -> None:
     """Once the training is over (succeeded, failed or cancelled) its checkpoint has no use."""
-    _path(data_dir, training_id).unlink(missing_ok=True)
+    objects.delete(_key(training_id))
 
 
-def stored(data_dir: Path) -> list[str]:
+def stored(objects: ObjectStore) -> list[str]:
     """The trainings that have a checkpoint (a worker's sweep removes those of finished trainings)."""
-    folder = Path(data_dir) / CHECKPOINTS_DIR
-    return sorted(p.stem for p in folder.glob("*.pt")) if folder.is_dir() else []
+    names = (key.removeprefix(CHECKPOINTS_DIR + "/") for key in objects.list(CHECKPOINTS_DIR))
+    return sorted(name.removesuffix(SUFFIX) for name in names if name.endswith(SUFFIX) and "/" not in name)

@@ -43,9 +43,14 @@ class AppContext:
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:
-    """The peer hosts of a torchrun job across hosts, when a rendezvous endpoint is set (else one host)."""
+    """The peer hosts of a torchrun job across hosts, when a rendezvous endpoint is set (else one host):
+    named hosts reached through the object store (``LABELDP_TORCHRUN_PEER_NAMES``), or peer folders."""
     if not settings.torchrun_rdzv_endpoint:
         return None
+    names = tuple(p.strip() for p in settings.torchrun_peer_names.split(",") if p.strip())
+    if names:
+        objects = open_object_store(settings, Path(settings.features_data_dir))
+        return Hosts(settings.torchrun_rdzv_endpoint, names, settings.torchrun_local_addr or None, objects)
     peers = tuple(Path(p.strip()) for p in settings.torchrun_peer_dirs.split(",") if p.strip())
     return Hosts(settings.torchrun_rdzv_endpoint, peers, settings.torchrun_local_addr or None)
 
@@ -83,17 +88,18 @@ def build_context(settings: Settings) -> AppContext:
         max_attempts=settings.training_max_attempts,
         poll_seconds=settings.training_poll_seconds,
     )
+    objects = open_object_store(settings, data_dir)
     return AppContext(
         settings=settings,
         engine=engine,
         sessions=sessions,
         data_dir=data_dir,
-        store=open_object_store(settings, data_dir),
+        store=objects,
         registry=registry,
         inbox_messages=measured.inbox_messages,
         trainings=measured.trainings,
         runner=runner,
-        model_cache=models.ModelCache(data_dir, device=resolve_device(settings.device)),
+        model_cache=models.ModelCache(objects, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
         inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
     )

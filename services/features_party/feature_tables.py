@@ -1,4 +1,11 @@
-"""Feature tables: the features party's own rows, uploaded as CSV, kept as Parquet.
+"""Feature tables: the features party's own rows, uploaded (or named by an object URL) as CSV,
+Parquet or Arrow, kept as Parquet objects in the object store.
+
+A source is read one bounded batch at a time (a CSV block, a Parquet or Arrow batch of
+``ROW_GROUP_ROWS`` rows), never whole: converted to a local scratch file, its ids counted by
+hash partitions, then streamed to the store (docs/architecture.md, "Storage"). The kinds of a
+CSV's undeclared columns are inferred from its first block (``CSV_BLOCK_BYTES``); declare
+``categorical``/``numeric`` to override.
 
 Every feature column is either ``numeric`` (stored as float64) or ``categorical``
 (stored as string), so training and prediction see the same types no matter how
@@ -8,14 +15,14 @@ with the ids of a release, which are strings on the wire.
 
 from __future__ import annotations
 
-import io
 import logging
 import re
+import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,11 +34,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
-from labeldp.parquet_batches import utf8_text
+from labeldp.learning.id_partitions import repeated_ids
+from labeldp.learning.staging import PARTITION_ROWS
+from labeldp.parquet_batches import check_column_type, is_number, open_for_batches, utf8_text
 from labeldp.schema import FEATURE_TABLE_NAME
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso, utcnow
+from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
@@ -52,6 +62,7 @@ class ParsedTable:
     table: pa.Table
     id_column: str
     columns: list[dict[str, str]]  # [{"name", "kind"}] for the feature columns
+    n_rows: int = 0
 
 
 def split_names(value: str | None) -> list[str]:
@@ -75,13 +86,197 @@ def _csv_error(exc: Exception) -> LabelDPError:
     return InvalidInput("invalid_csv", "the body is not a CSV this service can read", details)
 
 
-def parse_csv(
-    body: bytes,
+CSV, PARQUET, ARROW = "csv", "parquet", "arrow"
+FORMATS = (CSV, PARQUET, ARROW)
+_WHAT = {CSV: "CSV", PARQUET: "Parquet file", ARROW: "Arrow file"}
+CSV_BLOCK_BYTES = 4 << 20
+"""Bytes of CSV parsed at a time: kinds of undeclared columns are inferred from the first block."""
+_READ_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)
+
+
+def sniff(head: bytes) -> str:
+    """A table's format from its first bytes: Parquet and Arrow IPC have magic numbers; the rest is CSV."""
+    if head.startswith(b"PAR1"):
+        return PARQUET
+    if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+        return ARROW
+    return CSV
+
+
+def _bad(fmt: str) -> str:
+    return f"invalid_{fmt}"
+
+
+@dataclass
+class _Plan:
+    """How each source column becomes a stored one: the id column as text, features as float64 or text."""
+
+    fmt: str
+    id_column: str
+    columns: list[dict[str, str]]  # [{"name", "kind"}] for the feature columns
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(self.id_column, pa.string())]
+            + [pa.field(c["name"], pa.float64() if c["kind"] == NUMERIC else pa.string()) for c in self.columns]
+        )
+
+
+def _plan(
+    fmt: str, schema: pa.Schema, id_column: str, categorical: Sequence[str], numeric: Sequence[str]
+) -> _Plan:
+    what = _WHAT[fmt]
+    try:
+        names = schema.names  # decoded only here
+    except UnicodeDecodeError:
+        raise InvalidInput(_bad(fmt), f"the {what}'s column names are not UTF-8") from None
+    if len(set(names)) != len(names):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidInput(_bad(fmt), f"the {what} repeats a column name", [{"column": n} for n in dupes])
+    if id_column not in names:
+        raise InvalidInput("missing_id_column", f"the {what} has no id column {id_column!r}")
+    unknown = [n for n in [*categorical, *numeric] if n not in names]
+    if unknown:
+        raise InvalidInput(
+            "unknown_column", f"declared columns are not in the {what}", [{"column": n} for n in unknown]
+        )
+    typed = fmt != CSV  # a CSV's types are pyarrow's guesses, cast as before; a typed file's are checked
+    if typed:
+        check_column_type(id_column, schema.field(id_column).type)
+    columns: list[dict[str, str]] = []
+    for name in names:
+        if name == id_column:
+            continue
+        dtype = schema.field(name).type
+        if typed:
+            check_column_type(name, dtype)
+        numeric_kind = name in numeric or (name not in categorical and is_number(dtype))
+        columns.append({"name": name, "kind": NUMERIC if numeric_kind else CATEGORICAL})
+    return _Plan(fmt, id_column, columns)
+
+
+def _normalize(batch: pa.RecordBatch, plan: _Plan, first_row: int) -> pa.Table:
+    """One source batch as stored: ids as text (none empty), numbers as float64, categories as text."""
+    bad = _bad(plan.fmt)
+    ids = batch.column(plan.id_column)
+    ids = ids.cast(pa.string()) if is_number(ids.type) else utf8_text(
+        ids, code="invalid_id", what="id", first_row=first_row
+    )
+    if ids.null_count:
+        raise InvalidInput(bad, "some rows have an empty id", [{"count": ids.null_count}])
+    arrays = [ids]
+    for column in plan.columns:
+        name, values = column["name"], batch.column(column["name"])
+        if column["kind"] == NUMERIC:
+            try:
+                values = values.cast(pa.float64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InvalidInput(bad, "a numeric column has a value that is not a number",
+                                   [{"column": name[:100]}]) from None
+        else:
+            # a column whose bytes are not UTF-8 is inferred as binary: name its row, not a 500
+            values = utf8_text(values, code=bad, what=f"value in column {name[:100]!r}", first_row=first_row)
+        arrays.append(values)
+    return pa.Table.from_arrays(arrays, schema=plan.schema)
+
+
+def _read_batches(
+    source: pa.NativeFile, fmt: str, id_column: str, categorical: Sequence[str], numeric: Sequence[str]
+) -> tuple[_Plan, Iterator[pa.RecordBatch]]:
+    """The plan and the batches of an open source (one bounded batch at a time, never the whole table)."""
+    bad, what = _bad(fmt), _WHAT[fmt]
+    schema: pa.Schema
+    batches: Iterator[pa.RecordBatch]
+    try:
+        if fmt == CSV:
+            # The id column as bytes: utf8_text names the row whose id is not UTF-8 (invalid_id) instead of
+            # a whole-file invalid_csv; other text is checked the same way.
+            types: dict[str, pa.DataType] = {id_column: pa.binary()}
+            types.update({name: pa.string() for name in categorical})
+            types.update({name: pa.float64() for name in numeric})
+            reader = pacsv.open_csv(
+                cast(Any, source),
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
+            )
+            schema, batches = reader.schema, iter(reader)
+        elif fmt == PARQUET:
+            parquet = open_for_batches(source)
+            schema, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=ROW_GROUP_ROWS)
+        else:
+            try:
+                ipc = pa.ipc.open_file(source)
+                schema = ipc.schema
+                batches = (ipc.get_batch(i) for i in range(ipc.num_record_batches))
+            except pa.ArrowInvalid:
+                source.seek(0)
+                stream = pa.ipc.open_stream(source)
+                schema, batches = stream.schema, iter(stream)
+    except _READ_ERRORS as exc:
+        if fmt == CSV:
+            raise _csv_error(exc) from None
+        raise InvalidInput(bad, f"the body is not a {what} this service can read") from None
+    plan = _plan(fmt, schema, id_column, categorical, numeric)
+
+    def checked() -> Iterator[pa.RecordBatch]:
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except _READ_ERRORS as exc:
+                if fmt == CSV:
+                    raise _csv_error(exc) from None
+                raise InvalidInput(bad, f"the {what} cannot be read to its end") from None
+            # a source's batch may be large (an Arrow file's are the writer's): store it in bounded slices
+            for start in range(0, batch.num_rows, ROW_GROUP_ROWS):
+                yield batch.slice(start, ROW_GROUP_ROWS)
+
+    return plan, checked()
+
+
+class _RowGroups:
+    """Writes ``ROW_GROUP_ROWS``-row groups of a Parquet file, buffering at most one group."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.writer = pq.ParquetWriter(path, schema)
+        self.pending: list[pa.Table] = []
+        self.n_pending = 0
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.n_pending += table.num_rows
+        while self.n_pending >= ROW_GROUP_ROWS:
+            merged = pa.concat_tables(self.pending)
+            self.writer.write_table(merged.slice(0, ROW_GROUP_ROWS), row_group_size=ROW_GROUP_ROWS)
+            rest = merged.slice(ROW_GROUP_ROWS)
+            self.pending, self.n_pending = ([rest] if rest.num_rows else []), rest.num_rows
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self.n_pending:
+            self.writer.write_table(pa.concat_tables(self.pending), row_group_size=ROW_GROUP_ROWS)
+        self.pending, self.n_pending = [], 0
+        self.writer.close()
+
+
+def convert(
+    source: pa.NativeFile,
+    fmt: str,
+    destination: Path,
     id_column: str,
     categorical: Sequence[str] = (),
     numeric: Sequence[str] = (),
+    partition_rows: int = PARTITION_ROWS,
 ) -> ParsedTable:
-    """Parse and validate a CSV upload; undeclared columns get their kind from pyarrow's type."""
+    """Read ``source`` (CSV, Parquet or Arrow) a batch at a time into the stored form at ``destination``.
+
+    Every check of an upload runs here: columns, kinds, ids (text, none empty, none repeated:
+    counted by id-hash partitions, :func:`labeldp.learning.id_partitions.repeated_ids`).
+    ``ParsedTable.table`` is the stored schema's empty table (no rows are kept in memory).
+    """
     overlap = (set(categorical) & set(numeric)) | ({id_column} & (set(categorical) | set(numeric)))
     if overlap:
         raise InvalidInput(
@@ -89,67 +284,34 @@ def parse_csv(
             "a column is declared twice or the id column is declared as a feature",
             [{"column": name} for name in sorted(overlap)],
         )
-    # The id column as bytes: utf8_text names the row whose id is not UTF-8 (invalid_id) instead of
-    # a whole-file invalid_csv; other text is checked the same way below.
-    column_types: dict[str, pa.DataType] = {id_column: pa.binary()}
-    column_types.update({name: pa.string() for name in categorical})
-    column_types.update({name: pa.float64() for name in numeric})
+    plan, batches = _read_batches(source, fmt, id_column, categorical, numeric)
+    writer = _RowGroups(destination, plan.schema)
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(body),
-            convert_options=pacsv.ConvertOptions(column_types=column_types, strings_can_be_null=True),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise _csv_error(exc) from None
-
-    try:
-        names = table.column_names  # decoded only here
-    except UnicodeDecodeError:
-        raise InvalidInput("invalid_csv", "the CSV header is not UTF-8") from None
-    if len(set(names)) != len(names):
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        raise InvalidInput("invalid_csv", "the CSV header repeats a column name", [{"column": n} for n in dupes])
-    if id_column not in names:
-        raise InvalidInput("missing_id_column", f"the CSV has no id column {id_column!r}")
-    unknown = [n for n in [*categorical, *numeric] if n not in names]
-    if unknown:
+        for batch in batches:
+            writer.add(_normalize(batch, plan, writer.rows + 1))
+    finally:
+        writer.close()
+    if writer.rows == 0:
+        raise InvalidInput(_bad(fmt), f"the {_WHAT[fmt]} has no data rows")
+    count, examples = repeated_ids(destination, id_column, destination.with_name("ids"), partition_rows)
+    if count:
         raise InvalidInput(
-            "unknown_column", "declared columns are not in the CSV", [{"column": n} for n in unknown]
+            "duplicate_ids", f"{count} ids occur more than once", [{"count": count, "examples": examples}]
         )
-    if table.num_rows == 0:
-        raise InvalidInput("invalid_csv", "the CSV has no data rows")
+    return ParsedTable(plan.schema.empty_table(), id_column, plan.columns, writer.rows)
 
-    ids = utf8_text(table.column(id_column), code="invalid_id", what="id")
-    if ids.null_count:
-        raise InvalidInput("invalid_csv", "some rows have an empty id", [{"count": ids.null_count}])
-    counts = pc.value_counts(ids)
-    repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1)))
-    if len(repeated):
-        examples = repeated.field("values").to_pylist()[:MAX_EXAMPLES]
-        raise InvalidInput(
-            "duplicate_ids",
-            f"{len(repeated)} ids occur more than once",
-            [{"count": len(repeated), "examples": examples}],
-        )
 
-    arrays: list[pa.ChunkedArray] = [ids]
-    fields: list[pa.Field] = [pa.field(id_column, pa.string())]
-    columns: list[dict[str, str]] = []
-    for name in names:
-        if name == id_column:
-            continue
-        column = table.column(name)
-        dtype: pa.DataType
-        if name in numeric or (name not in categorical and _is_numeric(column.type)):
-            kind, dtype = NUMERIC, pa.float64()
-        else:
-            kind, dtype = CATEGORICAL, pa.string()
-            # a column whose bytes are not UTF-8 is inferred as binary: name its row, not a 500
-            column = utf8_text(column, code="invalid_csv", what=f"value in column {name[:100]!r}")
-        arrays.append(column.cast(dtype))
-        fields.append(pa.field(name, dtype))
-        columns.append({"name": name, "kind": kind})
-    return ParsedTable(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), id_column, columns)
+def parse_csv(
+    body: bytes,
+    id_column: str,
+    categorical: Sequence[str] = (),
+    numeric: Sequence[str] = (),
+) -> ParsedTable:
+    """Parse and validate a CSV held in memory (small tables, tests); uploads go through :func:`convert`."""
+    with tempfile.TemporaryDirectory() as work:
+        destination = Path(work) / "table.parquet"
+        parsed = convert(pa.BufferReader(body), CSV, destination, id_column, categorical, numeric)
+        return ParsedTable(pq.read_table(destination), id_column, parsed.columns, parsed.n_rows)
 
 
 def _is_numeric(dtype: pa.DataType) -> bool:
@@ -172,39 +334,61 @@ def describe(row: store.FeatureTable) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class TableSource:
+    """Where an upload's bytes are: a spooled request body, or an object a reference names."""
+
+    open: Callable[[], pa.NativeFile]
+    """A fresh random-access reader (closed by the caller)."""
+    fmt: str | None = None
+    """``csv``, ``parquet`` or ``arrow``; None: from the first bytes (:func:`sniff`)."""
+
+
+def local_source(path: Path, fmt: str | None = None) -> TableSource:
+    return TableSource(lambda: pa.OSFile(str(path), "rb"), fmt)
+
+
 def create_feature_table(
     session_factory: sessionmaker[Session],
-    data_dir: Path,
+    objects: ObjectStore,
+    scratch: Path,
     name: str,
-    body: bytes,
+    source: TableSource,
     id_column: str = "id",
     categorical: Sequence[str] = (),
     numeric: Sequence[str] = (),
     claim: Claim | None = None,
+    partition_rows: int = PARTITION_ROWS,
 ) -> StoredResponse:
-    """Validate, write the Parquet file, then record it; on any error nothing remains.
+    """Validate and convert the source a batch at a time, store the Parquet object, then record it.
 
-    With an ``Idempotency-Key`` the row and the stored answer (``claim``) commit together.
+    The stored form is written to a scratch file under ``scratch`` first (a local folder of this
+    process), checked (duplicate ids need the whole id column, counted by partitions), then
+    streamed to the object store; on any error nothing remains. With an ``Idempotency-Key`` the
+    row and the stored answer (``claim``) commit together.
     """
     check_table_name(name)
+    if source.fmt is not None and source.fmt not in FORMATS:
+        raise InvalidInput("invalid_format", f"format must be one of {', '.join(FORMATS)}")
     with session_factory() as session:
         if session.get(store.FeatureTable, name) is not None:
             raise _exists(name)
-    parsed = parse_csv(body, id_column, categorical, numeric)
-
-    relative = f"{TABLES_DIR}/{uuid.uuid4().hex}.parquet"
-    path = Path(data_dir) / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as work:
+        local = Path(work) / "table.parquet"
+        with source.open() as reader:
+            fmt = source.fmt or sniff(reader.read(8))
+            reader.seek(0)
+            parsed = convert(reader, fmt, local, id_column, categorical, numeric, partition_rows)
+        key = f"{TABLES_DIR}/{uuid.uuid4().hex}.parquet"
+        objects.put_file(key, local)
     try:
-        pq.write_table(parsed.table, tmp, row_group_size=ROW_GROUP_ROWS)
-        tmp.replace(path)
         row = store.FeatureTable(
             name=name,
             id_column=id_column,
-            n_rows=parsed.table.num_rows,
+            n_rows=parsed.n_rows,
             columns=parsed.columns,
-            path=relative,
+            path=key,
             created_at=utcnow(),  # set here: the answer is built before the row is flushed
         )
         response = StoredResponse(201, describe(row), {"Location": f"/v1/feature-tables/{name}"})
@@ -215,22 +399,43 @@ def create_feature_table(
             if claim is not None:
                 claim.complete(session, response)
     except IntegrityError:
-        _remove(tmp, path)
+        objects.delete(key)
         raise _exists(name) from None
     except BaseException:
-        _remove(tmp, path)
+        objects.delete(key)
         raise
-    log.info("feature table %s stored: %d rows, %d columns", name, row.n_rows, len(row.columns))
+    log.info("feature table %s stored (%s): %d rows, %d columns", name, fmt, row.n_rows, len(row.columns))
     return response
+
+
+def reference_source(url: str, allowed: str, fmt: str | None = None, **options: Any) -> TableSource:
+    """The object ``url`` names, if it lies under one of the comma-separated ``allowed`` URL prefixes
+    (``LABELDP_FEATURE_SOURCES``); else 422 ``feature_source_not_allowed``. ``options``: S3 options
+    as :meth:`ObjectStore.from_url` takes them. A missing object is 422 ``feature_source_not_found``."""
+    for prefix in split_names(allowed):
+        base = prefix.rstrip("/") + "/"
+        if not url.startswith(base) or len(url) == len(base):
+            continue
+        key = url[len(base):]
+        if "?" in key or "#" in key or any(p in ("", ".", "..") or p.startswith(".") for p in key.split("/")):
+            break  # no way out of the prefix, and no hidden (unfinished) objects
+        bucket = ObjectStore.from_url(base.rstrip("/"), **options)
+
+        def open_object(bucket: ObjectStore = bucket, key: str = key) -> pa.NativeFile:
+            try:
+                return bucket.open_input_file(key)
+            except NotFound:
+                raise InvalidInput("feature_source_not_found", "no object at the feature source URL") from None
+
+        return TableSource(open_object, fmt)
+    raise InvalidInput(
+        "feature_source_not_allowed",
+        "this service may not read that URL: an operator lists the allowed prefixes in LABELDP_FEATURE_SOURCES",
+    )
 
 
 def _exists(name: str) -> LabelDPError:
     return Conflict("feature_table_exists", f"feature table {name!r} already exists")
-
-
-def _remove(*paths: Path) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
 
 
 def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dict[str, Any]:
@@ -262,9 +467,20 @@ def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTab
     return row
 
 
-def read_table(data_dir: Path, row: store.FeatureTable, columns: list[str] | None = None) -> pa.Table:
+def read_table(objects: ObjectStore, row: store.FeatureTable, columns: list[str] | None = None) -> pa.Table:
     """The stored table (id column first), or only ``columns`` of it."""
-    return pq.read_table(Path(data_dir) / row.path, columns=columns)
+    with objects.open_input_file(row.path) as f:
+        return pq.read_table(f, columns=columns)
+
+
+def holds_every_id(objects: ObjectStore, row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether the table holds each of ``ids``, read one row group of its id column at a time."""
+    wanted = pc.unique(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids).cast(pa.string())
+    found = 0
+    with objects.open_input_file(row.path) as f:
+        for batch in open_for_batches(f).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[row.id_column]):
+            found += int(pc.sum(pc.cast(pc.is_in(batch.column(0), value_set=wanted), pa.int64())).as_py() or 0)
+    return found == len(wanted)  # the table's ids are unique (checked on upload)
 
 
 def unknown_ids_error(missing: int, examples: list[str]) -> LabelDPError:

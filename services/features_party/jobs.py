@@ -56,8 +56,9 @@ from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_m
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
-from labeldp.service.settings import Settings
+from labeldp.service.settings import Settings, open_object_store
 from labeldp.service.timestamps import iso, utcnow
+from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
@@ -132,7 +133,7 @@ class TrainingCancelled(Exception):
 
 def create_training(
     session_factory: sessionmaker[Session],
-    data_dir: Path,
+    objects: ObjectStore,
     request: TrainingRequest,
     claim: Claim | None = None,
     *,
@@ -164,7 +165,7 @@ def create_training(
         ids, _labels = inbox.release_columns(release)
         release_id = release.release_id
     del _labels
-    check_join(data_dir, table_row, ids)
+    check_join(objects, table_row, ids)
 
     training_id = "trn_" + uuid.uuid4().hex
     response = StoredResponse(
@@ -216,10 +217,13 @@ def _check_queue(
         )
 
 
-def check_join(data_dir: Path, table_row: store.FeatureTable, ids: pa.Array) -> None:
+def check_join(objects: ObjectStore, table_row: store.FeatureTable, ids: pa.Array) -> None:
     """422 ``unknown_ids`` (a count and a few ids, which are public; never labels) unless the
-    table holds every id of the release."""
-    table_ids = feature_tables.read_table(data_dir, table_row, [table_row.id_column]).column(0)
+    table holds every id of the release. The table's ids are read a row group at a time; only
+    a join that fails reads them whole, to name a few missing ids."""
+    if feature_tables.holds_every_id(objects, table_row, ids):
+        return
+    table_ids = feature_tables.read_table(objects, table_row, [table_row.id_column]).column(0)
     missing, examples = feature_tables.missing_ids(ids, table_ids)
     if missing:
         raise feature_tables.unknown_ids_error(missing, examples)
@@ -467,6 +471,7 @@ class JobContext:
 
     session_factory: sessionmaker[Session]
     data_dir: Path
+    """This process's own folder: scratch only (a streaming training's work folder)."""
     device: str = "auto"
     threads: int = 0
     on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
@@ -481,6 +486,17 @@ class JobContext:
     owner: str = field(default_factory=leases.new_owner)  # this worker, as the rows it claims name it
     lease_seconds: float = 30.0
     progress_seconds: float = 1.0  # how often batch progress is written and a cross-process cancel read
+    objects: ObjectStore | None = None
+    """The store every API and worker shares (feature tables, checkpoints, models); None: ``data_dir`` as one."""
+
+    def __post_init__(self) -> None:
+        if self.objects is None:
+            object.__setattr__(self, "objects", ObjectStore.from_url(str(self.data_dir)))
+
+    @property
+    def store(self) -> ObjectStore:
+        assert self.objects is not None  # set by __post_init__
+        return self.objects
 
     def status_changed(self, status: str) -> None:
         if self.on_status is not None:
@@ -496,9 +512,11 @@ def job_context(
 ) -> JobContext:
     """The job context the settings describe (one definition for the API and the worker process);
     ``hosts``: :func:`features_party.context.torchrun_hosts` of the settings."""
+    data_dir = Path(settings.features_data_dir)
     return JobContext(
         session_factory=session_factory,
-        data_dir=Path(settings.features_data_dir),
+        data_dir=data_dir,
+        objects=open_object_store(settings, data_dir),
         device=settings.device,
         threads=settings.training_threads,
         workers=settings.training_workers,
@@ -641,7 +659,7 @@ def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) ->
         order = TrainingOrder.of_stored(row.config)
         attempt = row.attempt
         release_id, table_name = row.release_id, row.feature_table
-    resume = None if _torchrun(ctx) else checkpoints.load(ctx.data_dir, training_id)
+    resume = None if _torchrun(ctx) else checkpoints.load(ctx.store, training_id)
     if resume is not None and resume.get("path") != _path_kind(ctx):
         resume = None  # written by a worker configured for the other training path: start over
     # The seed is fixed here, so a resumed attempt draws the same split and data order.
@@ -687,10 +705,17 @@ class _Job:
 
     def checkpoint(self, state: dict[str, Any]) -> None:
         checkpoints.save(
-            self.ctx.data_dir, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
+            self.ctx.store, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
         )
 
-    def fit(self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: Path, id_column: str) -> TrainedModel:
+    def fit(self, ids: pa.Array, labels: np.ndarray, spec: Any, table_key: str, id_column: str) -> TrainedModel:
+        """Train on the release joined with the feature table, read from the object store."""
+        with self.ctx.store.open_input_file(table_key) as table_file:
+            return self._fit(ids, labels, spec, table_file, id_column)
+
+    def _fit(
+        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: pa.NativeFile, id_column: str
+    ) -> TrainedModel:
         ctx, config, listener = self.ctx, self.config, self.listener
         task = LabelTask.of(spec)
         # A torchrun job checkpoints in its own work folder and restarts its group itself; a job
@@ -718,13 +743,13 @@ class _Job:
     def train_and_record(self) -> None:
         ctx, training_id, listener, config = self.ctx, self.training_id, self.listener, self.config
         release_id, table_name = self.release_id, self.table_name
-        model_path: Path | None = None
+        model_key: str | None = None
         try:
             with ctx.session_factory() as session:
                 release = inbox.get_release(session, release_id)
                 ids, labels = inbox.release_columns(release)
                 table_row = feature_tables.get_feature_table(session, table_name)
-                table_path, id_column = Path(ctx.data_dir) / table_row.path, table_row.id_column
+                table_key, id_column = table_row.path, table_row.id_column
                 meta = {
                     "release_id": release.release_id,
                     "label_set_id": release.label_set_id,
@@ -736,11 +761,12 @@ class _Job:
                 }
             if ctx.board.cancel_requested(training_id):
                 raise TrainingCancelled()
-            trained = self.fit(ids, labels, meta["mechanism_spec"], table_path, id_column)
+            trained = self.fit(ids, labels, meta["mechanism_spec"], table_key, id_column)
             model_id = "mdl_" + uuid.uuid4().hex
             relative = f"{MODELS_DIR}/{model_id}.pt"
-            model_path = Path(ctx.data_dir) / relative
-            trained.save(model_path)
+            with ctx.store.open_output_stream(relative) as out:
+                trained.write(out)
+            model_key = relative
             last = _selected_entry(trained)
             with ctx.session_factory.begin() as session:
                 # Succeed only from running and held: a cancel that came after the last batch still wins.
@@ -766,39 +792,39 @@ class _Job:
                     )
                 )
         except TrainingCancelled:
-            self._discard(model_path)
+            self._discard(model_key)
             self._finish(CANCELLED)
             log.info("training %s cancelled at epoch %d", training_id, len(listener.history))
             return
         except TrainingInterrupted:
-            if model_path is not None:
-                model_path.unlink(missing_ok=True)
+            if model_key is not None:
+                ctx.store.delete(model_key)
             handed = leases.hand_back(ctx.session_factory, training_id, ctx.owner)
             log.info("training %s %s: this worker is stopping", training_id,
                      "handed back to the queue" if handed else "not handed back")
             ctx.status_changed(QUEUED if handed else CANCELLED)
             return
         except LeaseLost:
-            if model_path is not None:
-                model_path.unlink(missing_ok=True)
+            if model_key is not None:
+                ctx.store.delete(model_key)
             log.warning("training %s stopped: %s no longer holds it", training_id, ctx.owner)
             return
         except Exception as exc:
-            self._discard(model_path)
+            self._discard(model_key)
             code, message = _safe_error(exc)
             log.error("training %s failed: %s: %s (%s)", training_id, code, message, type(exc).__name__)
             self._finish(FAILED, error=stored_error(code, message))
             return
-        checkpoints.remove(ctx.data_dir, training_id)
+        checkpoints.remove(ctx.store, training_id)
         log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)
         if ctx.on_trained is not None:
             ctx.on_trained(trained.n_train_ * len(trained.history_))
         ctx.status_changed(SUCCEEDED)
 
-    def _discard(self, model_path: Path | None) -> None:
-        if model_path is not None:
-            model_path.unlink(missing_ok=True)
-        checkpoints.remove(self.ctx.data_dir, self.training_id)
+    def _discard(self, model_key: str | None) -> None:
+        if model_key is not None:
+            self.ctx.store.delete(model_key)
+        checkpoints.remove(self.ctx.store, self.training_id)
 
     def _finish(self, status: str, **values: Any) -> None:
         """Cancelled or failed, if the row is still this worker's."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ from labeldp.learning.tasks import CLASSIFICATION, LabelTask
 from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
+from labeldp.storage import ObjectStore
 
 MAX_PREDICT_ROWS = 1_000_000
 
@@ -163,10 +163,10 @@ def runtime_card(model: TrainedModel | None) -> dict[str, Any] | None:
 
 
 class ModelCache:
-    """A small per-app LRU of loaded models (model files never change once written)."""
+    """A small per-app LRU of loaded models (model objects never change once written)."""
 
-    def __init__(self, data_dir: Path, device: str = "cpu", size: int = 4) -> None:
-        self.data_dir = Path(data_dir)
+    def __init__(self, objects: ObjectStore, device: str = "cpu", size: int = 4) -> None:
+        self.objects = objects
         self.device = device
         self.size = size
         self._models: OrderedDict[str, TrainedModel] = OrderedDict()
@@ -177,7 +177,7 @@ class ModelCache:
             if row.model_id in self._models:
                 self._models.move_to_end(row.model_id)
                 return self._models[row.model_id]
-        model = load_model(self.data_dir / row.path, device=self.device)
+        model = load_model(self.objects.get_bytes(row.path), device=self.device)
         with self._lock:
             self._models[row.model_id] = model
             while len(self._models) > self.size:
@@ -243,7 +243,7 @@ def _category(value: Any) -> str | None:
 
 def predict(
     session_factory: sessionmaker[Session],
-    data_dir: Path,
+    objects: ObjectStore,
     cache: ModelCache,
     model_id: str,
     request: PredictRequest,
@@ -265,7 +265,7 @@ def predict(
     if n == 0:
         return _response(model, rows_to_table([], model, set()))
     if request.ids is not None:
-        table = feature_tables.read_table(data_dir, table_row)
+        table = feature_tables.read_table(objects, table_row)
         features = feature_tables.select_rows(table, table_row.id_column, request.ids)
     else:
         features = rows_to_table(request.rows or [], model, {table_row.id_column})

@@ -53,7 +53,7 @@ class Worker:
     def sweep_checkpoints(self) -> list[str]:
         """Remove the checkpoints of trainings that are over (failed as worker_lost, or cancelled
         while queued after a re-queue: their last worker was not there to remove them)."""
-        ids = checkpoints.stored(self.ctx.data_dir)
+        ids = checkpoints.stored(self.ctx.store)
         if not ids:
             return []
         with self.ctx.session_factory() as session:
@@ -65,7 +65,7 @@ class Worker:
             ))
         removed = [training_id for training_id in ids if training_id not in pending]
         for training_id in removed:
-            checkpoints.remove(self.ctx.data_dir, training_id)
+            checkpoints.remove(self.ctx.store, training_id)
         return removed
 
     def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:

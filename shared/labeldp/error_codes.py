@@ -69,6 +69,8 @@ ERROR_CODES: dict[str, str] = {
     "invalid_column_declaration": "the declared column kinds do not match the table",
     "missing_id_column": "the table has no id column",
     "unknown_column": "a column the request names is not in the table",
+    "feature_source_not_allowed": "the URL is outside LABELDP_FEATURE_SOURCES, the prefixes this service may read",
+    "feature_source_not_found": "no object at the feature table's source URL",
     "invalid_table_name": "a feature table name outside the allowed characters or length",
     "unknown_mechanism": "no mechanism of that name in the catalogue",
     "mechanism_not_applicable": "the mechanism does not serve this kind of label set",

@@ -29,8 +29,9 @@ Column = TypeVar("Column", pa.Array, pa.ChunkedArray)
 _SCAN = 4096  # rows cast at a time while looking for the first row that is not UTF-8
 
 
-def open_for_batches(path: str | Path) -> pq.ParquetFile:
-    """``path`` for ``iter_batches``: one batch in memory at a time (raises as ``pq.ParquetFile`` does)."""
+def open_for_batches(path: str | Path | pa.NativeFile) -> pq.ParquetFile:
+    """``path`` (or an open random-access file, such as an object store's) for ``iter_batches``: one batch
+    in memory at a time (raises as ``pq.ParquetFile`` does)."""
     return pq.ParquetFile(path, pre_buffer=False)
 
 

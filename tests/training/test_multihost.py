@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.s3_server import S3Server
 from tests.training.data import write_table
 
 from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
@@ -181,3 +182,50 @@ def test_one_host_stays_standalone_and_an_endpoint_makes_a_c10d_job_of_every_hos
             "--local-addr=10.0.0.4", "--nproc_per_node=2"} <= set(command)
     with pytest.raises(ValueError):
         Hosts("no-port", ())
+
+
+def test_two_hosts_through_the_s3_store_share_no_folder_and_train_one_process_model(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """Named peers (LABELDP_TORCHRUN_PEER_NAMES): the home launcher puts the peer's job and its own data
+    shard in the object store (moto's S3 here), the peer (``labeldp torchrun-host``, a process with only
+    its own folder and the store's settings) takes them from its mailbox; the model is one process's,
+    bit for bit, and the job's objects are gone afterwards. Planted once: publishing every shard to the
+    peer (``own = range(shards)``) made it train on the wrong shard and the networks differ."""
+    config = CONFIG.replace(epochs=2)
+    staged, features, run = _stage(tmp_path, 2000, config)
+    one = _one_process(staged, run)
+    url = s3_server.url()
+    objects = s3_server.store(url)
+    home, peer = tmp_path / "host-a", tmp_path / "host-b"
+    home.mkdir()
+    hosts = Hosts(f"127.0.0.1:{_free_port()}", ("b",), local_addr="127.0.0.1", objects=objects)
+    spec = SPEC.model_dump(mode="json")
+    env = {**os.environ, **s3_server.env(url), "LABELDP_FEATURES_DATA_DIR": str(tmp_path / "peer-data")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "labeldp_tools.cli", "torchrun-host", "b", str(peer), "--local-addr", "127.0.0.1",
+         "--once"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    )
+    try:
+        two = run_torchrun(staged, spec, label_law(spec), run, DEFAULT_LEARNING, 1, home, None, hosts)
+        output = process.communicate(timeout=60)[0]
+        assert process.returncode == 0, output.decode(errors="replace")[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    same_network(two, one)
+    assert np.array_equal(two.predict(features), one.predict(features))
+    assert objects.list("torchrun") == []  # the delivery taken, the job's shards withdrawn
+    assert not (peer / STAGE_DIR).exists() and not (peer / JOB_FILE).exists()
+    assert not (home / STAGE_DIR).exists()  # nothing was delivered to a folder
+
+
+def test_named_peers_are_reached_through_the_store(tmp_path: Path) -> None:
+    from features_party.context import torchrun_hosts
+    from labeldp.service.settings import Settings
+
+    settings = Settings(torchrun_rdzv_endpoint="10.0.0.5:29400", torchrun_peer_names="b, c",
+                        torchrun_peer_dirs=f"{tmp_path}/x", features_data_dir=tmp_path / "data")
+    hosts = torchrun_hosts(settings)
+    assert hosts is not None and hosts.peers == ("b", "c") and hosts.objects is not None
+    assert hosts.objects.url == str(tmp_path / "data") and hosts.rendezvous().nnodes == 3

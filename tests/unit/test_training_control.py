@@ -25,6 +25,7 @@ from labeldp.learning.regression import fit_regressor
 from labeldp.schema import EpsilonPart, LabelRelease, LaplaceSpec, PrivacyAccounting, encode_payload, payload_digest
 from labeldp.service.database import make_engine, make_session_factory
 from labeldp.specs.base import LabelDomainSpec
+from labeldp.storage import ObjectStore
 
 N = 300
 CONFIG = {"epochs": 5, "batch_size": 64, "learning_rate": 1e-3, "weight_decay": 0.0, "validation_fraction": 0.1,
@@ -236,11 +237,11 @@ def test_a_restart_finishes_what_its_dead_worker_was_cancelling(sessions) -> Non
 def test_a_full_queue_is_a_429_with_retry_after_and_creates_nothing(sessions, tmp_path: Path) -> None:
     request = jobs.TrainingRequest(release_id="rel", epochs=1)
     for _ in range(2):
-        jobs.create_training(sessions, tmp_path, request, queue_max=2, retry_after=lambda: 42)
+        jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
     with sessions() as s:
         before = s.scalar(select(func.count()).select_from(store.Training))
     with pytest.raises(LabelDPError) as full:
-        jobs.create_training(sessions, tmp_path, request, queue_max=2, retry_after=lambda: 42)
+        jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
     assert full.value.status_code == 429 and full.value.code == "training_queue_full"
     assert full.value.headers == {"Retry-After": "42"}
     with sessions() as s:
@@ -249,7 +250,7 @@ def test_a_full_queue_is_a_429_with_retry_after_and_creates_nothing(sessions, tm
     with sessions() as s:
         first = s.scalars(select(store.Training.training_id).order_by(store.Training.created_at)).first()
     jobs.cancel_training(sessions, ProgressBoard(), first)
-    assert jobs.create_training(sessions, tmp_path, request, queue_max=2).status_code == 202
+    assert jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2).status_code == 202
 
 
 def test_queue_positions_follow_creation_order(sessions) -> None:
@@ -368,3 +369,8 @@ def test_the_queue_gauge_counts_the_catalogue_at_each_scrape(sessions) -> None:
         _queue(sessions, f"t{minute}", status=status, minute=minute)
     assert gauge() == {"queued": 2, "running": 1, "cancelling": 0}  # finished ones are not in the queue
     assert b"labeldp_trainings_in_queue" in generate_latest(registry)
+
+
+def _objects(folder: Path) -> ObjectStore:
+    """The object store a service with no LABELDP_STORAGE_URL has: its data folder."""
+    return ObjectStore.from_url(str(folder))

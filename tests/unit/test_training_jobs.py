@@ -25,6 +25,7 @@ from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.loop import EpochReport
 from labeldp.learning.regression import fit_private_regressor
 from labeldp.service.database import make_engine, make_session_factory
+from labeldp.storage import ObjectStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -208,13 +209,14 @@ def test_a_resumed_training_is_the_uninterrupted_one(tmp_path: Path) -> None:
 
     # the checkpoint survives the trip through the store a worker uses
     state = {"epoch": 1, "model": {"w": torch.ones(2)}, "history": [{"epoch": 1}]}
-    checkpoints.save(tmp_path, "trn_x", state)
-    loaded = checkpoints.load(tmp_path, "trn_x")
+    checkpoints.save(_objects(tmp_path), "trn_x", state)
+    loaded = checkpoints.load(_objects(tmp_path), "trn_x")
     assert loaded is not None and loaded["epoch"] == 1 and torch.equal(loaded["model"]["w"], torch.ones(2))
     (tmp_path / "checkpoints" / "trn_y.pt").write_bytes(b"half a file")
-    assert checkpoints.load(tmp_path, "trn_y") is None and checkpoints.load(tmp_path, "none") is None
-    checkpoints.remove(tmp_path, "trn_x")
-    assert checkpoints.load(tmp_path, "trn_x") is None
+    assert checkpoints.load(_objects(tmp_path), "trn_y") is None
+    assert checkpoints.load(_objects(tmp_path), "none") is None
+    checkpoints.remove(_objects(tmp_path), "trn_x")
+    assert checkpoints.load(_objects(tmp_path), "trn_x") is None
 
 
 def test_a_resumed_classifier_is_the_uninterrupted_one() -> None:
@@ -235,11 +237,11 @@ def test_an_idle_worker_removes_the_checkpoints_of_finished_trainings(sessions, 
     for training_id, status in (("done", "failed"), ("gone", "cancelled"), ("waiting", "queued"),
                                 ("busy", "running")):
         _add(sessions, training_id, status=status)
-        checkpoints.save(tmp_path, training_id, {"epoch": 1})
-    checkpoints.save(tmp_path, "deleted", {"epoch": 1})
+        checkpoints.save(_objects(tmp_path), training_id, {"epoch": 1})
+    checkpoints.save(_objects(tmp_path), "deleted", {"epoch": 1})
     ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu")
     assert worker.Worker(ctx, 3, 1.0).sweep_checkpoints() == ["deleted", "done", "gone"]
-    assert checkpoints.stored(tmp_path) == ["busy", "waiting"]
+    assert checkpoints.stored(_objects(tmp_path)) == ["busy", "waiting"]
 
 
 def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(sessions, tmp_path: Path) -> None:
@@ -272,3 +274,8 @@ def test_a_claimed_training_that_cannot_start_fails_instead_of_staying_held(sess
     row = _row(sessions, "t1")
     assert row.status == "failed" and jobs.error_body(row.error)["code"] == "training_failed"
     assert row.lease_expires_at is None and statuses == ["failed"]
+
+
+def _objects(folder: Path) -> ObjectStore:
+    """The object store a service with no LABELDP_STORAGE_URL has: its data folder."""
+    return ObjectStore.from_url(str(folder))

@@ -87,6 +87,22 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _torchrun_host(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from labeldp.learning.distributed import host
+    from labeldp.service.logs import configure_logging
+    from labeldp.service.settings import Settings, open_object_store
+
+    settings = Settings()
+    configure_logging(settings.log_level, "features-torchrun-host")
+    objects = open_object_store(settings, Path(settings.features_data_dir))
+    while True:
+        status = host(args.dir, args.local_addr, wait_seconds=float("inf"), objects=objects, name=args.name)
+        if args.once:
+            return status
+
+
 def _db_upgrade(args: argparse.Namespace) -> int:
     from labeldp.service.logs import configure_logging
     from labeldp.service.migrations import open_database
@@ -280,11 +296,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a training worker",
         description="Claim queued trainings from the features party's database (LABELDP_FEATURES_DATABASE_URL) "
         "and run them, one at a time, renewing a lease; several may run on several hosts sharing "
-        "LABELDP_FEATURES_DATA_DIR. SIGTERM stops after the running epoch and hands the training back to the "
-        "queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
+        "the object store LABELDP_STORAGE_URL. SIGTERM stops after the running epoch and hands the training back "
+        "to the queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
     )
     worker.add_argument("party", choices=["features"], help="whose trainings (the features party's)")
     worker.set_defaults(func=_worker)
+
+    peer = sub.add_parser(
+        "torchrun-host",
+        help="run a peer host of trainings across hosts",
+        description="Wait for the job a features worker delivers to this host's mailbox in the object store "
+        "(LABELDP_STORAGE_URL), read this host's data shards from the store into DIR, run its torchrun "
+        "against the job's rendezvous, clean DIR, and wait for the next. NAME is this host's entry in the "
+        "worker's LABELDP_TORCHRUN_PEER_NAMES; no folder is shared with the other hosts.",
+    )
+    peer.add_argument("name", help="this host's name in LABELDP_TORCHRUN_PEER_NAMES")
+    peer.add_argument("dir", help="this host's own working folder")
+    peer.add_argument("--local-addr", default=None, help="this host's address as the other hosts reach it")
+    peer.add_argument("--once", action="store_true", help="run one job, then exit with its status")
+    peer.set_defaults(func=_torchrun_host)
 
     db = sub.add_parser(
         "db",

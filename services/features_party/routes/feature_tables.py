@@ -1,4 +1,5 @@
-"""Feature tables: the publisher's features, keyed by example id (a CSV upload)."""
+"""Feature tables: the publisher's features, keyed by example id (a CSV, Parquet or Arrow upload, or an
+object URL)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,26 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from features_party import feature_tables, responses
-from labeldp.errors import UnsupportedMediaType
+from labeldp.errors import InvalidInput, UnsupportedMediaType
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import CSV_TEXT, errors, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
+from labeldp.service.spool import spool_body
 
 from .deps import Context, Cursor, IdempotencyKey, Limit
 
 router = APIRouter(prefix="/v1", tags=["feature tables"])
 
-CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-stream"}
+CSV_TYPES = {"text/csv", "application/csv", "text/plain"}
+PARQUET_TYPES = {"application/vnd.apache.parquet", "application/x-parquet"}
+ARROW_TYPES = {"application/vnd.apache.arrow.file", "application/vnd.apache.arrow.stream"}
+SNIFFED_TYPES = {"application/octet-stream", ""}
+"""Sent as bytes: the format comes from ``format`` or the body's first bytes."""
+FORMAT_OF = {
+    **dict.fromkeys(CSV_TYPES, feature_tables.CSV),
+    **dict.fromkeys(PARQUET_TYPES, feature_tables.PARQUET),
+    **dict.fromkeys(ARROW_TYPES, feature_tables.ARROW),
+}
 
 
 @router.post(
@@ -27,16 +38,22 @@ CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-str
     status_code=201,
     response_model=responses.FeatureTable,
     summary="Upload a feature table",
-    description="A CSV with an id column and the features; kinds are inferred (name `categorical`/`numeric` "
-    "to override). Ids stay strings. `Idempotency-Key` makes a retry safe.",
+    description="A table with an id column and the features: a CSV (header first), Parquet or Arrow IPC body, "
+    "read a batch at a time, never whole; or, with `source`, an object URL under a prefix the operator allows "
+    "(`LABELDP_FEATURE_SOURCES`) and no body. Kinds are inferred (name `categorical`/`numeric` to override); "
+    "ids stay strings. `Idempotency-Key` makes a retry safe.",
     responses={
         **ok(responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"},
              {"get_feature_table": {"name": "$response.body#/name"}}),
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
     openapi_extra=request_body(
-        {"text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n")},
-        "the table as CSV, header first",
+        {
+            "text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
+        },
+        "the table as CSV, header first; or as Parquet (application/vnd.apache.parquet), Arrow IPC (file "
+        "or stream: application/vnd.apache.arrow.file or .stream), or any of them as application/octet-stream "
+        "(told apart by its first bytes); empty with `source`",
     ),
 )
 async def upload_feature_table(
@@ -48,23 +65,51 @@ async def upload_feature_table(
     id_column: str = Query("id"),
     categorical: str | None = Query(None),
     numeric: str | None = Query(None),
+    source: str | None = Query(None, max_length=2048, description="an object URL to read the table from"),
+    format_: str | None = Query(
+        None, alias="format", description="csv, parquet or arrow (default: from the content type or the bytes)"
+    ),
 ) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type and content_type not in CSV_TYPES:
-        raise UnsupportedMediaType("unsupported_media_type", "send the table as text/csv")
-    body = await request.body()
+    if content_type not in FORMAT_OF and content_type not in SNIFFED_TYPES:
+        raise UnsupportedMediaType(
+            "unsupported_media_type", "send the table as text/csv, application/vnd.apache.parquet or an Arrow IPC type"
+        )
+    fmt = format_ or FORMAT_OF.get(content_type)
+    if fmt is not None and fmt not in feature_tables.FORMATS:
+        raise InvalidInput("invalid_format", f"format must be one of {', '.join(feature_tables.FORMATS)}")
     cats, nums = feature_tables.split_names(categorical), feature_tables.split_names(numeric)
     scope = "POST /v1/feature-tables"
-    query = json.dumps({"name": name, "id_column": id_column, "categorical": cats, "numeric": nums})
-    stored = await run_in_threadpool(
-        ctx.idempotency.execute,
-        scope,
-        key,
-        request_fingerprint(scope, query, hashlib.sha256(body).hexdigest()),
-        lambda claim: feature_tables.create_feature_table(
-            ctx.sessions, ctx.data_dir, name, body, id_column, cats, nums, claim
-        ),
-    )
+    query = json.dumps({"name": name, "id_column": id_column, "categorical": cats, "numeric": nums,
+                        "source": source, "format": fmt})
+    settings = ctx.settings
+    if source is not None:
+        if await request.body():
+            raise InvalidInput("invalid_request", "send either a body or a source URL, not both")
+        table = feature_tables.reference_source(
+            source, settings.feature_sources, fmt,
+            endpoint_override=settings.storage_s3_endpoint or None, region=settings.storage_s3_region or None,
+            access_key=settings.storage_s3_access_key or None, secret_key=settings.storage_s3_secret_key or None,
+        )
+        digest = hashlib.sha256(b"").hexdigest()
+        body = None
+    else:
+        body = await spool_body(request, ctx.data_dir / "spool")
+        table, digest = feature_tables.local_source(body.path, fmt), body.sha256
+    try:
+        stored = await run_in_threadpool(
+            ctx.idempotency.execute,
+            scope,
+            key,
+            request_fingerprint(scope, query, digest),
+            lambda claim: feature_tables.create_feature_table(
+                ctx.sessions, ctx.store, ctx.data_dir / "spool", name, table, id_column, cats, nums, claim,
+                settings.training_join_partition_rows,
+            ),
+        )
+    finally:
+        if body is not None:
+            body.discard()
     return stored.answer(response)
 
 

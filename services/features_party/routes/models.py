@@ -3,11 +3,12 @@ the trained graph (features_party.model_delivery; docs/architecture.md, "Trainin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from features_party import model_delivery, models, responses, store
@@ -75,7 +76,7 @@ def list_models(
     openapi_extra=json_example({"ids": ["u001", "u002"]}),
 )
 def predict(model_id: str, body: models.PredictRequest, ctx: Context) -> dict[str, Any]:
-    return models.predict(ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body)
+    return models.predict(ctx.sessions, ctx.store, ctx.model_cache, model_id, body)
 
 
 @router.get(
@@ -85,7 +86,7 @@ def predict(model_id: str, body: models.PredictRequest, ctx: Context) -> dict[st
     "TorchScript. Inputs `numeric` (standardized float32) and `categorical` (int64 codes); the preprocessor "
     "and post-processing that surround the graph are embedded as JSON (ONNX `metadata_props[\"labeldp\"]`, "
     "TorchScript extra file `labeldp.json`).",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         **file_ok("application/octet-stream", "<the model file's bytes>", "the model file"),
         **errors(401, 404, 409, 422, 503, by_ref=True, e404="model_not_found", e409="model_unavailable",
@@ -96,11 +97,24 @@ async def download_model(
     model_id: str,
     ctx: Context,
     fmt: Literal["onnx", "torchscript"] = Query("onnx", alias="format", description="`onnx` or `torchscript`"),
-) -> FileResponse:
-    path = await run_in_threadpool(model_delivery.exported_file, ctx.sessions, ctx.data_dir, model_id, fmt)
-    return FileResponse(
-        path, media_type="application/octet-stream", filename=model_delivery.export_filename(model_id, fmt)
+) -> StreamingResponse:
+    key = await run_in_threadpool(
+        model_delivery.exported_object, ctx.sessions, ctx.store, ctx.data_dir / "spool", model_id, fmt
     )
+    size = await run_in_threadpool(ctx.store.size, key)
+    reader = await run_in_threadpool(ctx.store.open_input_stream, key)
+    name = model_delivery.export_filename(model_id, fmt)
+    return StreamingResponse(
+        _chunks(reader), media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Content-Length": str(size)},
+    )
+
+
+def _chunks(reader: Any, size: int = 1 << 20) -> Iterator[bytes]:
+    """An object's bytes a block at a time (Starlette runs this in its thread pool), then closed."""
+    with reader:
+        while block := reader.read(size):
+            yield bytes(block)
 
 
 @router.post(
@@ -142,7 +156,7 @@ async def predict_batch(
     body = await spool_body(request, ctx.data_dir / "spool")
     try:
         output = await run_in_threadpool(
-            model_delivery.predict_upload, ctx.sessions, ctx.data_dir, ctx.model_cache, model_id, body.path,
+            model_delivery.predict_upload, ctx.sessions, ctx.store, ctx.model_cache, model_id, body.path,
             feature_table_id, id_column,
         )
     finally:

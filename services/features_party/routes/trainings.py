@@ -50,7 +50,7 @@ def start_training(
         fingerprint,
         lambda claim: jobs.create_training(
             ctx.sessions,
-            ctx.data_dir,
+            ctx.store,
             body,
             claim,
             queue_max=ctx.settings.training_queue_max,

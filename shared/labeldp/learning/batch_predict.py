@@ -115,7 +115,7 @@ def predict_parquet(
     destination: str | Path,
     *,
     id_column: str | None = "id",
-    feature_table: str | Path | None = None,
+    feature_table: str | Path | pa.NativeFile | None = None,
     table_id_column: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> int:

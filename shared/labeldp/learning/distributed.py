@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -44,11 +45,12 @@ import torch.distributed as dist
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import LabelLaw, label_law, law_from_dict
-from labeldp.learning.loader import copy_shards, stage_layout
+from labeldp.learning.loader import ShardLayout, copy_shards, stage_layout
 from labeldp.learning.loop import EpochReport, Plan, Workers
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor
 from labeldp.learning.staging import StagedRelease
+from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
@@ -61,6 +63,10 @@ HOST_WAIT_SECONDS = 600.0
 POLL_SECONDS = 0.2
 LOG_TAIL_LINES = 30
 STORE_TIMEOUT = datetime.timedelta(minutes=5)
+MAILBOX = "torchrun/hosts"
+"""Under the object store: one folder per peer host name, holding the job delivered to it."""
+JOBS_PREFIX = "torchrun/jobs"
+"""Under the object store: each job's parts for its peers (``<run id>/node-<h>/``), removed after it."""
 MAX_RESTARTS = 2
 """torchrun restarts the whole worker group this often after a worker dies; it resumes from the checkpoint."""
 
@@ -95,12 +101,15 @@ class Rendezvous:
 @dataclass(frozen=True)
 class Hosts:
     """A multi-node job as its home launcher sees it: the rendezvous endpoint (``host:port``) and each
-    peer host's own working folder, where the launcher delivers that host's copy of the job."""
+    peer host, reached through the object store (``objects`` set: ``peers`` are host names, each with
+    its mailbox :func:`mailbox_key`) or, without one, through that host's own working folder (a path)."""
 
     endpoint: str
-    peers: tuple[Path, ...]
+    peers: tuple[Path | str, ...]
     local_addr: str | None = None
     """The home host's address as the others reach it (default: its hostname)."""
+    objects: ObjectStore | None = None
+    """The store the home launcher and every peer share; None: deliver to the peers' folders."""
 
     def __post_init__(self) -> None:
         host, _, port = self.endpoint.rpartition(":")
@@ -208,14 +217,30 @@ def _launch(
         "shards": None,
         "rendezvous": None,
     }
-    rendezvous = None
-    if hosts is not None:
-        rendezvous = hosts.rendezvous()
-        job = _deal_hosts(staged, job, config, workers, work_dir, hosts, rendezvous)
-    job_path = work_dir / JOB_FILE
-    _write_atomic(job_path, json.dumps(job))
+    rendezvous = hosts.rendezvous() if hosts is not None else None
+    try:
+        if hosts is not None and rendezvous is not None:
+            job = _deal_hosts(staged, job, config, workers, work_dir, hosts, rendezvous)
+        job_path = work_dir / JOB_FILE
+        _write_atomic(job_path, json.dumps(job))
+        (work_dir / PROGRESS_FILE).unlink(missing_ok=True)
+        return _run_home(job_path, work_dir, config, workers, on_epoch, hosts, rendezvous)
+    finally:
+        if hosts is not None and rendezvous is not None:
+            _withdraw(hosts, rendezvous.run_id)
+
+
+def _run_home(
+    job_path: Path,
+    work_dir: Path,
+    config: TrainingConfig,
+    workers: int,
+    on_epoch: Callable[[EpochReport], None] | None,
+    hosts: Hosts | None,
+    rendezvous: Rendezvous | None,
+) -> Path:
+    """This host's torchrun, its progress relayed; the model file the lead wrote."""
     progress = work_dir / PROGRESS_FILE
-    progress.unlink(missing_ok=True)
     env = torchrun_env(config.threads, rendezvous)
     with open(work_dir / LOG_FILE, "wb") as logfile:
         proc = subprocess.Popen(
@@ -262,6 +287,12 @@ def _deal_hosts(
     job = {**job, "config": config.replace(data_shards=shards).model_dump(), "rendezvous": rendezvous.to_dict()}
     for node, folder in enumerate(hosts.peers, start=1):
         own = [node * workers + i for i in range(workers)]
+        if hosts.objects is not None:  # through the store: no folder of the peer is reached from here
+            prefix = f"{JOBS_PREFIX}/{rendezvous.run_id}/node-{node}"
+            _publish(staged, layout, own, hosts.objects, prefix, work_dir)
+            peer = {**job, "stage": STAGE_DIR, "stage_objects": prefix, "shards": own, "home": False}
+            hosts.objects.put_bytes(mailbox_key(str(folder)), json.dumps(peer).encode())
+            continue
         stage = Path(folder) / STAGE_DIR
         copy_shards(layout, own, stage)
         dataclasses.replace(staged, directory=stage, val_labels=np.empty((0,))).save()
@@ -270,19 +301,67 @@ def _deal_hosts(
     return {**job, "shards": list(range(workers))}
 
 
+def mailbox_key(name: str) -> str:
+    """Where a peer host called ``name`` finds the job delivered to it (one at a time): its job file."""
+    return f"{MAILBOX}/{name}/{JOB_FILE}"
+
+
+def _publish(
+    staged: StagedRelease, layout: ShardLayout, own: list[int], objects: ObjectStore, prefix: str, work_dir: Path
+) -> None:
+    """One peer's part of the stage as objects under ``prefix``: its shards, ``shards.json`` and the fitted
+    statistics. Cut in a scratch folder of the home host, one file at a time, then removed."""
+    with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
+        folder = Path(scratch)
+        copy_shards(layout, own, folder)
+        dataclasses.replace(staged, directory=folder, val_labels=np.empty((0,))).save()
+        for path in sorted(folder.iterdir()):
+            objects.put_file(f"{prefix}/{path.name}", path)
+            path.unlink()
+
+
+def _withdraw(hosts: Hosts, run_id: str) -> None:
+    """After a job through the store: its stage objects, and every delivery no peer took, removed."""
+    objects = hosts.objects
+    if objects is None:
+        return
+    for name in hosts.peers:
+        key = mailbox_key(str(name))
+        try:
+            if objects.exists(key) and json.loads(objects.get_bytes(key))["rendezvous"]["run_id"] == run_id:
+                objects.delete(key)
+        except Exception as exc:  # cleaning up is best effort: the job's outcome is decided
+            log.warning("torchrun job %s: delivery to %s not withdrawn (%s)", run_id, name, type(exc).__name__)
+    for key in objects.list(f"{JOBS_PREFIX}/{run_id}"):
+        objects.delete(key)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def host(folder: str | Path, local_addr: str | None = None, wait_seconds: float = HOST_WAIT_SECONDS) -> int:
+def host(
+    folder: str | Path,
+    local_addr: str | None = None,
+    wait_seconds: float = HOST_WAIT_SECONDS,
+    objects: ObjectStore | None = None,
+    name: str | None = None,
+) -> int:
     """A peer host's part of a multi-node job: wait for the home launcher's delivery of ``job.json`` to
-    ``folder`` (this host's own working folder), run its torchrun (log in ``torchrun.log``; ``local_addr``:
-    this host's address as the others reach it), then remove the copy of the stage and the job file (the
-    folder is ready for the next delivery); torchrun's exit status."""
+    ``folder`` (this host's own working folder) or, with ``objects``, to this host's mailbox in the store
+    (``name``: the host's name in the home's peers; its shards are then read from the store into
+    ``folder``), run its torchrun (log in ``torchrun.log``; ``local_addr``: this host's address as the
+    others reach it), then remove the copy of the stage and the job file (the folder is ready for the
+    next delivery); torchrun's exit status."""
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     job_path = folder / JOB_FILE
+    if objects is not None:
+        if not name:
+            raise ValueError("a peer host reached through the store needs its name")
+        _take_delivery(objects, name, folder, wait_seconds)
     deadline = time.monotonic() + wait_seconds
     while not job_path.exists():
         if time.monotonic() > deadline:
@@ -304,6 +383,27 @@ def host(folder: str | Path, local_addr: str | None = None, wait_seconds: float 
     shutil.rmtree(folder / STAGE_DIR, ignore_errors=True)
     job_path.unlink(missing_ok=True)
     return proc.returncode
+
+
+def _take_delivery(objects: ObjectStore, name: str, folder: Path, wait_seconds: float) -> None:
+    """Wait for the job in this host's mailbox, take it (remove it there), and read its own part of
+    the stage from the store into ``folder``, one object at a time; the job file is written last."""
+    key = mailbox_key(name)
+    deadline = time.monotonic() + wait_seconds
+    while not objects.exists(key):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no job was delivered to {name!r} in {wait_seconds:.0f} s")
+        time.sleep(POLL_SECONDS)
+    job = json.loads(objects.get_bytes(key))
+    objects.delete(key)
+    prefix = str(job.pop("stage_objects"))
+    stage = folder / STAGE_DIR
+    stage.mkdir(parents=True, exist_ok=True)
+    for object_key in objects.list(prefix):
+        with objects.open_input_stream(object_key) as source, open(stage / object_key.rsplit("/", 1)[1], "wb") as out:
+            while block := source.read(1 << 20):
+                out.write(block)
+    _write_atomic(folder / JOB_FILE, json.dumps(job))
 
 
 def _relay(progress: Path, seen: int, on_epoch: Callable[[EpochReport], None] | None) -> int:

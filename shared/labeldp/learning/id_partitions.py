@@ -98,7 +98,7 @@ def _read(path: Path) -> pa.Table:
 
 
 def join_partitioned(
-    feature_path: str | Path,
+    feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array | pa.ChunkedArray,
     work: str | Path,
@@ -208,3 +208,40 @@ class _Cursor:
 
     def close(self) -> None:
         self.file.close()
+
+
+def repeated_ids(
+    source: str | Path | pa.NativeFile,
+    id_column: str,
+    work: str | Path,
+    partition_rows: int,
+    batch_rows: int = 65_536,
+    examples: int = 5,
+) -> tuple[int, list[str]]:
+    """How many ids occur more than once in the Parquet ``source``'s ``id_column``, and a few of them.
+
+    Bounded as the join is: the ids are cut by the same hash into partition files under
+    ``work`` (an id lands in one partition), and each partition is counted on its own, so
+    what is held at once is one partition, not the whole id column.
+    """
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    parquet = open_for_batches(source)
+    k = partitions_for(parquet.metadata.num_rows, partition_rows)
+    files = [work / f"ids-{p}.arrow" for p in range(k)]
+    sinks = _writers(files, _schema(id=pa.string()))
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=[id_column]):
+            _cut(pa.table({"id": batch.column(0).cast(pa.string())}), k, sinks)
+    finally:
+        for sink in sinks:
+            sink.close()
+    count, found = 0, list[str]()
+    for path in files:
+        counts = pc.value_counts(_read(path).column("id").combine_chunks())
+        path.unlink()
+        repeated = counts.filter(pc.greater(counts.field("counts"), pa.scalar(1)))
+        count += len(repeated)
+        if len(found) < examples:
+            found.extend(str(v) for v in repeated.field("values").to_pylist()[: examples - len(found)])
+    return count, found

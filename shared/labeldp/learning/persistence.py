@@ -6,10 +6,11 @@ types, written atomically and read with ``weights_only=True`` (a file cannot run
 
 from __future__ import annotations
 
+import io
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +90,15 @@ class TrainedMLP(ABC):
         tmp = path.with_name(path.name + ".tmp")
         torch.save(self._state(), tmp)
         os.replace(tmp, path)
+
+    def write(self, out: BinaryIO) -> None:
+        """The model file's bytes into a writable stream (an object store's: the library knows no store)."""
+        torch.save(self._state(), out)
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        self.write(buffer)
+        return buffer.getvalue()
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu") -> Self:
@@ -244,8 +254,10 @@ TrainedModel = TrainedRegressor | TrainedClassifier
 
 
 
-def load_model(path: str | Path, device: str = "cpu") -> TrainedModel:
-    """Either kind of model file, ``weights_only=True`` (files from before classifiers are regressors)."""
-    state = torch.load(Path(path), map_location="cpu", weights_only=True)
+def load_model(path: str | Path | bytes, device: str = "cpu") -> TrainedModel:
+    """Either kind of model file (a path, or its bytes as an object store holds them), ``weights_only=True``
+    (files from before classifiers are regressors)."""
+    source: Any = io.BytesIO(path) if isinstance(path, bytes) else Path(path)
+    state = torch.load(source, map_location="cpu", weights_only=True)
     kind = TrainedClassifier if state.get("task", REGRESSION) == CLASSIFICATION else TrainedRegressor
     return kind._from_state(state, device)

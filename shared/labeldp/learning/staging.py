@@ -127,7 +127,7 @@ class _GroupWriter:
 
 
 def stage_release(
-    feature_path: str | Path,
+    feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array | pa.ChunkedArray,
     labels: np.ndarray,

@@ -45,7 +45,7 @@ def law_for(spec: Any) -> LabelLaw:
 
 
 def fit_release_streamed(
-    feature_path: str | Path,
+    feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array | pa.ChunkedArray,
     labels: np.ndarray,
@@ -91,7 +91,7 @@ def fit_release_streamed(
 
 
 def fit_classifier_streamed(
-    feature_path: str | Path,
+    feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array | pa.ChunkedArray,
     class_indices: np.ndarray,
@@ -149,7 +149,7 @@ def scratch_dir(data_dir: Path) -> Iterator[Path]:
 
 def fit_in_work_dir(
     data_dir: Path,
-    feature_path: Path,
+    feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array,
     labels: np.ndarray,

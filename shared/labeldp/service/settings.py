@@ -148,6 +148,12 @@ class Settings(BaseSettings):
         "", description="comma-separated: each peer host's own working folder, where this launcher delivers that "
         "host's job file and data shards (with the rendezvous endpoint: --nnodes is 1 + their number)"
     )
+    torchrun_peer_names: str = Field(
+        "", description="comma-separated names of the peer hosts of a training across hosts, reached through the "
+        "object store (LABELDP_STORAGE_URL) instead of folders: each runs `labeldp torchrun-host NAME DIR`, takes "
+        "its job from the store and reads its own data shards there (no shared filesystem); overrides "
+        "torchrun_peer_dirs"
+    )
     torchrun_local_addr: str = Field("", description="this host's address as the peer hosts reach it (default: "
                                      "its hostname)")
     training_row_group_rows: int = Field(65_536, ge=1, description="rows per staged row group (streaming)")
@@ -177,6 +183,18 @@ class Settings(BaseSettings):
         1.0, gt=0, le=60,
         description="how often a running training writes its batch progress to the database and reads a cancel "
         "requested by another process",
+    )
+    feature_table_max_body_bytes: int = Field(
+        64 * 1024**3,
+        gt=0,
+        description="largest feature-table upload to POST /v1/feature-tables (spooled to disk, converted a batch at "
+        "a time); larger bodies get 413",
+    )
+    feature_sources: str = Field(
+        "",
+        description="comma-separated URL prefixes (s3://bucket/prefix, file:///folder) under which POST "
+        "/v1/feature-tables?source=URL may read a table by reference (with the storage_s3_* credentials); "
+        "empty: none, any other URL gets 422 feature_source_not_allowed",
     )
     prediction_max_body_bytes: int = Field(
         1024**3,
