@@ -16,6 +16,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
+from tests.local_settings import fixed_signing_key
 from tests.s3_server import S3Server
 
 from features_party import checkpoints, feature_tables, store
@@ -34,12 +35,12 @@ from labeldp.schema import (
 from labeldp.service.database import make_session_factory
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings
-from labeldp.signing import sign
+from labeldp.signing import public_key_of, sign
 from labeldp.specs.base import LabelDomainSpec
 from labeldp.storage import ObjectStore
 
 API_KEY = "test-features-key"
-SECRET = "test-exchange-secret"
+SIGNING_KEY = fixed_signing_key("feature-store")
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 N = 300
 
@@ -59,7 +60,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
 def _settings(tmp_path: Path, storage: dict[str, str], **extra: object) -> Settings:
     return Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}", features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY, exchange_secret=SECRET, device="cpu", training_threads=1,
+        features_api_key=API_KEY, signing_public_keys=public_key_of(SIGNING_KEY), device="cpu", training_threads=1,
         **storage, **extra,  # type: ignore[arg-type]
     )
 
@@ -229,7 +230,7 @@ def test_a_model_and_its_export_live_in_the_store_not_the_data_dir(tmp_path: Pat
         assert r.status_code == 201, r.text
         body = _release(table.column("id").to_pylist(), labels)
         r = client.post("/v1/releases", content=body,
-                        headers={"content-type": "application/json", SIGNATURE_HEADER: sign(body, SECRET)})
+                        headers={"content-type": "application/json", SIGNATURE_HEADER: sign(body, SIGNING_KEY)})
         assert r.status_code in (200, 201), r.text
         r = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 2}, headers=AUTH)
         assert r.status_code == 202, r.text
