@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import jobs, models, store, worker
+from features_party import inbox, jobs, models, store, worker
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
@@ -55,6 +55,8 @@ def build_context(settings: Settings) -> AppContext:
     sessions = make_session_factory(engine)
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    object_store = open_object_store(settings, data_dir)
+    inbox.bind_store(sessions, object_store)  # a release's rows are read from its shards
     registry = CollectorRegistry()
     measured = features_metrics(registry)
     training_metrics = TrainingObserver(measured)
@@ -71,7 +73,7 @@ def build_context(settings: Settings) -> AppContext:
         engine=engine,
         sessions=sessions,
         data_dir=data_dir,
-        store=open_object_store(settings, data_dir),
+        store=object_store,
         registry=registry,
         inbox_messages=measured.inbox_messages,
         trainings=measured.trainings,

@@ -1,9 +1,9 @@
-"""The inbox's parser under signed garbage (issue 10, item 1).
+"""The inbox's manifest parser under signed garbage (issue 10, item 1).
 
 Schemathesis cannot sign, so against the running service it only ever reaches the inbox's
 signature check. Here every generated body is signed with the exchange secret, so it goes
-past the signature into the schema, digest and id checks: random JSON, and a real release
-message with one field (top-level or nested) replaced by random JSON or removed. Every answer
+past the signature into the schema and consistency checks: random JSON, and a real release
+manifest with one field (top-level or nested) replaced by random JSON or removed. Every answer
 must be one the contract documents for the inbox, with the error envelope; never a 500.
 """
 
@@ -31,7 +31,7 @@ JSON = st.recursive(
 
 @pytest.fixture(scope="module")
 def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A real release message, as the labels party wrote it."""
+    """A real release's manifest, as the labels party wrote it."""
     from labels_party.context import message_key
 
     with TestClient(labels_app(tmp_path_factory.mktemp("labels"))) as labels:
@@ -46,7 +46,7 @@ def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "rr_on_bins", "epsilon": 1}, headers=LABELS_AUTH
         ).json()
         store = labels.app.state.ctx.store  # type: ignore[attr-defined]
-        return json.loads(store.get_bytes(message_key(f"{rel['id']}.json")))
+        return json.loads(store.get_bytes(message_key(f"{rel['id']}/manifest.json")))
 
 
 @pytest.fixture(scope="module")
