@@ -1,0 +1,118 @@
+"""The outbox delivers a message shard by shard: a cut-off delivery resumes with only the shards the
+inbox lacks, and a duplicate is answered on its manifest, before any shard (issue 22, item 4).
+
+Both apps in-process; the outbox talks to the features app through its ASGI interface, as in
+tests/contract/flow.py. The one fault injected is a connection that dies on a given request,
+which a test cannot cause otherwise at an exact point of the transfer.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, contract_settings
+
+from features_party.app import create_app as features_app
+from labels_party import outbox
+from labels_party.app import create_app as labels_app
+from labels_party.store import ReleaseRow
+
+N, SHARD_ROWS = 100, 10
+IDS = [f"u{i:03d}" for i in range(N)]
+
+
+@pytest.fixture
+def parties(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient]]:
+    labels_settings = contract_settings(tmp_path / "labels").model_copy(update={"message_shard_rows": SHARD_ROWS})
+    with TestClient(labels_app(labels_settings)) as labels, \
+            TestClient(features_app(contract_settings(tmp_path / "features"))) as features:
+        yield labels, features
+
+
+def _release(labels: TestClient) -> str:
+    ls = labels.post(
+        "/v1/label-sets", json={"name": "s", "domain": {"low": 0, "high": 10}, "ids": IDS}, headers=LABELS_AUTH
+    ).json()
+    up = labels.post(f"/v1/label-sets/{ls['id']}/labels", json={"ids": IDS, "labels": [3.0] * N}, headers=LABELS_AUTH)
+    assert up.status_code == 200, up.text
+    rel = labels.post(f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "laplace", "epsilon": 1},
+                      headers=LABELS_AUTH)
+    assert rel.status_code == 202, rel.text
+    return str(rel.json()["id"])
+
+
+class Wire:
+    """Records every request the outbox makes; the connection dies on request number ``cut`` (1-based)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.cut: int | None = None
+
+    def __call__(self, request: httpx.Request) -> None:
+        path = request.url.path
+        if path == "/v1/releases":
+            self.seen.append("manifest")
+        elif "/shards/" in path:
+            self.seen.append("shards/" + path.rsplit("/", 1)[1])
+        else:
+            self.seen.append(path.rsplit("/", 1)[1])
+        if self.cut is not None and len(self.seen) == self.cut:
+            raise httpx.ConnectError("the connection died", request=request)
+
+
+def _deliver(labels: TestClient, features: TestClient, release_id: str) -> str:
+    ctx = labels.app.state.ctx  # type: ignore[attr-defined]
+    settings = ctx.settings.model_copy(update={"features_url": str(features.base_url)})
+    return outbox.deliver_one(ctx.sessions, features, settings, release_id, random.Random(0))
+
+
+def test_a_delivery_cut_off_at_90_percent_resends_only_the_rest(parties: tuple[TestClient, TestClient]) -> None:
+    labels, features = parties
+    release_id = _release(labels)
+    wire = Wire()
+    features.event_hooks["request"] = [wire]
+    shards = [f"shards/{i}" for i in range(N // SHARD_ROWS)]
+
+    wire.cut = 1 + 10  # the manifest, 9 shards through, the 10th dies on the wire
+    assert _deliver(labels, features, release_id) == "pending"
+    assert wire.seen == ["manifest", *shards]
+    assert labels.get(f"/v1/releases/{release_id}", headers=LABELS_AUTH).json()["last_error"] == "connection_error"
+    assert features.get(f"/v1/releases/{release_id}", headers=FEATURES_AUTH).status_code == 404  # not complete
+
+    wire.seen, wire.cut = [], None
+    assert _deliver(labels, features, release_id) == "delivered"
+    assert wire.seen == ["manifest", shards[-1], "complete"]  # one shard resent: the one cut off
+    got = features.get(f"/v1/releases/{release_id}/labels", headers=FEATURES_AUTH).json()
+    assert got["ids"] == IDS and len(got["labels"]) == N
+
+    # Sent again (as after a lost "delivered" write): answered on the manifest, no shard, at once.
+    with labels.app.state.ctx.sessions.begin() as s:  # type: ignore[attr-defined]
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(status="pending"))
+    wire.seen = []
+    started = time.perf_counter()
+    assert _deliver(labels, features, release_id) == "delivered"
+    assert wire.seen == ["manifest"] and time.perf_counter() - started < 1.0
+
+
+def test_a_release_over_the_published_limits_is_refused_before_its_charge(tmp_path: Path) -> None:
+    limits = {"message_shard_rows": 1, "inbox_max_manifest_bytes": 4_000}
+    settings = contract_settings(tmp_path).model_copy(update=limits)
+    with TestClient(labels_app(settings)) as labels:
+        ls = labels.post(
+            "/v1/label-sets", json={"name": "s", "domain": {"low": 0, "high": 10}, "ids": IDS}, headers=LABELS_AUTH
+        ).json()
+        labels.post(f"/v1/label-sets/{ls['id']}/labels", json={"ids": IDS, "labels": [3.0] * N}, headers=LABELS_AUTH)
+        r = labels.post(f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "laplace", "epsilon": 1},
+                        headers=LABELS_AUTH)
+        assert r.status_code == 413 and r.json()["code"] == "message_too_large"  # 100 shards: a 20 kB manifest
+        after = labels.get(f"/v1/label-sets/{ls['id']}", headers=LABELS_AUTH).json()
+        assert after["budget"]["spent_micro"] == 0 and after["releases"] == []
+        store = labels.app.state.ctx.store  # type: ignore[attr-defined]
+        assert store.list("messages") == []
