@@ -39,7 +39,7 @@ ReleaseId = Path(max_length=256, description="the manifest's release id")
     dependencies=[Security(SIGNATURE)],
     responses={
         **ok(responses.EXAMPLE_RECEIPT, "stored; send the missing shards", 201, None,
-             {"put_release_shard": _RELEASE, "complete_release": _RELEASE}),
+             {"complete_release": _RELEASE}),
         **ok(responses.EXAMPLE_COMPLETE, "already known: complete, or the shards still missing",
              model=responses.InboxReceipt),
         **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
@@ -113,7 +113,7 @@ async def receive_shard(
     "Idempotent; 409 `shards_missing` while a shard is still missing.",
     responses={
         **ok(responses.EXAMPLE_COMPLETE, "complete"),
-        **errors(404, 409, 503, e404="manifest_unknown", e409="shards_missing"),
+        **errors(404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
     },
 )
 def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
