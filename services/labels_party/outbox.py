@@ -38,17 +38,18 @@ import httpx
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from labeldp.message_shards import parse_manifest, shard_key
-from labeldp.schema import SIGNATURE_HEADER
+from labeldp.errors import InvalidInput, PayloadTooLarge
+from labeldp.message_shards import MANIFEST_NAME, parse_manifest, shard_key, write_message
+from labeldp.schema import SIGNATURE_HEADER, LabelRelease, ReleaseMetadata, decode_columns
 from labeldp.service.database import backoff_seconds, is_transient, make_session_factory, retry_transient
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, open_object_store, require_secrets
+from labeldp.service.settings import Settings, message_limits, open_object_store, require_secrets
 from labeldp.signing import sign, signing_secret
 from labeldp.storage import ObjectStore
 
-from .context import message_key
+from .context import message_file, message_key, message_prefix
 from .delivery_outcomes import REJECTING, DeliveryOutcome, classify_error, classify_response
 from .store import ReleaseRow
 
@@ -111,16 +112,23 @@ def _attempt(
     status, outcome = "pending", "network"
     error: DeliveryOutcome | None = None
     started = time.perf_counter()
+    answered = True
     try:
         error = _transfer(sessions, client, settings, release_id, store, key, request_id)
-        if error is None:
-            status = outcome = "delivered"
-        elif error in REJECTING:
-            status = outcome = "rejected"
-        else:
-            outcome = "retry"
+    except PayloadTooLarge:
+        # A stored message today's limits refuse (one written before shards, rewritten as shards
+        # now): rejected with a clear state, re-queued by redeliver once the limits allow it.
+        error = DeliveryOutcome.PAYLOAD_TOO_LARGE
+    except InvalidInput:
+        error = DeliveryOutcome.INVALID_MESSAGE
     except httpx.HTTPError as exc:
-        error = classify_error(exc)
+        error, answered = classify_error(exc), False
+    if error is None:
+        status = outcome = "delivered"
+    elif error in REJECTING:
+        status = outcome = "rejected"
+    elif answered:
+        outcome = "retry"
     if metrics is not None:
         metrics.attempts.labels(outcome).inc()
         metrics.attempt_seconds.labels(outcome).observe(time.perf_counter() - started)
@@ -159,6 +167,7 @@ def _transfer(
     shards it lacks, each one of this message's): a resumed delivery sends only what is missing,
     so a transfer cut off at 90 % resends at most the shard that was in flight.
     """
+    key = _sharded(sessions, settings, store, release_id, key)
     raw = store.get_bytes(key)  # the manifest: at most inbox_max_manifest_bytes (1 MiB)
     shard_count = len(parse_manifest(raw).shards)
     base = f"{settings.features_url.rstrip('/')}/v1/releases"
@@ -191,6 +200,30 @@ def _transfer(
     if response.status_code != 200:
         return classify_response(response)
     return None
+
+
+def _sharded(
+    sessions: sessionmaker[Session], settings: Settings, store: ObjectStore, release_id: str, key: str
+) -> str:
+    """The key of the release's manifest. A message charged before shards (one ``<id>.json``
+    body) is rewritten as shards once, the same metadata and rows (post-processing: nothing is
+    charged), and its row names the new manifest; the sweep removes the old body."""
+    if key.endswith("/" + MANIFEST_NAME):
+        return key
+    legacy = LabelRelease.model_validate_json(store.get_bytes(key))
+    ids, labels = decode_columns(legacy.payload)
+    fields = {name: getattr(legacy, name) for name in ReleaseMetadata.model_fields if name != "schema_version"}
+    written = write_message(
+        store, message_prefix(release_id), ReleaseMetadata(**fields), ids, labels, message_limits(settings)
+    )
+    with sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(
+            message_file=message_file(written.manifest_key), message_bytes=written.total_bytes,
+            message_sha256=written.manifest_sha256,
+        ))
+    log.info("release %s: its single-body message was rewritten as %d shards", release_id,
+             len(written.manifest.shards))
+    return written.manifest_key
 
 
 def _needed(response: httpx.Response, shard_count: int) -> Literal["complete"] | list[int] | None:

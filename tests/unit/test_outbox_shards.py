@@ -20,8 +20,11 @@ from sqlalchemy import update
 from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, contract_settings
 
 from features_party.app import create_app as features_app
+from labeldp.message_shards import parse_manifest, read_columns
+from labeldp.schema import LabelRelease, ReleaseMetadata, encode_payload, payload_digest
 from labels_party import outbox
 from labels_party.app import create_app as labels_app
+from labels_party.context import message_key
 from labels_party.store import ReleaseRow
 
 N, SHARD_ROWS = 100, 10
@@ -116,3 +119,28 @@ def test_a_release_over_the_published_limits_is_refused_before_its_charge(tmp_pa
         assert after["budget"]["spent_micro"] == 0 and after["releases"] == []
         store = labels.app.state.ctx.store  # type: ignore[attr-defined]
         assert store.list("messages") == []
+
+
+def test_a_message_charged_before_shards_is_sent_as_shards(parties: tuple[TestClient, TestClient]) -> None:
+    """A release charged before this change, still pending: its single body is rewritten as shards once
+    (same metadata and rows) and delivered; its row then names the manifest."""
+    labels, features = parties
+    release_id = _release(labels)
+    ctx = labels.app.state.ctx  # type: ignore[attr-defined]
+    manifest_key = message_key(f"{release_id}/manifest.json")
+    manifest = parse_manifest(ctx.store.get_bytes(manifest_key))
+    ids, values = read_columns(ctx.store, manifest_key, manifest)
+    fields = {name: getattr(manifest, name) for name in ReleaseMetadata.model_fields if name != "schema_version"}
+    legacy = LabelRelease(**fields, payload_digest=payload_digest(ids, values),
+                          payload=encode_payload(ids.to_pylist(), values))
+    for key in ctx.store.list(f"messages/{release_id}"):
+        ctx.store.delete(key)
+    ctx.store.put_bytes(message_key(f"{release_id}.json"), legacy.model_dump_json().encode())
+    with ctx.sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(message_file=f"{release_id}.json"))
+
+    assert _deliver(labels, features, release_id) == "delivered"
+    got = features.get(f"/v1/releases/{release_id}/labels", headers=FEATURES_AUTH).json()
+    assert got["ids"] == IDS and got["labels"] == values.tolist()
+    with ctx.sessions() as s:
+        assert s.get(ReleaseRow, release_id).message_file == f"{release_id}/manifest.json"
