@@ -18,10 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, contract_settings
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
 
 from features_party.app import create_app as features_app
 from labeldp.message_shards import parse_manifest, read_columns
 from labeldp.schema import LabelRelease, ReleaseMetadata, encode_payload, payload_digest
+from labeldp.service.settings import Settings
 from labels_party import outbox
 from labels_party.app import create_app as labels_app
 from labels_party.context import message_key
@@ -144,3 +146,25 @@ def test_a_message_charged_before_shards_is_sent_as_shards(parties: tuple[TestCl
     assert got["ids"] == IDS and got["labels"] == values.tolist()
     with ctx.sessions() as s:
         assert s.get(ReleaseRow, release_id).message_file == f"{release_id}/manifest.json"
+
+
+def test_the_inbox_keeps_shards_on_s3(tmp_path: Path, s3_server: S3Server) -> None:
+    """Both parties on one S3-compatible server (each its own prefix): the message goes shard by shard
+    and the inbox's shards are objects there, none in its local folder."""
+    def on_s3(settings: Settings, url: str) -> Settings:
+        return settings.model_copy(update={
+            "storage_url": url, "storage_s3_endpoint": s3_server.endpoint, "storage_s3_region": "us-east-1",
+            "storage_s3_access_key": ACCESS_KEY, "storage_s3_secret_key": SECRET_KEY,
+        })
+
+    labels_url, features_url = s3_server.url(), s3_server.url()
+    labels_settings = contract_settings(tmp_path / "labels").model_copy(update={"message_shard_rows": 40})
+    with TestClient(labels_app(on_s3(labels_settings, labels_url))) as labels, \
+            TestClient(features_app(on_s3(contract_settings(tmp_path / "features"), features_url))) as features:
+        release_id = _release(labels)
+        assert _deliver(labels, features, release_id) == "delivered"
+        got = features.get(f"/v1/releases/{release_id}/labels", headers=FEATURES_AUTH).json()
+        assert got["ids"] == IDS
+    shards = s3_server.store(features_url).list(f"releases/{release_id}")
+    assert len(shards) == 3  # 100 rows in shards of 40
+    assert not (tmp_path / "features" / "features-data" / "releases").exists()
