@@ -39,7 +39,7 @@ class AppContext:
     model_cache: models.ModelCache
     idempotency: IdempotencyKeys
     inbox_slots: asyncio.Semaphore
-    """Signed messages received at once; one more is a 503 ``inbox_busy``."""
+    """Message shards received at once (each spooled, one in memory while checked); one more is a 503 ``inbox_busy``."""
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:

@@ -1,27 +1,21 @@
 """The release inbox: the one place privatized labels enter the features party.
 
-A message arrives as a signed manifest and its shards (:mod:`labeldp.message_shards`), in three
-steps the outbox drives:
+A message arrives as a signed manifest and its shards (:mod:`labeldp.message_shards`):
 
-1. **manifest** (:func:`receive_manifest`): the signature is checked over its exact bytes (at
-   most ``inbox_max_manifest_bytes``), then its schema and consistency; it is deduplicated on
-   ``release_id`` *first*, before any shard: the same manifest again answers ``complete`` (a
-   duplicate, at once) or the shards still missing; a different manifest under a known id is a
-   conflict. A new one is stored (``receiving``) and every shard is missing.
-2. **shard** (:func:`receive_shard`): one request each, spooled to disk; its size and sha256 must
-   be the manifest's (the signature covers the shard through its digest), then its rows are
-   checked (ids non-empty, sorted and unique, in the manifest's range; labels finite) and it is
-   stored as an object of the features party's store, named by a row of ``release_shards``. The
-   inbox holds at most one shard in memory, whatever the message's size.
-3. **complete** (:func:`complete_release`): once every shard is held the release becomes
-   ``complete``, and only then readable and trainable.
+1. **manifest** (:func:`receive_manifest`): signature over its exact bytes (at most 1 MiB), schema
+   and consistency, then dedupe on ``release_id`` before any shard: the same manifest answers
+   ``complete`` (a duplicate) or the shards still missing, another one is a conflict; a new one
+   is stored ``receiving``.
+2. **shard** (:func:`receive_shard`): spooled to disk; its size and sha256 must be the manifest's,
+   its rows are checked (ids sorted, unique, in range; labels finite), and it is stored as an
+   object named by a ``release_shards`` row. Memory: about one shard, whatever the message size.
+3. **complete** (:func:`complete_release`): with every shard held the release is ``complete``,
+   only then readable and trainable.
 
-It is accepted whether or not a feature table holds its ids yet: the labels party has already
-charged the budget for it, so nothing that the publisher can fix later (a table not
-uploaded yet, a misspelled name) may make it undeliverable. The message's
-``feature_table`` is only a hint; the join is checked when a training binds the
-release to a table (:func:`features_party.jobs.create_training`). Nothing is stored on any error.
-No database value is larger than the manifest (1 MiB at most).
+A release is accepted whether or not a feature table holds its ids yet: it was charged, so
+nothing the publisher can fix later may make it undeliverable; ``feature_table`` is only a hint
+and the join is checked when a training binds a table (:func:`features_party.jobs.create_training`).
+Nothing is stored on any error, and no database value is larger than the manifest.
 """
 
 from __future__ import annotations

@@ -1,27 +1,21 @@
 """The outbox sender: the only labels-party component that talks to the features party.
 
 It pushes a stored message, exactly as charged, shard by shard (:mod:`labeldp.message_shards`):
-the signed manifest first, the inbox answers which shards it still lacks (none for a
-duplicate), each of those goes in its own request, then ``complete``. It keeps nothing it reads
-back but a status class and, where it is one of the inbox's own codes, that code (and, for the
-manifest, the list of missing shard indices, used only to choose what to send). Network errors
-and 5xx answers are retried with exponential backoff and jitter (resending identical
-bytes is post-processing: free; a retry resends only the shards the inbox still lacks); a 4xx
-answer marks the release ``rejected``, to be
-re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed. What it
-records about a failed attempt is a value of a fixed list (:mod:`.delivery_outcomes`),
-never text the receiver chose: nothing flows back (privacy invariant 1).
+the signed manifest, then each shard the inbox says it lacks (none for a duplicate), then
+``complete``. It keeps nothing it reads back but a status class, the inbox's own code, and
+the manifest's list of missing shard indices (only to choose what to send). Network errors and
+5xx answers are retried with jittered exponential backoff (resending the same bytes is free
+post-processing; a retry sends only the missing shards); a 4xx marks the release ``rejected``,
+re-queued with ``POST /v1/releases/{id}/redeliver`` once fixed. A failed attempt is recorded as a
+value of a fixed list (:mod:`.delivery_outcomes`), never receiver text (privacy invariant 1).
 
-The sender survives its database: a locked, stopped or restarting database (at start or
-in the loop) is logged by error type only, waited out with jittered backoff, and the loop
-carries on. A release whose delivered status could not be recorded keeps its lease and is
-pushed again when the lease ends; the inbox deduplicates on the release id.
+The sender survives its database: a locked or restarting database is logged by error type
+only and waited out with jittered backoff. A release whose delivered status could not be
+recorded keeps its lease and is pushed again when it ends; the inbox deduplicates.
 
-Each attempt sends the release's outgoing request id (``X-Request-ID``), a fresh one made
-when the release was charged (the labels API logs which client request it came from), and
-logs under it: the client's own request id never leaves the labels party. The sender's
-metrics (attempts, their latency, the queue) go to a file the labels API serves
-(:mod:`labeldp.service.metrics`): it listens on no port.
+Each attempt sends the release's outgoing request id (``X-Request-ID``), a fresh one made when
+it was charged, and logs under it: the client's own request id never leaves the labels party.
+Metrics (attempts, latency, the queue) go to a file the labels API serves: it listens on no port.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class Settings(BaseSettings):
         "inbox_max_body_bytes); the inbox's memory per message is about one shard",
     )
     inbox_max_concurrent: int = Field(
-        2, ge=1, le=64, description="messages the inbox receives at once; more get 503 inbox_busy with Retry-After"
+        2, ge=1, le=64, description="shards the inbox receives at once; more get 503 inbox_busy with Retry-After"
     )
     allow_dev_secrets: bool = Field(
         False,
