@@ -16,7 +16,7 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from features_party.context import AppContext, build_context
-from features_party.routes import feature_tables, models, ops, releases, trainings
+from features_party.routes import feature_tables, inbox, models, ops, releases, trainings
 from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
 from labeldp.service.logs import RequestContext, configure_logging
@@ -27,8 +27,10 @@ from labeldp.service.settings import Settings, require_secrets
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
 party's signed release messages, trainings on features × privatized labels, models and predictions.
 
-Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead checks the
-Ed25519 signature of the labels party's outbox (checked with its public keys). Every error is
+Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`, the signed manifest
+of a message, then its shards and `complete`) instead checks the Ed25519 signature of the labels party's
+outbox over the manifest (with its public keys, by kid), and each shard against the digest the manifest
+lists. Every error is
 `{code, message, details}` with a stable `code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`,
 `mdl_`); timestamps carry a UTC offset. There is no route that reaches the labels party."""
 
@@ -65,7 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,
         limits={
-            "/v1/releases": settings.inbox_max_body_bytes,
+            "/v1/releases": settings.inbox_max_manifest_bytes,
+            "/v1/releases/{release_id}/shards/{index}": settings.inbox_max_body_bytes,
             "/v1/feature-tables": settings.feature_table_max_body_bytes,
             "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
         },
@@ -76,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     instrument(app, ctx.registry, "features")
     app.add_middleware(RequestContext)
     app.include_router(ops.router)
-    app.include_router(releases.inbox_router)  # authenticated by the message signature
+    app.include_router(inbox.router)  # authenticated by the manifest's signature
     guarded = [Depends(bearer_auth(settings.features_api_key))]
     for resource in (feature_tables, releases, trainings, models):
         app.include_router(resource.router, dependencies=guarded)

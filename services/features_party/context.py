@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import jobs, models, store, worker
+from features_party import inbox, jobs, models, store, worker
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
@@ -39,7 +39,7 @@ class AppContext:
     model_cache: models.ModelCache
     idempotency: IdempotencyKeys
     inbox_slots: asyncio.Semaphore
-    """Signed messages received at once; one more is a 503 ``inbox_busy``."""
+    """Message shards received at once (each spooled, one in memory while checked); one more is a 503 ``inbox_busy``."""
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:
@@ -67,13 +67,14 @@ def build_context(settings: Settings) -> AppContext:
     sessions = make_session_factory(engine)
     data_dir = Path(settings.features_data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    object_store = open_object_store(settings, data_dir)
+    inbox.bind_store(sessions, object_store)  # a release's rows are read from its shards
     registry = CollectorRegistry()
     registry.register(
         StatusCounts(
             "labeldp_trainings_in_queue",
             "trainings queued, running or cancelling now, fleet-wide (read from the catalogue at each scrape: "
-            "aggregate "
-            "with max, not sum)",
+            "aggregate with max, not sum)",
             lambda: trainings_by_status(sessions),
             (store.QUEUED, store.RUNNING, store.CANCELLING),
         )
@@ -88,18 +89,17 @@ def build_context(settings: Settings) -> AppContext:
         max_attempts=settings.training_max_attempts,
         poll_seconds=settings.training_poll_seconds,
     )
-    objects = open_object_store(settings, data_dir)
     return AppContext(
         settings=settings,
         engine=engine,
         sessions=sessions,
         data_dir=data_dir,
-        store=objects,
+        store=object_store,
         registry=registry,
         inbox_messages=measured.inbox_messages,
         trainings=measured.trainings,
         runner=runner,
-        model_cache=models.ModelCache(objects, device=resolve_device(settings.device)),
+        model_cache=models.ModelCache(object_store, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
         inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
     )

@@ -1,168 +1,203 @@
 """The release inbox: the one place privatized labels enter the features party.
 
-A message is accepted only if it is signed by the labels party (Ed25519 over the
-exact bytes, labeldp.signing), well formed and internally consistent (digest, row count, ids unique
-and sorted). It is stored as the exact bytes that were signed. It is accepted
-whether or not a feature table holds its ids yet: the labels party has already
-charged the budget for it, so nothing that the publisher can fix later (a table not
-uploaded yet, a misspelled name) may make it undeliverable. The message's
-``feature_table`` is only a hint; the join is checked when a training binds the
-release to a table (:func:`features_party.jobs.create_training`). Releases are deduplicated on
-``release_id``: the sender retries with identical bytes, which is harmless; a
-different body under a known id is a conflict. Nothing is stored on any error.
+A message arrives as a signed manifest and its shards (:mod:`labeldp.message_shards`):
+
+1. **manifest** (:func:`receive_manifest`): Ed25519 signature over its exact bytes (at most 1 MiB), schema
+   and consistency, then dedupe on ``release_id`` before any shard: the same manifest answers
+   ``complete`` (a duplicate) or the shards still missing, another one is a conflict; a new one
+   is stored ``receiving``.
+2. **shard** (:func:`receive_shard`): spooled to disk; its size and sha256 must be the manifest's,
+   its rows are checked (ids sorted, unique, in range; labels finite), and it is stored as an
+   object named by a ``release_shards`` row. Memory: about one shard, whatever the message size.
+3. **complete** (:func:`complete_release`): with every shard held the release is ``complete``,
+   only then readable and trainable.
+
+A release is accepted whether or not a feature table holds its ids yet: it was charged, so
+nothing the publisher can fix later may make it undeliverable; ``feature_table`` is only a hint
+and the join is checked when a training binds a table (:func:`features_party.jobs.create_training`).
+Nothing is stored on any error, and no database value is larger than the manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pa_compute
-from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from features_party import store
-from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unauthorized
-from labeldp.schema import LabelRelease, decode_columns, payload_digest
+from labeldp.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, parse_manifest, read_columns
+from labeldp.schema import LabelRelease, decode_columns
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso
-from labeldp.signing import verify, verify_file
-
-# pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
-pc: Any = pa_compute
+from labeldp.signing import verify
+from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
 ACCEPTED = "accepted"
 DUPLICATE = "duplicate"
+STORED = "stored"
+SHARD_PREFIX: Final = "releases"
+STORE_INFO: Final = "labeldp.object_store"
+"""The key under which a session factory's sessions carry the features party's object store."""
 
 
 @dataclass(frozen=True)
-class InboxResult:
+class ManifestAnswer:
+    """The inbox's answer to a manifest: ``complete`` (nothing to send) or the shards it lacks."""
+
     release_id: str
-    status: str  # accepted | duplicate
-    message_sha256: str  # of the bytes received; a duplicate's bytes are the stored ones
+    new: bool
+    status: str  # receiving | complete
+    message_sha256: str
+    missing: list[int] = field(default_factory=list)
 
     @property
     def http_status(self) -> int:
-        return 201 if self.status == ACCEPTED else 200
+        return 201 if self.new else 200
 
     def body(self) -> dict[str, Any]:
-        return {"id": self.release_id, "status": self.status, "message_sha256": self.message_sha256}
+        return {"id": self.release_id, "status": self.status, "missing": self.missing,
+                "message_sha256": self.message_sha256}
 
 
-def _invalid(message: str) -> LabelDPError:
-    return InvalidInput("invalid_message", message)
+def bind_store(sessions: sessionmaker[Session], object_store: ObjectStore) -> None:
+    """Let :func:`release_columns` find the shards of a row loaded through ``sessions``."""
+    sessions.configure(info={STORE_INFO: object_store})
 
 
-def parse_release(body: bytes) -> tuple[LabelRelease, pa.Array, np.ndarray]:
-    """Parse and check a message's internal consistency; returns it with its columns.
-
-    The checks run on the Arrow columns (vectorized): a 10⁷-row message never becomes
-    10⁷ Python strings.
-    """
-    try:
-        release = LabelRelease.model_validate_json(body)
-    except ValidationError as exc:
-        # Field locations only: pydantic's input echo could hold a label value.
-        details = [{"loc": [str(p) for p in e.get("loc", ())], "type": e.get("type")} for e in exc.errors()]
-        raise InvalidInput("invalid_message", "the message does not match the LabelRelease schema", details) from None
-    try:
-        ids, labels = decode_columns(release.payload)
-        digest = payload_digest(ids, labels)
-    except Exception:  # a malformed Arrow payload fails in many ways
-        raise _invalid("the payload cannot be decoded into id and label columns") from None
-    if digest != release.payload_digest:
-        raise InvalidInput("digest_mismatch", "payload_digest does not match the payload")
-    if len(ids) != release.row_count or len(labels) != len(ids):
-        raise _invalid("row_count does not match the payload")
-    if ids.null_count or (len(ids) and pc.min(pc.utf8_length(ids)).as_py() == 0):
-        raise _invalid("ids must be non-empty strings")
-    if len(ids) > 1 and not pc.all(pc.less(ids.slice(0, len(ids) - 1), ids.slice(1))).as_py():
-        raise _invalid("ids must be unique and in sorted order")
-    if not np.all(np.isfinite(labels)):
-        raise _invalid("labels must be finite numbers")
-    return release, ids, labels
-
-
-def receive_release(
-    session_factory: sessionmaker[Session],
-    secret: str,
-    body: bytes | Path,
-    signature: str | None,
-) -> InboxResult:
-    """Verify, validate, deduplicate and store one message (or raise LabelDPError).
-
-    ``body`` is the message bytes or the path of a file holding them (the route spools
-    the request to disk and verifies the signature there before anything is parsed).
-    """
-    if isinstance(body, Path):
-        if not verify_file(body, secret, signature):
-            raise Unauthorized("bad_signature", "missing or wrong message signature")
-        body = body.read_bytes()
-    elif not verify(body, secret, signature):
+def receive_manifest(
+    session_factory: sessionmaker[Session], secret: str, raw: bytes, signature: str | None
+) -> ManifestAnswer:
+    """Verify, validate and deduplicate a manifest; store a new one (or raise LabelDPError)."""
+    if not verify(raw, secret, signature):
         raise Unauthorized("bad_signature", "missing or wrong message signature")
-    release, _ids, _labels = parse_release(body)
-    sha = hashlib.sha256(body).hexdigest()
-
+    manifest = parse_manifest(raw)
+    sha = hashlib.sha256(raw).hexdigest()
     with session_factory() as session:
-        known = _dedupe(session, release.release_id, sha)
-        if known is not None:
-            return known
+        known = _dedupe(session, manifest.release_id, sha)
+    if known is not None:
+        return known
     # No join check here: a valid, signed release is stored whether or not its feature table
     # exists yet (it was charged; refusing it would spend budget on nothing). The table is
     # bound, and every id checked against it, when a training starts (jobs.create_training).
     row = store.Release(
-        release_id=release.release_id,
-        label_set_id=release.label_set_id,
-        feature_table=release.feature_table,
-        mechanism_name=release.mechanism.name,
-        mechanism=release.mechanism.model_dump(mode="json"),
-        prior=release.prior.model_dump(mode="json") if release.prior is not None else None,
-        accounting=release.accounting.model_dump(mode="json"),
-        total_epsilon_micro=release.accounting.total_epsilon_micro,
-        row_count=release.row_count,
-        created_at=release.created_at,
-        body=body,
+        release_id=manifest.release_id,
+        label_set_id=manifest.label_set_id,
+        feature_table=manifest.feature_table,
+        mechanism_name=manifest.mechanism.name,
+        mechanism=manifest.mechanism.model_dump(mode="json"),
+        prior=manifest.prior.model_dump(mode="json") if manifest.prior is not None else None,
+        accounting=manifest.accounting.model_dump(mode="json"),
+        total_epsilon_micro=manifest.accounting.total_epsilon_micro,
+        row_count=manifest.row_count,
+        created_at=manifest.created_at,
+        status=store.RELEASE_RECEIVING,
+        manifest=raw,
+        shard_count=len(manifest.shards),
         body_sha256=sha,
     )
     try:
         with session_factory.begin() as session:
-            known = _dedupe(session, release.release_id, sha)
+            known = _dedupe(session, manifest.release_id, sha)
             if known is not None:
                 return known
             session.add(row)
     except IntegrityError:
         # A concurrent delivery of the same release won the insert.
         with session_factory() as session:
-            known = _dedupe(session, release.release_id, sha)
+            known = _dedupe(session, manifest.release_id, sha)
         if known is None:
             raise
         return known
-    log.info("release %s accepted: %d rows", release.release_id, release.row_count)
-    return InboxResult(release.release_id, ACCEPTED, sha)
+    log.info("release %s: manifest accepted (%d rows in %d shards)", manifest.release_id, manifest.row_count,
+             len(manifest.shards))
+    return ManifestAnswer(manifest.release_id, True, store.RELEASE_RECEIVING, sha, list(range(len(manifest.shards))))
 
 
-def _dedupe(session: Session, release_id: str, sha: str) -> InboxResult | None:
+def _dedupe(session: Session, release_id: str, sha: str) -> ManifestAnswer | None:
     existing = session.get(store.Release, release_id)
     if existing is None:
         return None
-    if existing.body_sha256 == sha:
+    if existing.body_sha256 != sha:
+        raise Conflict("release_conflict", "a different message with this release_id was already received")
+    if existing.status == store.RELEASE_COMPLETE:
         log.info("release %s received again (duplicate)", release_id)
-        return InboxResult(release_id, DUPLICATE, sha)
-    raise Conflict("release_conflict", "a different message with this release_id was already received")
+        return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, sha)
+    held = set(session.scalars(
+        select(store.ReleaseShard.shard_index).where(store.ReleaseShard.release_id == release_id)
+    ))
+    missing = [i for i in range(existing.shard_count) if i not in held]
+    log.info("release %s: delivery resumed, %d of %d shards missing", release_id, len(missing), existing.shard_count)
+    return ManifestAnswer(release_id, False, store.RELEASE_RECEIVING, sha, missing)
+
+
+def _receiving(session: Session, release_id: str) -> tuple[store.Release, ReleaseManifest]:
+    row = session.get(store.Release, release_id)
+    if row is None or row.manifest is None:
+        raise NotFound("manifest_unknown", "no manifest of this release was received; send it first")
+    return row, parse_manifest(row.manifest)
+
+
+def receive_shard(
+    session_factory: sessionmaker[Session], object_store: ObjectStore, release_id: str, index: int,
+    path: Path, sha256: str, size: int,
+) -> str:
+    """Verify one spooled shard against its manifest and store it; ``stored`` or ``duplicate``."""
+    with session_factory() as session:
+        row, manifest = _receiving(session, release_id)
+        if row.status == store.RELEASE_COMPLETE or session.get(store.ReleaseShard, (release_id, index)) is not None:
+            return DUPLICATE
+    if not 0 <= index < len(manifest.shards):
+        raise InvalidInput("invalid_message", f"the manifest lists {len(manifest.shards)} shards")
+    entry = manifest.shards[index]
+    check_digest(entry, sha256, size)
+    decode_shard(str(path), entry)  # the rows' checks: one shard in memory, then dropped
+    key = f"{SHARD_PREFIX}/{release_id}/{entry.index:06d}-{entry.sha256}.parquet"
+    object_store.put_file(key, path)  # the same bytes whoever writes it: a race is harmless
+    try:
+        with session_factory.begin() as session:
+            session.add(store.ReleaseShard(
+                release_id=release_id, shard_index=index, object_key=key, sha256=entry.sha256,
+                rows=entry.rows, size=entry.bytes,
+            ))
+    except IntegrityError:
+        return DUPLICATE  # a concurrent delivery stored it first
+    return STORED
+
+
+def complete_release(session_factory: sessionmaker[Session], release_id: str) -> ManifestAnswer:
+    """Mark a release complete once every shard is held (409 ``shards_missing`` before)."""
+    with session_factory.begin() as session:
+        row = session.get(store.Release, release_id)
+        if row is None or row.manifest is None:
+            raise NotFound("manifest_unknown", "no manifest of this release was received; send it first")
+        if row.status != store.RELEASE_COMPLETE:
+            held = session.scalar(
+                select(func.count()).select_from(store.ReleaseShard).where(store.ReleaseShard.release_id == release_id)
+            )
+            if held != row.shard_count:
+                raise Conflict("shards_missing", f"{row.shard_count - (held or 0)} shards are still missing")
+            row.status = store.RELEASE_COMPLETE
+            row.completed_at = datetime.now(UTC)
+            log.info("release %s accepted: %d rows", release_id, row.row_count)
+        return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256)
 
 
 def get_release(session: Session, release_id: str) -> store.Release:
+    """A complete release (one still receiving shards is not found yet)."""
     row = session.get(store.Release, release_id)
-    if row is None:
+    if row is None or row.status != store.RELEASE_COMPLETE:
         raise NotFound("release_not_found", "no such release")
     return row
 
@@ -186,8 +221,8 @@ def describe_release(row: store.Release) -> dict[str, Any]:
 def list_releases(
     session: Session, limit: int, cursor: str | None, label_set_id: str | None = None
 ) -> dict[str, Any]:
-    """A page of received releases, oldest received first; never loads a message body."""
-    stmt = select(store.Release)
+    """A page of complete releases, oldest received first; never loads a message."""
+    stmt = select(store.Release).where(store.Release.status == store.RELEASE_COMPLETE)
     if label_set_id is not None:
         stmt = stmt.where(store.Release.label_set_id == label_set_id)
     return keyset_page(
@@ -195,7 +230,27 @@ def list_releases(
     )
 
 
-def release_columns(row: store.Release) -> tuple[pa.Array, np.ndarray]:
+def release_columns(row: store.Release, object_store: ObjectStore | None = None) -> tuple[pa.Array, np.ndarray]:
     """The privatized ids (an Arrow string array: a 10⁷-row release never becomes 10⁷ Python
-    strings on its way to a training) and labels of a stored release, re-read from its exact bytes."""
-    return decode_columns(LabelRelease.model_validate_json(row.body).payload)
+    strings on its way to a training) and labels of a complete release, read from its shards
+    (each digest checked again), or from the exact body of a release received whole before shards.
+
+    ``object_store``: by default the one bound to the session that loaded ``row`` (:func:`bind_store`).
+    """
+    if row.manifest is None:
+        if row.body is None:
+            raise NotFound("release_not_found", "the release holds no message")
+        return decode_columns(LabelRelease.model_validate_json(row.body).payload)
+    session = object_session(row)
+    if object_store is None and session is not None:
+        object_store = session.info.get(STORE_INFO)
+    if object_store is None:
+        raise RuntimeError("no object store is bound to the session that loaded this release (inbox.bind_store)")
+    manifest = parse_manifest(row.manifest)
+    if session is None:
+        raise RuntimeError("the release row is detached from its session")
+    keys: dict[int, str] = dict(session.execute(
+            select(store.ReleaseShard.shard_index, store.ReleaseShard.object_key)
+            .where(store.ReleaseShard.release_id == row.release_id)
+        ).all())
+    return read_columns(object_store, "", manifest, [keys[i] for i in range(len(manifest.shards))])

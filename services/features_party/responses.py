@@ -40,9 +40,21 @@ class FeatureTable(_Body):
 
 
 class InboxReceipt(_Body):
+    """The inbox's answer to a manifest, and to ``complete``."""
+
     id: str = Field(description="the release id (`rel_…`), the same as on the labels party")
-    status: Literal["accepted", "duplicate"]
-    message_sha256: str
+    status: Literal["receiving", "complete"] = Field(
+        description="complete: every shard is held (a duplicate manifest is answered so, before any shard); "
+        "receiving: send the shards listed in `missing`, then `complete`"
+    )
+    missing: list[int] = Field(description="indices of the shards the inbox still lacks")
+    message_sha256: str = Field(description="sha256 of the manifest's exact bytes")
+
+
+class ShardReceipt(_Body):
+    id: str = Field(description="the release id")
+    index: int = Field(description="the shard's index in the manifest")
+    status: Literal["stored", "duplicate"]
 
 
 class ReceivedRelease(_Body):
@@ -171,7 +183,9 @@ EXAMPLE_TABLE = {
     "id": "ft_84a29ff790ea4943b002d959b8f2d3b6", "name": "clicks", "n_rows": 3, "id_column": "id",
     "columns": [{"name": "age", "kind": "numeric"}, {"name": "city", "kind": "categorical"}], "created_at": TS,
 }
-EXAMPLE_RECEIPT = {"id": REL, "status": "accepted", "message_sha256": SHA}
+EXAMPLE_RECEIPT = {"id": REL, "status": "receiving", "missing": [0, 1, 2], "message_sha256": SHA}
+EXAMPLE_COMPLETE = {"id": REL, "status": "complete", "missing": [], "message_sha256": SHA}
+EXAMPLE_SHARD = {"id": REL, "index": 0, "status": "stored"}
 EXAMPLE_RELEASE = {
     "id": REL, "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks",
     "mechanism": "laplace", "mechanism_spec": SPEC, "prior": None, "accounting": ACCOUNTING, "row_count": 3,

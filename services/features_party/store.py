@@ -2,8 +2,10 @@
 
 Its own ``DeclarativeBase`` so the two parties' schemas never share metadata.
 Bulky data lives elsewhere: feature tables as Parquet and models as torch files
-under ``features_data_dir``; releases keep their exact signed bytes here, because
-those bytes are what was authenticated and deduplicated.
+under ``features_data_dir``, a release's message shards as objects of the store. A release
+keeps its exact signed manifest here (at most ``inbox_max_manifest_bytes``, 1 MiB: no value of
+this database is larger), because those bytes are what was authenticated and deduplicated,
+and one row per shard received, naming its object.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Engine, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from labeldp.service.idempotency import idempotency_table
@@ -21,6 +23,9 @@ from labeldp.service.timestamps import utcnow
 class Base(DeclarativeBase):
     pass
 
+
+RELEASE_RECEIVING, RELEASE_COMPLETE = "receiving", "complete"
+"""A received release's ``status`` (features_party.inbox): shards arriving, or all held."""
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
@@ -58,8 +63,29 @@ class Release(Base):
     row_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    body: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded only when needed
-    body_sha256: Mapped[str] = mapped_column(String(64))
+    # receiving: its manifest is held, shards are arriving (not readable yet); complete: every shard held.
+    status: Mapped[str] = mapped_column(String(16), default=RELEASE_COMPLETE, server_default=RELEASE_COMPLETE)
+    # The exact signed manifest (labeldp.message_shards), at most 1 MiB; null for a release received
+    # whole before revision 0003, whose exact single-body message is ``body``.
+    manifest: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    shard_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    body: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)  # before 0003 only
+    body_sha256: Mapped[str] = mapped_column(String(64))  # of the manifest (of the body before 0003)
+
+
+class ReleaseShard(Base):
+    """One verified shard of a release's message, stored as the object ``object_key``."""
+
+    __tablename__ = "release_shards"
+
+    release_id: Mapped[str] = mapped_column(String(256), ForeignKey("releases.release_id"), primary_key=True)
+    shard_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    object_key: Mapped[str] = mapped_column(String(512))
+    sha256: Mapped[str] = mapped_column(String(64))
+    rows: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Training(Base):

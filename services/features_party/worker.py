@@ -18,12 +18,12 @@ import time
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import checkpoints, jobs, leases, store
+from features_party import checkpoints, inbox, jobs, leases, store
 from features_party.progress import ProgressBoard
 from labeldp.learning.device import resolve_device
 from labeldp.service.database import is_transient, make_session_factory
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings
+from labeldp.service.settings import Settings, open_object_store
 
 log = logging.getLogger("labeldp.features")
 
@@ -146,6 +146,7 @@ def run_worker(settings: Settings, stop: threading.Event) -> None:
         raise
     sessions: sessionmaker[Session] = make_session_factory(engine)
     settings.features_data_dir.mkdir(parents=True, exist_ok=True)
+    inbox.bind_store(sessions, open_object_store(settings, settings.features_data_dir))
     from features_party.context import torchrun_hosts  # the app's context imports this module
 
     ctx = jobs.job_context(settings, sessions, hosts=torchrun_hosts(settings))

@@ -14,7 +14,6 @@ modified once a committed row names it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import secrets
@@ -116,24 +115,6 @@ def _named(key: str) -> Iterator[None]:
         yield
     except NotFound as exc:
         raise StorageError("stored_object_missing", f"the stored object {key!r} is missing from the store") from exc
-
-
-class HashingWriter:
-    """Counts and hashes the bytes written through it, so a streamed object needs no second read."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self._out = out
-        self._sha = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self._sha.update(data)
-        self.size += len(data)
-        self._out.write(data)
-        return len(data)
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
 
 
 def release_unused_memory() -> None:

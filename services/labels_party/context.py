@@ -40,9 +40,19 @@ def label_set_prefix(label_set_id: str) -> str:
     return f"{LABEL_SETS}/{label_set_id}"
 
 
+def message_prefix(release_id: str) -> str:
+    """Where a release's message lives: its shards and its manifest (:mod:`labeldp.message_shards`)."""
+    return f"{MESSAGES}/{release_id}"
+
+
 def message_key(message_file: str) -> str:
-    """The stored message a release row names (``ReleaseRow.message_file``)."""
+    """The stored manifest a release row names (``ReleaseRow.message_file``: ``<release id>/manifest.json``)."""
     return f"{MESSAGES}/{message_file}"
+
+
+def message_file(manifest_key: str) -> str:
+    """What a release row stores of its manifest's key (the inverse of :func:`message_key`)."""
+    return manifest_key.removeprefix(f"{MESSAGES}/")
 
 
 MESSAGES = "messages"

@@ -27,6 +27,9 @@ class DeliveryOutcome(StrEnum):
     THROTTLED_4XX = "throttled_4xx"  # 408, 425, 429: retried
     SERVER_ERROR_5XX = "server_error_5xx"
     UNEXPECTED_STATUS = "unexpected_status"  # 1xx, 3xx, a 2xx other than 200/201
+    UNEXPECTED_ANSWER = "unexpected_answer"  # a 2xx to the manifest whose body is not the contract's: retried
+    SHARDS_MISSING = "shards_missing"  # 409 shards_missing (complete before every shard arrived): retried
+    MANIFEST_UNKNOWN = "manifest_unknown"  # 404 manifest_unknown (a shard before its manifest): retried
     TIMEOUT = "timeout"
     CONNECTION_ERROR = "connection_error"
     TRANSPORT_ERROR = "transport_error"  # any other httpx error (protocol, a redirect loop, ...)
@@ -42,8 +45,20 @@ INBOX_CODES: dict[tuple[int, str], DeliveryOutcome] = {
     (409, "release_conflict"): DeliveryOutcome.RELEASE_CONFLICT,
     (413, "payload_too_large"): DeliveryOutcome.PAYLOAD_TOO_LARGE,
     (503, "inbox_busy"): DeliveryOutcome.INBOX_BUSY,
+    (409, "shards_missing"): DeliveryOutcome.SHARDS_MISSING,
+    (404, "manifest_unknown"): DeliveryOutcome.MANIFEST_UNKNOWN,
 }
-"""The features party inbox's published error codes (its OpenAPI ``POST /v1/releases``), by status."""
+"""The features party inbox's published error codes (its OpenAPI ``POST /v1/releases`` and the
+shard and complete routes), by status."""
+
+RETRIED = frozenset({
+    DeliveryOutcome.INBOX_BUSY, DeliveryOutcome.THROTTLED_4XX, DeliveryOutcome.SERVER_ERROR_5XX,
+    DeliveryOutcome.UNEXPECTED_STATUS, DeliveryOutcome.UNEXPECTED_ANSWER, DeliveryOutcome.SHARDS_MISSING,
+    DeliveryOutcome.MANIFEST_UNKNOWN, DeliveryOutcome.TIMEOUT, DeliveryOutcome.CONNECTION_ERROR,
+    DeliveryOutcome.TRANSPORT_ERROR,
+})
+"""Outcomes tried again with backoff; every other one is a 4xx that marks the release ``rejected``."""
+REJECTING = frozenset(DeliveryOutcome) - RETRIED - {DeliveryOutcome.UNRECORDED}
 
 
 def _code(response: httpx.Response) -> str | None:

@@ -1,23 +1,21 @@
 """The outbox sender: the only labels-party component that talks to the features party.
 
-It pushes stored message bytes, exactly as charged, and keeps nothing it reads back but
-a status class and, where it is one of the inbox's own codes, that code. Network errors
-and 5xx answers are retried with exponential backoff and jitter (resending identical
-bytes is post-processing: free); a 4xx answer marks the release ``rejected``, to be
-re-queued with ``POST /v1/releases/{id}/redeliver`` once the cause is fixed. What it
-records about a failed attempt is a value of a fixed list (:mod:`.delivery_outcomes`),
-never text the receiver chose: nothing flows back (privacy invariant 1).
+It pushes a stored message, exactly as charged, shard by shard (:mod:`labeldp.message_shards`):
+the signed manifest, then each shard the inbox says it lacks (none for a duplicate), then
+``complete``. It keeps nothing it reads back but a status class, the inbox's own code, and
+the manifest's list of missing shard indices (only to choose what to send). Network errors and
+5xx answers are retried with jittered exponential backoff (resending the same bytes is free
+post-processing; a retry sends only the missing shards); a 4xx marks the release ``rejected``,
+re-queued with ``POST /v1/releases/{id}/redeliver`` once fixed. A failed attempt is recorded as a
+value of a fixed list (:mod:`.delivery_outcomes`), never receiver text (privacy invariant 1).
 
-The sender survives its database: a locked, stopped or restarting database (at start or
-in the loop) is logged by error type only, waited out with jittered backoff, and the loop
-carries on. A release whose delivered status could not be recorded keeps its lease and is
-pushed again when the lease ends; the inbox deduplicates on the release id.
+The sender survives its database: a locked or restarting database is logged by error type
+only and waited out with jittered backoff. A release whose delivered status could not be
+recorded keeps its lease and is pushed again when it ends; the inbox deduplicates.
 
-Each attempt sends the release's outgoing request id (``X-Request-ID``), a fresh one made
-when the release was charged (the labels API logs which client request it came from), and
-logs under it: the client's own request id never leaves the labels party. The sender's
-metrics (attempts, their latency, the queue) go to a file the labels API serves
-(:mod:`labeldp.service.metrics`): it listens on no port.
+Each attempt sends the release's outgoing request id (``X-Request-ID``), a fresh one made when
+it was charged, and logs under it: the client's own request id never leaves the labels party.
+Metrics (attempts, latency, the queue) go to a file the labels API serves: it listens on no port.
 """
 
 from __future__ import annotations
@@ -28,22 +26,25 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Literal
 
 import httpx
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from labeldp.schema import SIGNATURE_HEADER
+from labeldp.errors import InvalidInput, PayloadTooLarge
+from labeldp.message_shards import MANIFEST_NAME, parse_manifest, shard_key, write_message
+from labeldp.schema import SIGNATURE_HEADER, LabelRelease, ReleaseMetadata, decode_columns
 from labeldp.service.database import backoff_seconds, is_transient, make_session_factory, retry_transient
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, open_object_store, require_secrets
-from labeldp.signing import sign_stream
+from labeldp.service.settings import Settings, message_limits, open_object_store, require_secrets
+from labeldp.signing import sign
 from labeldp.storage import ObjectStore
 
-from .context import message_key
-from .delivery_outcomes import RETRYABLE_4XX, DeliveryOutcome, classify_error, classify_response
+from .context import message_file, message_key, message_prefix
+from .delivery_outcomes import REJECTING, DeliveryOutcome, classify_error, classify_response
 from .store import ReleaseRow
 
 log = logging.getLogger("labeldp.outbox")
@@ -102,33 +103,26 @@ def _attempt(
     rng: random.Random,
     metrics: OutboxMetrics | None,
 ) -> str:
-    # The exact bytes charged (the object never changes once a row names it), signed and sent
-    # a chunk at a time: the sender's memory does not grow with the release.
-    with store.open_input_stream(key) as f:
-        signature = sign_stream(f, settings.signing_key)
-    headers = {
-        "content-type": "application/json",
-        "content-length": str(store.size(key)),
-        SIGNATURE_HEADER: signature,
-        REQUEST_ID_HEADER: request_id,
-    }
     status, outcome = "pending", "network"
     error: DeliveryOutcome | None = None
     started = time.perf_counter()
+    answered = True
     try:
-        response = client.post(
-            f"{settings.features_url.rstrip('/')}/v1/releases", content=_chunks(store, key), headers=headers
-        )
-        if response.status_code in (200, 201):
-            status = outcome = "delivered"
-        elif 400 <= response.status_code < 500 and response.status_code not in RETRYABLE_4XX:
-            status = outcome = "rejected"
-            error = classify_response(response)
-        else:
-            outcome = "retry"
-            error = classify_response(response)
+        error = _transfer(sessions, client, settings, release_id, store, key, request_id)
+    except PayloadTooLarge:
+        # A stored message today's limits refuse (one written before shards, rewritten as shards
+        # now): rejected with a clear state, re-queued by redeliver once the limits allow it.
+        error = DeliveryOutcome.PAYLOAD_TOO_LARGE
+    except InvalidInput:
+        error = DeliveryOutcome.INVALID_MESSAGE
     except httpx.HTTPError as exc:
-        error = classify_error(exc)
+        error, answered = classify_error(exc), False
+    if error is None:
+        status = outcome = "delivered"
+    elif error in REJECTING:
+        status = outcome = "rejected"
+    elif answered:
+        outcome = "retry"
     if metrics is not None:
         metrics.attempts.labels(outcome).inc()
         metrics.attempt_seconds.labels(outcome).observe(time.perf_counter() - started)
@@ -149,6 +143,107 @@ def _attempt(
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
     log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error.value})" if error else "")
     return status
+
+
+def _transfer(
+    sessions: sessionmaker[Session],
+    client: httpx.Client,
+    settings: Settings,
+    release_id: str,
+    store: ObjectStore,
+    key: str,
+    request_id: str,
+) -> DeliveryOutcome | None:
+    """One delivery: the signed manifest, then each shard the inbox still needs, then complete.
+
+    Returns ``None`` once the inbox holds the whole message, else why not. The inbox's answer to
+    the manifest is read only as a value of a fixed shape (``complete``, or the indices of the
+    shards it lacks, each one of this message's): a resumed delivery sends only what is missing,
+    so a transfer cut off at 90 % resends at most the shard that was in flight.
+    """
+    key = _sharded(sessions, settings, store, release_id, key)
+    raw = store.get_bytes(key)  # the manifest: at most inbox_max_manifest_bytes (1 MiB)
+    shard_count = len(parse_manifest(raw).shards)
+    base = f"{settings.features_url.rstrip('/')}/v1/releases"
+    headers = {REQUEST_ID_HEADER: request_id}
+    response = client.post(
+        base,
+        content=raw,
+        headers={**headers, "content-type": "application/json",
+                 SIGNATURE_HEADER: sign(raw, settings.signing_key)},
+    )
+    if response.status_code not in (200, 201):
+        return classify_response(response)
+    needed = _needed(response, shard_count)
+    if needed is None:
+        return DeliveryOutcome.UNEXPECTED_ANSWER
+    if needed == "complete":
+        return None  # a duplicate: the inbox holds it all, answered before any shard
+    for index in needed:
+        shard = shard_key(key, index)
+        response = client.put(
+            f"{base}/{release_id}/shards/{index}",
+            content=_chunks(store, shard),
+            headers={**headers, "content-type": "application/vnd.apache.parquet",
+                     "content-length": str(store.size(shard))},
+        )
+        if response.status_code not in (200, 201):
+            return classify_response(response)
+        _renew_lease(sessions, release_id, settings)
+    response = client.post(f"{base}/{release_id}/complete", headers=headers)
+    if response.status_code != 200:
+        return classify_response(response)
+    return None
+
+
+def _sharded(
+    sessions: sessionmaker[Session], settings: Settings, store: ObjectStore, release_id: str, key: str
+) -> str:
+    """The key of the release's manifest. A message charged before shards (one ``<id>.json``
+    body) is rewritten as shards once, the same metadata and rows (post-processing: nothing is
+    charged), and its row names the new manifest; the sweep removes the old body."""
+    if key.endswith("/" + MANIFEST_NAME):
+        return key
+    legacy = LabelRelease.model_validate_json(store.get_bytes(key))
+    ids, labels = decode_columns(legacy.payload)
+    fields = {name: getattr(legacy, name) for name in ReleaseMetadata.model_fields if name != "schema_version"}
+    written = write_message(
+        store, message_prefix(release_id), ReleaseMetadata(**fields), ids, labels, message_limits(settings)
+    )
+    with sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(
+            message_file=message_file(written.manifest_key), message_bytes=written.total_bytes,
+            message_sha256=written.manifest_sha256,
+        ))
+    log.info("release %s: its single-body message was rewritten as %d shards", release_id,
+             len(written.manifest.shards))
+    return written.manifest_key
+
+
+def _needed(response: httpx.Response, shard_count: int) -> Literal["complete"] | list[int] | None:
+    """The shards the inbox lacks, from its answer to the manifest; ``None`` if the answer is not one
+    the contract allows. Nothing of it is stored or logged."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    missing = body.get("missing")
+    if body.get("status") == "complete" and missing == []:
+        return "complete"
+    if body.get("status") != "receiving" or not isinstance(missing, list):
+        return None
+    if not all(type(i) is int and 0 <= i < shard_count for i in missing) or len(set(missing)) != len(missing):
+        return None
+    return sorted(missing)
+
+
+def _renew_lease(sessions: sessionmaker[Session], release_id: str, settings: Settings) -> None:
+    """Each shard sent extends the lease: a long delivery is not taken over by another sender."""
+    until = time.time() + settings.outbox_timeout_seconds * 2
+    with sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(lease_until=until))
 
 
 def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:

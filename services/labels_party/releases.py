@@ -1,8 +1,10 @@
 """Releases: validate, privatize, write the message, then charge every id and record it in ONE transaction.
 
 Order matters (docs/architecture.md, invariants 3 and 4): every check that can fail
-runs before anything is charged; the message bytes are written as their object in the
-store before the transaction (an object no committed row names is never sent); the per-id ledger charge,
+runs before anything is charged; the message (its shards and signed-to-be manifest,
+:mod:`labeldp.message_shards`) is written as objects in the store before the transaction (objects no
+committed row names are never sent), and a message the inbox's published size limits could not take
+is refused there, before the charge; the per-id ledger charge,
 the label set's spend, the release row and the idempotency answer commit together or
 not at all. Delivery later resends those bytes, never new ones.
 """
@@ -27,19 +29,21 @@ from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_m
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unavailable
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.registry import NAMES
+from labeldp.message_shards import WrittenMessage, write_message
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
 from labeldp.release.randomizer import randomize, validate_public_prior
-from labeldp.schema import FEATURE_TABLE_NAME, JsonPayload, LabelRelease, payload_digest, write_message
+from labeldp.schema import FEATURE_TABLE_NAME, ReleaseMetadata
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.logs import current_request_id, new_request_id
 from labeldp.service.pagination import keyset_page
+from labeldp.service.settings import message_limits
 from labeldp.service.timestamps import iso
 
 from . import ledger
-from .columnar import HashingWriter, release_unused_memory
-from .context import LabelsContext, message_key
+from .columnar import release_unused_memory
+from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
 from .label_sets import class_names, load_label_set, read_ids, read_labels
 from .store import PrivacyDomainRow, ReleaseRow
@@ -160,7 +164,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
 
     release_id = "rel_" + uuid.uuid4().hex
     ids = ids_table.column("id")
-    message = LabelRelease(
+    message = ReleaseMetadata(
         release_id=release_id,
         label_set_id=label_set_id,
         feature_table=body.feature_table,
@@ -169,16 +173,12 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         prior=out.prior,
         accounting=out.accounting,
         row_count=len(ids),
-        payload_digest=payload_digest(ids, out.labels),
-        payload=JsonPayload(ids=[], labels=[]),  # replaced by the columns as the file is written
     )
-    message_file = f"{release_id}.json"
-    key = message_key(message_file)
-    with ctx.store.open_output_stream(key) as stream:
-        hashed = HashingWriter(stream)
-        write_message(hashed, release=message, ids=ids, labels=out.labels)  # type: ignore[arg-type]
+    # The message: its shards and manifest as objects, one shard in memory at a time; a message
+    # the inbox's published limits could not take is refused here, before anything is charged.
+    limits = message_limits(ctx.settings)
+    written = write_message(ctx.store, message_prefix(release_id), message, ids, out.labels, limits)
     del out
-    size, sha = hashed.size, hashed.hexdigest()
     try:
         # The ledger's next bucket versions are computed outside any lock; the transaction
         # swaps them in only if no other commit moved them (else: recompute those, retry).
@@ -187,8 +187,7 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         del ids_table, ids
         for _ in range(ledger.MAX_ATTEMPTS):
             try:
-                response = _commit(ctx, label_set_id, plan, message, body, release_id, message_file, size, sha,
-                                   mechanism, claim)
+                response = _commit(ctx, label_set_id, plan, message, body, release_id, written, mechanism, claim)
                 break
             except ledger.StaleBuckets as stale:
                 with _refused_if_exhausted():
@@ -196,8 +195,9 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         else:
             raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
     except BaseException:
-        with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
-            ctx.store.delete(key)
+        for key in written.keys:
+            with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
+                ctx.store.delete(key)
         raise
     release_unused_memory()
     return response
@@ -214,8 +214,8 @@ def _refused_if_exhausted() -> Iterator[None]:
 
 
 def _commit(
-    ctx: LabelsContext, label_set_id: str, plan: ledger.ChargePlan, message: LabelRelease, body: ReleaseCreate,
-    release_id: str, message_file: str, size: int, sha: str, mechanism: str, claim: Claim | None,
+    ctx: LabelsContext, label_set_id: str, plan: ledger.ChargePlan, message: ReleaseMetadata, body: ReleaseCreate,
+    release_id: str, written: WrittenMessage, mechanism: str, claim: Claim | None,
 ) -> StoredResponse:
     """The one short transaction: the label set's cap, the ledger's swap, the release row and its answer."""
     charge, delta_units = plan.eps, plan.delta
@@ -237,9 +237,9 @@ def _commit(
             prior_source=None if body.prior is None else body.prior.source,
             feature_table=body.feature_table,
             row_count=message.row_count,
-            message_file=message_file,
-            message_bytes=size,
-            message_sha256=sha,
+            message_file=message_file(written.manifest_key),
+            message_bytes=written.total_bytes,
+            message_sha256=written.manifest_sha256,
             status="pending",
             created_at=datetime.now(UTC),
             request_id=outgoing_request_id,

@@ -111,7 +111,9 @@ class LabelSetRow(Base):
 
 
 class ReleaseRow(Base):
-    """A charged release; the exact message bytes are the object ``messages/<message_file>`` (sha256 below)."""
+    """A charged release. Its message is the manifest object ``messages/<message_file>``
+    (``<release id>/manifest.json``; ``message_sha256`` is of its exact bytes) and the shards next to
+    it that the manifest lists by digest; ``message_bytes`` counts the manifest and every shard."""
 
     __tablename__ = "releases"
 

@@ -33,10 +33,12 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float) -> int:
         named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file))}
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
-    candidates = [k for k in ctx.store.list(MESSAGES) if k.endswith(".json")]
+    # A message is its manifest and the shards next to it: all kept while a row names the manifest.
+    named_messages = {key.rpartition("/")[0] for key in named if key.count("/") == 2 and key.startswith(MESSAGES)}
+    candidates = ctx.store.list(MESSAGES)
     candidates += [k for k in ctx.store.list(LABEL_SETS) if is_labels_key(k)]
     for key in candidates:
-        if key in named:
+        if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue
         with contextlib.suppress(NotFound):  # another replica swept it first
             if ctx.store.modified(key) < cutoff:

@@ -22,6 +22,7 @@ ERROR_CODES: dict[str, str] = {
     "feature_table_not_found": "no feature table with that id or name",
     "training_not_found": "no training with that id",
     "model_not_found": "no model with that id (or it has no such file)",
+    "manifest_unknown": "the inbox holds no manifest for this release: send the signed manifest first",
     "object_not_found": "a stored object the request names does not exist",
     "file_not_found": "a file the command was given does not exist",
     "method_not_allowed": "the path exists, the method does not (see the Allow header)",
@@ -39,11 +40,13 @@ ERROR_CODES: dict[str, str] = {
     "id_source_claimed": "another privacy domain owns this id source: one label source, one domain",
     "feature_table_exists": "a feature table of that name exists",
     "release_conflict": "the inbox holds a different message under this release id",
+    "shards_missing": "complete was asked before the inbox held every shard the manifest lists",
     "training_finished": "the training is over: it cannot be cancelled",
     "model_unavailable": "the model's training did not produce this file",
     # 413 / 415: the body
     "payload_too_large": "the body exceeds the route's public size limit",
     "unsupported_media_type": "the body's Content-Type is not one this route reads",
+    "message_too_large": "the release's message would exceed the inbox's published limits: nothing charged",
     # 422: the request is invalid; nothing changed
     "invalid_request": "the body or a parameter failed validation (see details)",
     "idempotency_key_reused": "this Idempotency-Key was used with a different request",

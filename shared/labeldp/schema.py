@@ -1,6 +1,10 @@
-"""The wire schema: the one message the labels party sends to the features party.
+"""The wire schema: what the labels party sends to the features party about a release.
 
-Everything in a :class:`LabelRelease` is ε-DP in the labels (docs/architecture.md, privacy invariant 2):
+A release's message is a signed manifest of shards (:mod:`labeldp.message_shards`): the manifest
+is :class:`ReleaseMetadata` plus its shards. :class:`LabelRelease` is the single-body message
+releases were received as before shards, only read now.
+
+Everything in a message is ε-DP in the labels (docs/architecture.md, privacy invariant 2):
 mechanism parameters and the prior come from the noisy prior, ids are the public
 id set in sorted order, and the label column holds privatized values only.
 Mechanism specs form a discriminated union on ``name``, derived from the mechanism registry
@@ -14,7 +18,7 @@ import hashlib
 import io
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Final, Literal, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Union, cast
 
 import numpy as np
 from pydantic import Field, TypeAdapter
@@ -91,8 +95,15 @@ FEATURE_TABLE_NAME: Final = r"^[A-Za-z0-9_.-]{1,64}$"
 """A feature table's name, and so all a release's ``feature_table`` hint may hold (it crosses parties)."""
 
 
-class LabelRelease(SpecModel):
-    schema_version: Literal["1"] = SCHEMA_VERSION
+class ReleaseMetadata(SpecModel):
+    """A release's public metadata: everything a message says besides its rows.
+
+    A sharded message's manifest (:mod:`labeldp.message_shards`) is this plus its shards; a
+    :class:`LabelRelease` (the single-body message of releases received before shards) is
+    this plus its payload.
+    """
+
+    schema_version: str = SCHEMA_VERSION
     release_id: str
     label_set_id: str
     feature_table: str | None = None
@@ -101,6 +112,14 @@ class LabelRelease(SpecModel):
     prior: NoisyPrior | HistogramPriorSpec | None = None
     accounting: PrivacyAccounting
     row_count: int = Field(ge=0)
+
+
+class LabelRelease(ReleaseMetadata):
+    """The single-body message (schema 1): what the inbox stored before messages came in shards.
+
+    Only read now (releases received before the features party's revision 0003)."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
     payload_digest: str = Field(description="sha256 of the canonical columns, see payload_digest()")
     payload: Payload
 
@@ -142,41 +161,6 @@ def encode_payload(ids: list[str], labels: np.ndarray) -> JsonPayload | ArrowPay
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return ArrowPayload(data=base64.b64encode(sink.getvalue()).decode("ascii"))
-
-
-def write_message(out: BinaryIO, release: LabelRelease, ids: IdColumn, labels: np.ndarray) -> None:
-    """Write ``release`` with its payload built from the columns, as the exact JSON bytes.
-
-    Byte-identical to ``release`` with ``payload=encode_payload(ids, labels)`` dumped by
-    ``model_dump_json``, but a large Arrow payload is base64-encoded straight into
-    ``out`` in chunks instead of being held as one string.
-    """
-    labels = np.asarray(labels, dtype=np.float64)
-    if len(ids) < ARROW_THRESHOLD_ROWS:
-        id_list = ids if isinstance(ids, list) else cast("list[str]", ids.to_pylist())
-        full = release.model_copy(update={"payload": encode_payload(id_list, labels)})
-        out.write(full.model_dump_json().encode("utf-8"))
-        return
-    import tempfile
-
-    import pyarrow as pa
-
-    id_array = pa.array(ids, pa.string()) if isinstance(ids, list) else ids
-    table = pa.table({"id": id_array, "label": pa.array(labels, pa.float64())})
-    skeleton = release.model_copy(update={"payload": ArrowPayload(data="")}).model_dump_json().encode("utf-8")
-    marker = b'"data":""}}'
-    if not skeleton.endswith(marker):
-        raise ValueError("the message skeleton does not end with its payload")
-    with tempfile.TemporaryFile() as ipc_file:  # the IPC bytes never sit in memory whole
-        with pa.ipc.new_stream(pa.PythonFile(ipc_file, mode="w"), table.schema) as writer:
-            writer.write_table(table)
-        del table
-        ipc_file.seek(0)
-        out.write(skeleton[: -len(marker)] + b'"data":"')
-        step = 3 * (1 << 20)  # a multiple of 3: chunked base64 concatenates to the whole
-        for block in iter(lambda: ipc_file.read(step), b""):
-            out.write(base64.b64encode(block))
-    out.write(b'"}}')
 
 
 def decode_columns(payload: JsonPayload | ArrowPayload) -> tuple[pa.Array, np.ndarray]:

@@ -1,9 +1,9 @@
-"""The inbox's parser under signed garbage (issue 10, item 1).
+"""The inbox's manifest parser under signed garbage (issue 10, item 1).
 
 Schemathesis cannot sign, so against the running service it only ever reaches the inbox's
 signature check. Here every generated body is signed with the exchange secret, so it goes
-past the signature into the schema, digest and id checks: random JSON, and a real release
-message with one field (top-level or nested) replaced by random JSON or removed. Every answer
+past the signature into the schema and consistency checks: random JSON, and a real release
+manifest with one field (top-level or nested) replaced by random JSON or removed. Every answer
 must be one the contract documents for the inbox, with the error envelope; never a 500.
 """
 
@@ -31,7 +31,7 @@ JSON = st.recursive(
 
 @pytest.fixture(scope="module")
 def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A real release message, as the labels party wrote it."""
+    """A real release's manifest, as the labels party wrote it."""
     from labels_party.context import message_key
 
     with TestClient(labels_app(tmp_path_factory.mktemp("labels"))) as labels:
@@ -46,7 +46,7 @@ def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "rr_on_bins", "epsilon": 1}, headers=LABELS_AUTH
         ).json()
         store = labels.app.state.ctx.store  # type: ignore[attr-defined]
-        return json.loads(store.get_bytes(message_key(f"{rel['id']}.json")))
+        return json.loads(store.get_bytes(message_key(f"{rel['id']}/manifest.json")))
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,30 @@ def test_the_unmutated_message_is_accepted(features: TestClient, message: dict[s
     headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY)}
     r = features.post("/v1/releases", content=raw, headers=headers)
     assert r.status_code == 201 and r.json()["id"] == message["release_id"], r.text
+
+
+def test_garbage_shards_of_a_signed_manifest_get_a_documented_answer(
+    features: TestClient, message: dict[str, Any]
+) -> None:
+    # Past the manifest's signature, every shard is checked against the manifest's digest before
+    # it is parsed: random bytes under any index get a documented refusal, never a 500, never stored.
+    raw = json.dumps(message).encode()
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY)}
+    assert features.post("/v1/releases", content=raw, headers=headers).status_code == 201
+    path = "/v1/releases/{release_id}/shards/{index}"
+    documented = {int(s) for s in features.get("/openapi.json").json()["paths"][path]["put"]["responses"]}
+    seen: set[int] = set()
+
+    @given(body=st.binary(max_size=3000), index=st.integers(-1, 3))
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def put(body: bytes, index: int) -> None:
+        r = features.put(f"/v1/releases/{message['release_id']}/shards/{index}", content=body)
+        seen.add(r.status_code)
+        assert r.status_code in documented and r.status_code >= 400, (r.status_code, r.text)
+        assert set(r.json()) == {"code", "message", "details"}, r.text
+
+    put()
+    assert 422 in seen
+    complete = features.post(f"/v1/releases/{message['release_id']}/complete")
+    assert complete.status_code == 409 and complete.json()["code"] == "shards_missing"

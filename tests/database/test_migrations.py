@@ -14,6 +14,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import Engine, MetaData, inspect, text
 
@@ -127,7 +128,7 @@ def test_features_0002_keeps_trainings_written_at_0001(database_url: str) -> Non
                 "live FROM trainings ORDER BY training_id"
             )).all()
             version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
-        assert version == head_revision(package) == "0002"
+        assert version == head_revision(package)
         by_id = {row.training_id: row for row in rows}
         assert set(by_id) == {"trn_q", "trn_r"}
         for row in rows:
@@ -136,6 +137,46 @@ def test_features_0002_keeps_trainings_written_at_0001(database_url: str) -> Non
             assert (row.owner, row.lease_expires_at, row.heartbeat_at, row.live) == (None, None, None, None)
         assert (by_id["trn_q"].status, by_id["trn_q"].attempt) == ("queued", 0)
         assert (by_id["trn_r"].status, by_id["trn_r"].attempt) == ("running", 1)
+    finally:
+        engine.dispose()
+
+
+def test_features_0003_keeps_releases_received_whole(database_url: str) -> None:
+    """A release received as one body before shards upgrades to a complete release without shards,
+    still read (by release_columns) from its exact body."""
+    from features_party import inbox
+    from labeldp.schema import EpsilonPart, LabelRelease, LaplaceSpec, PrivacyAccounting, encode_payload
+    from labeldp.schema import payload_digest as digest_of
+    from labeldp.service.database import make_session_factory
+    from labeldp.specs.base import LabelDomainSpec
+
+    ids, labels = ["a", "b", "c"], [1.0, 2.0, 3.0]
+    message = LabelRelease(
+        release_id="rel_old", label_set_id="ls", created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        mechanism=LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=0, high=5), step=0.001, scale=5.0),
+        accounting=PrivacyAccounting(parts=[EpsilonPart(name="r", epsilon_micro=1)], total_epsilon_micro=1),
+        row_count=3, payload_digest=digest_of(ids, np.asarray(labels)), payload=encode_payload(ids, np.asarray(labels)),
+    )
+    engine = make_engine(database_url)
+    package = SERVICES["features"]
+    try:
+        upgrade_schema(engine, package, "0002")
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO releases (release_id, label_set_id, mechanism_name, mechanism, accounting, "
+                    "total_epsilon_micro, row_count, created_at, received_at, body, body_sha256) VALUES ('rel_old', "
+                    "'ls', 'laplace', '{}', '{}', 1, 3, :at, :at, :body, 'sha')"
+                ),
+                {"at": datetime(2026, 1, 1, tzinfo=UTC), "body": message.model_dump_json().encode()},
+            )
+        upgrade_schema(engine, package)
+        assert schema_differences(engine, FeaturesBase.metadata) == []
+        with make_session_factory(engine)() as session:
+            row = inbox.get_release(session, "rel_old")  # complete: readable and trainable
+            assert (row.status, row.manifest, row.shard_count) == ("complete", None, 0)
+            got_ids, got_labels = inbox.release_columns(row)
+            assert got_ids.to_pylist() == ids and got_labels.tolist() == labels
     finally:
         engine.dispose()
 

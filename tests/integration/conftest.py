@@ -22,9 +22,11 @@ MAX_BODY = 2_000_000
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     # Many label sets over the same ids below: the default domain gets room for all of them
     # (the per-id ledger itself is tested in test_ledger.py with budgets that run out).
+    # Shards of 500 rows: the 1500-row releases below reach the inbox in 3 shards each.
     s = LocalStack(
         tmp_path_factory.mktemp("stack"),
-        extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY), "LABELDP_DEFAULT_DOMAIN_EPSILON": "1000"},
+        extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY), "LABELDP_DEFAULT_DOMAIN_EPSILON": "1000",
+                   "LABELDP_MESSAGE_SHARD_ROWS": "500"},
     )
     s.start()
     yield s

@@ -147,7 +147,7 @@ def test_idempotency_key_replays_and_refuses_reuse(stack, label_set):
 
 def _message_files(stack) -> int:
     folder = stack.workdir / "labels-data" / "messages"
-    return len(list(folder.glob("*.json"))) if folder.exists() else 0
+    return len([p for p in folder.rglob("*") if p.is_file()]) if folder.exists() else 0
 
 
 def test_every_bad_release_request_is_refused_before_anything_is_charged_or_written(stack, data, label_set):

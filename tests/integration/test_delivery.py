@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 
 def test_delivery_retries_until_features_party_is_back(tmp_path):
     data = make_conversions(400, seed=3)
-    with LocalStack(tmp_path) as stack:
+    # 4 shards of 100 rows: the message crosses real HTTP shard by shard.
+    with LocalStack(tmp_path, extra_env={"LABELDP_MESSAGE_SHARD_ROWS": "100"}) as stack:
         stack.start("features")
         with stack.features_client() as f:
             r = f.post(
@@ -61,4 +62,11 @@ def test_delivery_retries_until_features_party_is_back(tmp_path):
         with sqlite3.connect(tmp_path / "labels.db") as db:
             (name,) = db.execute("select message_file from releases where id = ?", (release_id,)).fetchone()
         stored = (tmp_path / "labels-data" / "messages" / name).read_bytes()
-        assert hashlib.sha256(stored).hexdigest() == received["message_sha256"]
+        assert hashlib.sha256(stored).hexdigest() == received["message_sha256"]  # the signed manifest
+        with sqlite3.connect(tmp_path / "features.db") as db:
+            shards = db.execute(
+                "select shard_index, rows from release_shards where release_id = ? order by shard_index", (release_id,)
+            ).fetchall()
+        assert shards == [(i, 100) for i in range(4)]
+        with stack.features_client() as f:
+            assert f.get(f"/v1/releases/{release_id}/labels").json()["ids"] == sorted(data.ids)

@@ -72,7 +72,7 @@ def test_a_label_set_made_on_one_replica_is_released_on_another(
         with a.features_client() as f:
             received = f.get(f"/v1/releases/{release_id}").json()
         assert received["row_count"] == 300
-        stored = s3_server.store(url).get_bytes(f"messages/{release_id}.json")
+        stored = s3_server.store(url).get_bytes(f"messages/{release_id}/manifest.json")
         assert hashlib.sha256(stored).hexdigest() == received["message_sha256"] == delivered["message_sha256"]
         assert local_objects(a) == [] and local_objects(b) == []
     finally:

@@ -11,6 +11,7 @@ import pytest
 from tests.s3_server import S3Server
 
 from labeldp.errors import LabelDPError, StorageError
+from labeldp.message_shards import shard_key
 from labeldp.storage import ObjectStore
 from labels_party import uploads
 from labels_party.columnar import get_array, put_array
@@ -50,11 +51,13 @@ def test_label_sets_and_messages_live_in_the_s3_store(tmp_path: Path, s3_server:
     assert labels.startswith(f"label_sets/{ls}/labels/")
     ledger_keys = {k for k in remote.list() if k.startswith("ledger/")}
     assert ledger_keys  # the domain's bucket bases and the release's charge (test_ledger_buckets.py)
-    assert set(remote.list()) - ledger_keys == {ids_key(ls), labels, message_key(f"{rel['id']}.json")}
-    message = remote.get_bytes(message_key(f"{rel['id']}.json"))
-    assert hashlib.sha256(message).hexdigest() == rel["message_sha256"]
-    assert len(message) == rel["message_bytes"]
-    assert b"".join(_chunks(ctx.store, message_key(f"{rel['id']}.json"), size=1000)) == message
+    manifest_key = message_key(f"{rel['id']}/manifest.json")
+    shard = shard_key(manifest_key, 0)
+    assert set(remote.list()) - ledger_keys == {ids_key(ls), labels, manifest_key, shard}
+    manifest = remote.get_bytes(manifest_key)
+    assert hashlib.sha256(manifest).hexdigest() == rel["message_sha256"]
+    assert len(manifest) + remote.size(shard) == rel["message_bytes"]
+    assert b"".join(_chunks(ctx.store, shard, size=1000)) == remote.get_bytes(shard)
     for sub in ("label_sets", "messages", "domains"):
         assert not (ctx.data_dir / sub).exists()
     delete_labels(ctx, ls)

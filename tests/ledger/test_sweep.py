@@ -18,20 +18,22 @@ def test_only_old_unreferenced_files_are_swept(tmp_path: Path) -> None:
     new_domain(ctx, "d", 5)
     kept = release(ctx, labeled_set(ctx, tmp_path, "d", ["a", "b"]), 1)
     messages = ctx.data_dir / "messages"  # the default object store is the data dir itself
-    messages.mkdir(parents=True, exist_ok=True)
     ctx.spool_dir.mkdir(parents=True, exist_ok=True)
-    orphan = messages / "rel_orphan.json"
-    fresh = messages / "rel_being_committed.json"
+    orphan = messages / "rel_orphan" / "shard-000000.parquet"  # a release refused after its shards
+    orphan_manifest = messages / "rel_orphan" / "manifest.json"
+    fresh = messages / "rel_being_committed" / "manifest.json"
     spool = ctx.spool_dir / "body-abandoned"
-    for p in (orphan, fresh, spool):
+    for p in (orphan, orphan_manifest, fresh, spool):
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"x")
     old = time.time() - 7200
-    for p in [orphan, spool, *messages.glob("rel_*.json")]:
+    for p in [orphan, orphan_manifest, spool, *messages.rglob("*.*")]:
         if p != fresh:
             os.utime(p, (old, old))
-    assert sweep_orphans(ctx, min_age_seconds=3600) == 2
-    assert not orphan.exists() and not spool.exists() and fresh.exists()
-    assert (messages / f"{kept['id']}.json").exists()
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 3
+    assert not orphan.exists() and not orphan_manifest.exists() and not spool.exists() and fresh.exists()
+    kept_files = sorted(p.name for p in (messages / kept["id"]).iterdir())
+    assert kept_files == ["manifest.json", "shard-000000.parquet"]  # a named message: its shards too
 
 
 def test_replaced_labels_are_swept_once_old_and_current_ones_never(tmp_path: Path) -> None:

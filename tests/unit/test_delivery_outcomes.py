@@ -8,9 +8,19 @@ import httpx
 import pytest
 
 from features_party import inbox
-from features_party.routes import releases as inbox_routes
+from features_party.routes import inbox as inbox_routes
+from labeldp import message_shards
 from labeldp.service import http_api, spool
-from labels_party.delivery_outcomes import INBOX_CODES, DeliveryOutcome, classify_error, classify_response, shown
+from labels_party.delivery_outcomes import (
+    INBOX_CODES,
+    REJECTING,
+    RETRIED,
+    DeliveryOutcome,
+    classify_error,
+    classify_response,
+    shown,
+)
+from labels_party.outbox import _needed
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:1/v1/releases")
 
@@ -29,6 +39,8 @@ def _answer(status: int, body: object = None, text: str | None = None) -> httpx.
         (422, {"code": "digest_mismatch"}, DeliveryOutcome.DIGEST_MISMATCH),
         (409, {"code": "release_conflict"}, DeliveryOutcome.RELEASE_CONFLICT),
         (503, {"code": "inbox_busy"}, DeliveryOutcome.INBOX_BUSY),
+        (409, {"code": "shards_missing"}, DeliveryOutcome.SHARDS_MISSING),
+        (404, {"code": "manifest_unknown"}, DeliveryOutcome.MANIFEST_UNKNOWN),
         # A known code under another status, an unknown code, a non-string code: the status class only.
         (422, {"code": "bad_signature"}, DeliveryOutcome.REJECTED_4XX),
         (422, {"code": "features_party_chosen_text_u001_income=42"}, DeliveryOutcome.REJECTED_4XX),
@@ -63,6 +75,32 @@ def test_text_stored_before_the_list_is_never_shown():
 
 def test_the_known_codes_are_the_inbox_own():
     """Every code the outbox recognizes is one the features party's inbox (or its edge) answers with."""
-    source = "".join(inspect.getsource(m) for m in (inbox, inbox_routes, http_api, spool))
+    source = "".join(inspect.getsource(m) for m in (inbox, inbox_routes, message_shards, http_api, spool))
     for _status, code in INBOX_CODES:
         assert f'"{code}"' in source, code
+
+
+def test_every_outcome_is_retried_or_rejects():
+    assert RETRIED.isdisjoint(REJECTING)
+    assert RETRIED | REJECTING == set(DeliveryOutcome) - {DeliveryOutcome.UNRECORDED}
+    assert DeliveryOutcome.SHARDS_MISSING in RETRIED and DeliveryOutcome.DIGEST_MISMATCH in REJECTING
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"status": "complete", "missing": []}, "complete"),
+        ({"status": "receiving", "missing": [2, 0]}, [0, 2]),
+        ({"status": "receiving", "missing": []}, []),
+        # Anything else is not the contract's: no shard is chosen by it, nothing of it is kept.
+        ({"status": "receiving", "missing": [3]}, None),  # not a shard of this message
+        ({"status": "receiving", "missing": [1, 1]}, None),
+        ({"status": "receiving", "missing": [True]}, None),
+        ({"status": "receiving", "missing": "0,1"}, None),
+        ({"status": "complete", "missing": [0]}, None),
+        ({"status": "u001 earns 42", "missing": []}, None),
+        (["complete"], None),
+    ],
+)
+def test_the_manifest_answer_is_read_only_as_its_contract(body, expected):
+    assert _needed(_answer(201, body), shard_count=3) == expected

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
+from tests.inbox_messages import Message, deliver, write
 
 from features_party import store
 from features_party.app import create_app
@@ -19,15 +20,7 @@ from labeldp import __version__
 from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
 from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rr_on_bins import RROnBins
-from labeldp.schema import (
-    SIGNATURE_HEADER,
-    EpsilonPart,
-    LabelRelease,
-    LaplaceSpec,
-    PrivacyAccounting,
-    encode_payload,
-    payload_digest,
-)
+from labeldp.schema import EpsilonPart, LaplaceSpec, PrivacyAccounting, ReleaseMetadata
 from labeldp.service.settings import Settings
 from labeldp.signing import generate_keypair, sign
 from labeldp.specs.base import LabelDomainSpec
@@ -48,12 +41,11 @@ def release_body(
     release_id: str = "rel-1",
     feature_table: str | None = "clicks",
     row_count: int | None = None,
-    digest: str | None = None,
     mechanism=None,
-) -> bytes:
-    """A LabelRelease as the labels party would serialize it."""
-    labels = np.asarray(labels, dtype=np.float64)
-    release = LabelRelease(
+    shard_rows: int = 1_000_000,
+) -> Message:
+    """A release's message (manifest and shards) as the labels party would write it."""
+    metadata = ReleaseMetadata(
         release_id=release_id,
         label_set_id="ls-1",
         feature_table=feature_table,
@@ -64,18 +56,15 @@ def release_body(
             parts=[EpsilonPart(name="randomizer", epsilon_micro=1_000_000)],
             total_epsilon_micro=1_000_000,
         ),
-        row_count=len(ids) if row_count is None else row_count,
-        payload_digest=digest or payload_digest(ids, labels),
-        payload=encode_payload(ids, labels),
+        row_count=len(ids),
     )
-    return release.model_dump_json().encode()
+    message = write(metadata, ids, np.asarray(labels, dtype=np.float64), shard_rows)
+    return message if row_count is None else message.with_manifest(row_count=row_count)
 
 
-def post_release(client: TestClient, body: bytes, secret: str | None = SECRET):
-    headers = {"content-type": "application/json"}
-    if secret is not None:
-        headers[SIGNATURE_HEADER] = sign(body, secret)
-    return client.post("/v1/releases", content=body, headers=headers)
+def post_release(client: TestClient, body: Message | bytes, secret: str | None = SECRET, signature=None):
+    """Deliver a message as the outbox does (manifest, missing shards, complete); bytes: a manifest alone."""
+    return deliver(client, body, secret, signature)
 
 
 def upload(client: TestClient, name: str, csv: str, **params: str):
@@ -103,6 +92,11 @@ def synthetic_csv(n: int, seed: int = 0) -> tuple[str, list[str], np.ndarray]:
 def release_count(client: TestClient) -> int:
     with client.app.state.ctx.sessions() as session:
         return session.scalar(select(func.count()).select_from(store.Release))
+
+
+def shard_count(client: TestClient) -> int:
+    with client.app.state.ctx.sessions() as session:
+        return session.scalar(select(func.count()).select_from(store.ReleaseShard))
 
 
 def training_count(client: TestClient) -> int:
@@ -252,8 +246,10 @@ def test_metrics_count_inbox_results(client: TestClient, small_table: list[str])
     post_release(client, body)
     post_release(client, body, secret=UNTRUSTED)
     text = client.get("/metrics").text
-    assert 'labeldp_inbox_messages_total{result="accepted"} 1.0' in text
-    assert 'labeldp_inbox_messages_total{result="duplicate"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="manifest_new"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="shard_stored"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="complete"} 1.0' in text
+    assert 'labeldp_inbox_messages_total{result="manifest_complete"} 1.0' in text
     assert 'labeldp_inbox_messages_total{result="bad_signature"} 1.0' in text
 
 
@@ -265,12 +261,15 @@ def test_inbox_accepts_then_deduplicates(client: TestClient, small_table: list[s
     body = release_body(small_table, labels)
     first = post_release(client, body)
     assert first.status_code == 201
-    assert first.json()["status"] == "accepted"
+    assert first.json()["status"] == "complete"
+    assert first.requests == ["manifest", "shard 0", "complete"]
     assert len(first.json()["message_sha256"]) == 64
 
-    again = post_release(client, body)
-    assert again.status_code == 200
-    assert again.json() == {"id": "rel-1", "status": "duplicate", "message_sha256": first.json()["message_sha256"]}
+    again = post_release(client, body)  # a duplicate is answered on its manifest, before any shard
+    assert again.status_code == 200 and again.requests == ["manifest"]
+    assert again.json() == {
+        "id": "rel-1", "status": "complete", "missing": [], "message_sha256": first.json()["message_sha256"]
+    }
     assert release_count(client) == 1
 
     meta = client.get("/v1/releases/rel-1", headers=AUTH).json()
@@ -301,19 +300,35 @@ def test_inbox_rejects_bad_or_missing_signature(client: TestClient, small_table:
 
 def test_inbox_bearer_key_is_not_enough(client: TestClient, small_table: list[str]) -> None:
     body = release_body(small_table, [1.0, 2.0, 3.0])
-    response = client.post("/v1/releases", content=body, headers=AUTH)
+    response = client.post("/v1/releases", content=body.manifest, headers=AUTH)
     assert response.status_code == 401
     assert release_count(client) == 0
 
 
-def test_inbox_rejects_tampered_payload(client: TestClient, small_table: list[str]) -> None:
+def test_inbox_refuses_a_tampered_shard(client: TestClient, small_table: list[str]) -> None:
     honest = release_body(small_table, [1.0, 2.0, 3.0])
-    tampered = honest.replace(b"[1.0,2.0,3.0]", b"[1.0,2.0,9.0]")
-    assert tampered != honest
-    response = post_release(client, tampered)  # validly signed, but the digest no longer matches
+    other = release_body(small_table, [1.0, 2.0, 9.0])  # a valid shard, but not the one the manifest lists
+    tampered = Message(honest.manifest, other.shards)
+    response = post_release(client, tampered)  # the manifest is validly signed; the shard's digest differs
     assert response.status_code == 422
     assert response.json()["code"] == "digest_mismatch"
+    assert shard_count(client) == 0
+    assert client.get("/v1/releases/rel-1", headers=AUTH).status_code == 404  # not complete, not readable
+    assert client.post("/v1/releases/rel-1/complete").json()["code"] == "shards_missing"
+    assert post_release(client, honest).status_code == 200  # the honest shard completes it
+    assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json()["labels"] == [1.0, 2.0, 3.0]
+
+
+def test_inbox_refuses_a_tampered_manifest(client: TestClient, small_table: list[str]) -> None:
+    honest = release_body(small_table, [1.0, 2.0, 3.0])
+    tampered = honest.with_manifest(feature_table="elsewhere")
+    response = post_release(client, tampered, signature=sign(honest.manifest, SECRET))
+    assert response.status_code == 401 and response.json()["code"] == "bad_signature"
     assert release_count(client) == 0
+    # A shard is refused before its manifest: nothing is stored for an unknown release.
+    r = client.put("/v1/releases/rel-1/shards/0", content=honest.shards[0])
+    assert r.status_code == 404 and r.json()["code"] == "manifest_unknown"
+    assert shard_count(client) == 0
 
 
 @pytest.mark.parametrize(
@@ -327,10 +342,11 @@ def test_inbox_rejects_tampered_payload(client: TestClient, small_table: list[st
 def test_inbox_rejects_inconsistent_messages(
     client: TestClient, small_table: list[str], ids: list[str], kwargs: dict, code: str
 ) -> None:
-    response = post_release(client, release_body(ids, [1.0, 2.0, 3.0], **kwargs))
+    response = post_release(client, release_body(ids, [1.0, 2.0, 3.0, 4.0][: len(ids)], **kwargs))
     assert response.status_code == 422
     assert response.json()["code"] == code
-    assert release_count(client) == 0
+    assert shard_count(client) == 0
+    assert client.get("/v1/releases/rel-1", headers=AUTH).status_code == 404
 
 
 @pytest.mark.parametrize("hint", [None, "not_uploaded_yet"])
@@ -339,7 +355,7 @@ def test_inbox_stores_a_release_before_any_table_and_a_training_binds_one(client
     # is the training's problem, not the message's.
     ids = ["007", "008", "009"]
     response = post_release(client, release_body(ids, [1.0, 2.0, 3.0], feature_table=hint))
-    assert response.status_code == 201 and response.json()["status"] == "accepted"
+    assert response.status_code == 201 and response.json()["status"] == "complete"
     assert release_count(client) == 1
     assert client.get("/v1/releases/rel-1", headers=AUTH).json()["feature_table"] == hint
 
@@ -611,17 +627,19 @@ def test_startup_leaves_a_training_another_worker_holds_alone(settings: Settings
     assert (body["status"], body["error"], body["attempt"]) == ("running", None, 1)
 
 
-def test_inbox_accepts_large_arrow_payloads(client: TestClient) -> None:
-    n = 12_000  # above the schema's Arrow threshold
+def test_inbox_accepts_a_message_of_several_shards(client: TestClient) -> None:
+    n = 12_000
     ids = [f"id{i:06d}" for i in range(n)]
     csv = "id,x\n" + "".join(f"{i},{k}\n" for k, i in enumerate(ids))
     assert upload(client, "clicks", csv).status_code == 201
     labels = np.round(np.linspace(-5, 5, n), 3)
-    body = release_body(ids, labels)
-    assert b'"format":"arrow"' in body
-    assert post_release(client, body).status_code == 201
+    body = release_body(ids, labels, shard_rows=5_000)
+    assert len(body.shards) == 3
+    delivered = post_release(client, body)
+    assert delivered.status_code == 201 and delivered.requests[1:] == ["shard 0", "shard 1", "shard 2", "complete"]
     got = client.get("/v1/releases/rel-1/labels", headers=AUTH).json()
     assert got["ids"] == ids and got["labels"] == labels.tolist()
+    assert shard_count(client) == 3
 
 
 def test_a_stored_feature_table_is_cut_into_row_groups_a_streamed_pass_can_hold(

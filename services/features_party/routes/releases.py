@@ -1,79 +1,22 @@
-"""Releases: the inbox that receives the labels party's signed messages, and the reads of
-what it stored (metadata, privatized labels, lists).
-
-Two routers: the inbox is authenticated by the message signature (``inbox_router``), the reads by
-the publisher's API key (``router``).
-"""
+"""Releases the inbox received complete: the reads of what it stored (metadata, privatized
+labels, lists), authenticated by the publisher's API key. The inbox itself is routes.inbox."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response, Security
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Query
 
 from features_party import inbox, responses
-from labeldp.errors import LabelDPError, Unavailable
-from labeldp.schema import SIGNATURE_HEADER
-from labeldp.service.openapi import SIGNATURE, errors, ok, request_body
+from labeldp.service.openapi import errors, ok
 from labeldp.service.pagination import DEFAULT_LIMIT
-from labeldp.service.spool import spool_body
 
 from .deps import Context, Cursor, Limit
 
 log = logging.getLogger("labeldp.features")
 
-inbox_router = APIRouter(tags=["releases"])
 router = APIRouter(prefix="/v1", tags=["releases"])
-
-_RELEASE = {"release_id": "$response.body#/id"}
-_MESSAGE = {"type": "object", "description": "a LabelRelease message"}
-
-
-@inbox_router.post(
-    "/v1/releases",
-    status_code=201,
-    response_model=responses.InboxReceipt,
-    summary="Receive a release message (the inbox)",
-    description="For the labels party's outbox only: the body is spooled to disk, its Ed25519 signature "
-    "checked over the file with the advertiser's public keys (by kid), then the schema, the digest and the "
-    "ids; every valid, signed release is stored once (201), a resend of the same bytes is a duplicate (200).",
-    dependencies=[Security(SIGNATURE)],
-    responses={
-        **ok(responses.EXAMPLE_RECEIPT, "stored", 201, None,
-             {"get_release": _RELEASE, "get_release_labels": _RELEASE}),
-        **ok({**responses.EXAMPLE_RECEIPT, "status": "duplicate"}, "already stored", model=responses.InboxReceipt),
-        **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
-    },
-    openapi_extra=request_body(
-        {"application/json": (_MESSAGE, {"release_id": responses.REL})},
-        "the exact message bytes the labels party wrote, signed in `X-Labeldp-Signature`",
-    ),
-)
-async def receive(request: Request, ctx: Context, response: Response) -> dict[str, Any]:
-    # Unauthenticated bytes never sit in memory: the body goes to disk, the signature is
-    # checked over the file, and only a signed message is parsed; a bounded number at once.
-    if ctx.inbox_slots.locked():
-        ctx.inbox_messages.labels(result="inbox_busy").inc()
-        raise Unavailable("inbox_busy", "the inbox is receiving other messages", headers={"Retry-After": "2"})
-    async with ctx.inbox_slots:
-        body = await spool_body(request, ctx.data_dir / "spool")
-        signature = request.headers.get(SIGNATURE_HEADER)
-        try:
-            result = await run_in_threadpool(
-                inbox.receive_release, ctx.sessions, ctx.settings.signing_public_keys, body.path, signature
-            )
-        except LabelDPError as exc:
-            ctx.inbox_messages.labels(result=exc.code).inc()
-            log.info("release message rejected: %s", exc.code)
-            raise
-        finally:
-            body.discard()
-    ctx.inbox_messages.labels(result=result.status).inc()
-    response.status_code = result.http_status
-    return result.body()
-
 
 @router.get(
     "/releases/{release_id}",
@@ -94,7 +37,7 @@ def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
     "/releases/{release_id}/labels",
     response_model=responses.ReleaseLabels,
     summary="Read a release's privatized labels",
-    description="Every id once, sorted, with its privatized label (re-read from the exact signed bytes).",
+    description="Every id once, sorted, with its privatized label (re-read from its shards, each digest checked).",
     responses={
         **ok(responses.EXAMPLE_LABELS, "the columns"),
         **errors(401, 404, 422, 503, e404="release_not_found"),

@@ -221,7 +221,8 @@ class FeaturesMetrics:
 def features_metrics(registry: CollectorRegistry) -> FeaturesMetrics:
     return FeaturesMetrics(
         inbox_messages=Counter(
-            "labeldp_inbox_messages", "release messages received, by result", ["result"], registry=registry
+            "labeldp_inbox_messages", "inbox requests (manifests, shards, completes), by result", ["result"],
+            registry=registry,
         ),
         trainings=Counter(
             "labeldp_trainings", "training status transitions, by new status", ["status"], registry=registry

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from labeldp.message_shards import SHARD_OVERHEAD_BYTES, MessageLimits
 from labeldp.signing import (
     PRIVATE_PREFIX,
     SigningKeyError,
@@ -227,12 +228,27 @@ class Settings(BaseSettings):
         "selected by the kid in the signature header; list the new key next to the old one to rotate)",
     )
     inbox_max_body_bytes: int = Field(
-        8 * 1024**3,
+        256 * 1024**2,
+        gt=SHARD_OVERHEAD_BYTES,
+        description="largest shard of a release message the inbox accepts (streamed to disk, its digest checked "
+        "before parsing); public: the labels party cuts shards to fit and refuses, before charging, a release "
+        "it could not send",
+    )
+    inbox_max_manifest_bytes: int = Field(
+        1024**2,
         gt=0,
-        description="largest release message the inbox accepts (streamed to disk and verified before parsing)",
+        le=1024**2,
+        description="largest message manifest the inbox accepts (the one database value a release keeps, so at "
+        "most 1 MiB); public, checked by the labels party before charging",
+    )
+    message_shard_rows: int = Field(
+        1_000_000,
+        ge=1,
+        description="rows per shard of a release message (fewer where the ids are long: a shard always fits "
+        "inbox_max_body_bytes); the inbox's memory per message is about one shard",
     )
     inbox_max_concurrent: int = Field(
-        2, ge=1, le=64, description="messages the inbox receives at once; more get 503 inbox_busy with Retry-After"
+        2, ge=1, le=64, description="shards the inbox receives at once; more get 503 inbox_busy with Retry-After"
     )
     allow_dev_secrets: bool = Field(
         False,
@@ -262,6 +278,15 @@ class Settings(BaseSettings):
         gt=0,
         description="how long a request holding an Idempotency-Key may run before a retry may take the key over "
         "(longer than the slowest release; a process killed mid-request frees its key after this)",
+    )
+
+
+def message_limits(settings: Settings) -> MessageLimits:
+    """How the labels party cuts a message, and what the inbox takes: the same public settings."""
+    return MessageLimits(
+        shard_rows=settings.message_shard_rows,
+        max_shard_bytes=settings.inbox_max_body_bytes,
+        max_manifest_bytes=settings.inbox_max_manifest_bytes,
     )
 
 

@@ -1,0 +1,122 @@
+"""The inbox: the labels party's outbox delivers a release's message here, manifest first, then
+shard by shard (features_party.inbox). Authenticated by the manifest's signature, never by the
+publisher's API key: a shard is taken only if its digest is one the signed manifest lists."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Path, Request, Response, Security
+from fastapi.concurrency import run_in_threadpool
+
+from features_party import inbox, responses
+from labeldp.errors import LabelDPError, Unavailable
+from labeldp.schema import SIGNATURE_HEADER
+from labeldp.service.openapi import SIGNATURE, errors, ok, request_body
+from labeldp.service.spool import spool_body
+
+from .deps import Context
+
+log = logging.getLogger("labeldp.features")
+
+router = APIRouter(prefix="/v1/releases", tags=["releases"])
+
+_RELEASE = {"release_id": "$response.body#/id"}
+_MANIFEST = {"type": "object", "description": "a ReleaseManifest (labeldp.message_shards)"}
+ReleaseId = Path(max_length=256, description="the manifest's release id")
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=responses.InboxReceipt,
+    summary="Receive a release's manifest (the inbox, step 1)",
+    description="For the labels party's outbox only: the manifest's Ed25519 signature is checked over its exact "
+    "bytes, then its schema; it is deduplicated on the release id before anything else. A new manifest is "
+    "stored (201, `receiving`, every shard `missing`); the same manifest again answers 200 with `complete` "
+    "(a duplicate: send nothing more) or the shards still `missing` (a resumed delivery).",
+    dependencies=[Security(SIGNATURE)],
+    responses={
+        **ok(responses.EXAMPLE_RECEIPT, "stored; send the missing shards", 201, None,
+             {"complete_release": _RELEASE}),
+        **ok(responses.EXAMPLE_COMPLETE, "already known: complete, or the shards still missing",
+             model=responses.InboxReceipt),
+        **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
+    },
+    openapi_extra=request_body(
+        {"application/json": (_MANIFEST, {"release_id": responses.REL})},
+        "the exact manifest bytes the labels party wrote (at most `inbox_max_manifest_bytes`), signed in "
+        "`X-Labeldp-Signature`",
+    ),
+)
+async def receive_manifest(request: Request, ctx: Context, response: Response) -> dict[str, Any]:
+    raw = await request.body()  # at most inbox_max_manifest_bytes (1 MiB): the size limit holds it
+    try:
+        answer = await run_in_threadpool(
+            inbox.receive_manifest, ctx.sessions, ctx.settings.signing_public_keys, raw,
+            request.headers.get(SIGNATURE_HEADER),
+        )
+    except LabelDPError as exc:
+        ctx.inbox_messages.labels(result=exc.code).inc()
+        log.info("release manifest rejected: %s", exc.code)
+        raise
+    ctx.inbox_messages.labels(result="manifest_" + ("new" if answer.new else answer.status)).inc()
+    response.status_code = answer.http_status
+    return answer.body()
+
+
+@router.put(
+    "/{release_id}/shards/{index}",
+    response_model=responses.ShardReceipt,
+    summary="Receive one shard of a release's message (the inbox, step 2)",
+    description="The shard's exact bytes (Parquet), spooled to disk; its size and sha256 must be the ones its "
+    "signed manifest lists, then its rows are checked (ids non-empty, sorted, unique, in the listed range; "
+    "labels finite) and it is stored as an object. A shard already held answers `duplicate`.",
+    responses={
+        **ok(responses.EXAMPLE_SHARD, "stored (or already held)"),
+        **errors(404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
+    },
+    openapi_extra=request_body(
+        {"application/vnd.apache.parquet": ({"type": "string", "format": "binary"}, None)},
+        "the shard's exact bytes (at most `inbox_max_body_bytes`)",
+    ),
+)
+async def receive_shard(
+    request: Request, ctx: Context, release_id: str = ReleaseId, index: int = Path(ge=0, le=10**7)
+) -> dict[str, Any]:
+    # A bounded number of shards at once, each on disk, one in memory while its rows are checked.
+    if ctx.inbox_slots.locked():
+        ctx.inbox_messages.labels(result="inbox_busy").inc()
+        raise Unavailable("inbox_busy", "the inbox is receiving other shards", headers={"Retry-After": "2"})
+    async with ctx.inbox_slots:
+        body = await spool_body(request, ctx.data_dir / "spool")
+        try:
+            status = await run_in_threadpool(
+                inbox.receive_shard, ctx.sessions, ctx.store, release_id, index, body.path, body.sha256, body.size
+            )
+        except LabelDPError as exc:
+            ctx.inbox_messages.labels(result=exc.code).inc()
+            log.info("release shard rejected: %s", exc.code)
+            raise
+        finally:
+            body.discard()
+    ctx.inbox_messages.labels(result="shard_" + status).inc()
+    return {"id": release_id, "index": index, "status": status}
+
+
+@router.post(
+    "/{release_id}/complete",
+    response_model=responses.InboxReceipt,
+    summary="Complete a release's delivery (the inbox, step 3)",
+    description="Once every shard is held the release is complete: readable and trainable from then on. "
+    "Idempotent; 409 `shards_missing` while a shard is still missing.",
+    responses={
+        **ok(responses.EXAMPLE_COMPLETE, "complete"),
+        **errors(404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
+    },
+)
+def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
+    answer = inbox.complete_release(ctx.sessions, release_id)
+    ctx.inbox_messages.labels(result="complete").inc()
+    return answer.body()
