@@ -16,6 +16,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
+from tests.inbox_messages import Message, deliver, write
 from tests.local_settings import fixed_signing_key
 from tests.s3_server import S3Server
 
@@ -23,19 +24,11 @@ from features_party import checkpoints, feature_tables, store
 from features_party.app import create_app
 from features_party.feature_tables import local_source
 from labeldp.errors import InvalidInput
-from labeldp.schema import (
-    SIGNATURE_HEADER,
-    EpsilonPart,
-    LabelRelease,
-    LaplaceSpec,
-    PrivacyAccounting,
-    encode_payload,
-    payload_digest,
-)
+from labeldp.schema import EpsilonPart, LaplaceSpec, PrivacyAccounting, ReleaseMetadata
 from labeldp.service.database import make_session_factory
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings
-from labeldp.signing import public_key_of, sign
+from labeldp.signing import public_key_of
 from labeldp.specs.base import LabelDomainSpec
 from labeldp.storage import ObjectStore
 
@@ -210,15 +203,15 @@ def test_checkpoints_are_objects_of_the_store(tmp_path: Path, storage: dict[str,
     assert checkpoints.load(objects, "trn_a") is None and checkpoints.stored(objects) == ["trn_b", "trn_c"]
 
 
-def _release(ids: list[str], labels: np.ndarray) -> bytes:
-    release = LabelRelease(
+def _release(ids: list[str], labels: np.ndarray) -> Message:
+    metadata = ReleaseMetadata(
         release_id="rel-1", label_set_id="ls-1", feature_table="clicks", created_at=datetime(2024, 1, 1, tzinfo=UTC),
         mechanism=LaplaceSpec(epsilon=1.0, domain=LabelDomainSpec(low=-20, high=20), step=0.001, scale=40.0),
         accounting=PrivacyAccounting(parts=[EpsilonPart(name="randomizer", epsilon_micro=1_000_000)],
                                      total_epsilon_micro=1_000_000),
-        row_count=len(ids), payload_digest=payload_digest(ids, labels), payload=encode_payload(ids, labels),
+        row_count=len(ids),
     )
-    return release.model_dump_json().encode()
+    return write(metadata, ids, labels)
 
 
 def test_a_model_and_its_export_live_in_the_store_not_the_data_dir(tmp_path: Path, storage: dict[str, str]) -> None:
@@ -228,10 +221,8 @@ def test_a_model_and_its_export_live_in_the_store_not_the_data_dir(tmp_path: Pat
         r = client.post("/v1/feature-tables", params={"name": "clicks"}, content=_encoded(table, "parquet"),
                         headers={**AUTH, "content-type": TYPES["parquet"]})
         assert r.status_code == 201, r.text
-        body = _release(table.column("id").to_pylist(), labels)
-        r = client.post("/v1/releases", content=body,
-                        headers={"content-type": "application/json", SIGNATURE_HEADER: sign(body, SIGNING_KEY)})
-        assert r.status_code in (200, 201), r.text
+        r = deliver(client, _release(table.column("id").to_pylist(), labels), SIGNING_KEY)
+        assert r.status_code in (200, 201), r.json()
         r = client.post("/v1/trainings", json={"release_id": "rel-1", "epochs": 2}, headers=AUTH)
         assert r.status_code == 202, r.text
         training_id = r.json()["id"]
