@@ -27,7 +27,7 @@ from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
 
-from . import ledger
+from . import id_lookup, ledger
 from .columnar import get_array, get_table, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
@@ -110,8 +110,9 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
 
 
 def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The ids sorted (the canonical release order), or 422 naming what is wrong with them."""
-    ids = ids.cast(pa.string())
+    """The ids sorted (the canonical release order) as one ``large_string`` array, or 422 naming what
+    is wrong with them. ``large_string``: the ids of a set may hold more than 2 GiB of text."""
+    ids = ids.cast(pa.large_string())
     lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
     control = pc.fill_null(pc.match_substring_regex(ids, r"[\x00-\x1f]"), True).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
@@ -121,9 +122,7 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
             f"{bad.size} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
             [{"index": int(n)} for n in bad[:MAX_REPORTED]],
         )
-    ordered = ids.take(pc.sort_indices(ids))
-    if isinstance(ordered, pa.ChunkedArray):
-        ordered = ordered.combine_chunks()
+    ordered = id_lookup.flat_ids(ids.take(pc.sort_indices(ids)))
     if len(ordered) > 1:
         same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
         dups = np.flatnonzero(same)
@@ -183,7 +182,7 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
 
 def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
     """Store the set's sorted ids; the caller registered them in the domain's ledger first."""
-    put_table(ctx.store, ids_key(row.id), pa.table({"id": ordered}))
+    put_table(ctx.store, ids_key(row.id), pa.table({"id": id_lookup.string_chunks(ordered)}))
     row.n_ids = len(ordered)
     row.ids_ready = 1
 
@@ -226,7 +225,8 @@ def load_label_set(s: Session, label_set_id: str, for_update: bool = False) -> L
 
 
 def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
-    """Column ``id``, sorted (sets stored before the bucketed ledger also have an unused ``pos``)."""
+    """Column ``id``, sorted, in ``string`` chunks of at most 2²⁰ ids (sets stored before the bucketed
+    ledger have it in one chunk, and an unused ``pos``)."""
     if not row.ids_ready:
         return pa.table({"id": pa.array([], pa.string())})
     return get_table(ctx.store, ids_key(row.id))
