@@ -19,7 +19,7 @@ from labeldp.service.settings import Settings, require_secrets
 
 from . import ledger
 from .context import LabelsContext
-from .routes import label_sets, ops, privacy_domains, releases
+from .routes import label_sets, ops, privacy_domains, releases, uploads
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
@@ -66,6 +66,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(ops.router)
     guarded = [Depends(bearer_auth(settings.labels_api_key))]
-    for resource in (privacy_domains, label_sets, releases):
+    for resource in (privacy_domains, label_sets, uploads, releases):
         app.include_router(resource.router, dependencies=guarded)
     return app

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -46,8 +46,16 @@ class RemoteObject:
             return self.fs.open_input_stream(self.path)
 
 
-Body = Path | RemoteObject
-"""What the upload parsers read: a local (spooled) file or an object of an allowed source."""
+class Readable(Protocol):
+    """Bytes the upload parsers can open: an allowed remote object, or a resumable upload's parts."""
+
+    def open_file(self) -> pa.NativeFile: ...
+
+    def open_stream(self) -> pa.NativeFile: ...
+
+
+Body = Path | Readable
+"""What the upload parsers read: a local (spooled) file, an object of an allowed source, or parts."""
 
 
 def allowed_prefixes(settings: Settings) -> list[str]:

@@ -38,7 +38,7 @@ from . import id_lookup
 from .columnar import put_array, release_unused_memory
 from .context import LabelsContext
 from .label_sets import class_names, labels_prefix, load_label_set, read_ids, read_labels, set_ids
-from .sources import Body, RemoteObject
+from .sources import Body
 from .store import LabelSetRow
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
@@ -95,10 +95,11 @@ def read_batches(path: Body, kind: str, columns: tuple[str, ...]) -> Iterator[di
     """The body's ``columns`` (lower-case names), a chunk at a time.
 
     ``path`` is a spooled local file or an object of an allowed upload source
-    (:class:`.sources.RemoteObject`, read through pyarrow.fs: Parquet and Arrow files by
-    random access, CSV and Arrow streams as streams; never whole).
+    (:class:`.sources.RemoteObject`, read through pyarrow.fs) or a resumable upload's parts
+    (:class:`.resumable.PartsSource`): Parquet and Arrow files by random access, CSV as a
+    stream; never whole.
     """
-    if isinstance(path, RemoteObject) and kind in JSON_TYPES:
+    if not isinstance(path, Path) and kind in JSON_TYPES:
         raise UnsupportedMediaType(
             "unsupported_media_type", "an upload by reference is CSV, Parquet or Arrow IPC (not JSON)"
         )

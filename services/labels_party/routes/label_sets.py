@@ -220,7 +220,7 @@ async def upload_labels(
     "`POST /ids`.",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET, "ids stored"),
-        **errors(401, 404, 409, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
     },
     openapi_extra=json_example({"url": "s3://advertiser-exports/conversions/ids.parquet", "format": "parquet"}),
 )
@@ -248,7 +248,7 @@ def upload_ids_from_url(
     "all rows or none.",
     responses={
         **ok(responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
-        **errors(401, 404, 409, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
     },
     openapi_extra=json_example({"url": "s3://advertiser-exports/conversions/labels.parquet", "format": "parquet"}),
 )

@@ -48,7 +48,7 @@ class Settings(BaseSettings):
         "",
         description="comma-separated URL prefixes (s3://bucket/folder/, file:///folder/) the labels API may read "
         "ids and labels from when a client uploads by reference; empty: uploads by reference are refused "
-        "(422 upload_source_not_allowed). s3:// sources use the LABELDP_STORAGE_S3_* endpoint and keys",
+        "(422 upload_source_not_allowed). s3:// sources use the object store's S3 endpoint and keys",
     )
     upload_part_max_bytes: int = Field(
         64 * 1024 * 1024, gt=0,
