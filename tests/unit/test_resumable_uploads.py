@@ -119,3 +119,32 @@ def test_parts_are_bounded_numbered_and_belong_to_an_upload(replicas) -> None:  
     missing_set = a.post("/v1/label-sets/ls_nope/uploads", json={"target": "ids", "format": "csv"}, headers=AUTH)
     assert missing_set.status_code == 404
     assert not [k for k in store.list("uploads") if "/part-" in k]
+
+
+def test_uploads_past_their_retention_are_swept_with_their_parts(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from tests.ledger.test_ledger import make_ctx
+
+    from labels_party.resumable import UploadCreate, create_upload, put_part
+    from labels_party.sweep import sweep_orphans
+
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, upload_retention_seconds=3600)
+    ls = _label_set_in(ctx)
+    old, fresh = (create_upload(ctx, ls, UploadCreate(target="ids", format="csv"))["id"] for _ in range(2))
+    part = tmp_path / "part"
+    part.write_bytes(b"id\na\n")
+    for up in (old, fresh):
+        put_part(ctx, up, 1, part, 5)
+    stale = time.time() - 7200
+    os.utime(ctx.data_dir / "uploads" / old / "session.json", (stale, stale))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 2
+    assert ctx.store.list("uploads") == [f"uploads/{fresh}/part-000001", f"uploads/{fresh}/session.json"]
+
+
+def _label_set_in(ctx) -> str:  # type: ignore[no-untyped-def]
+    from labels_party.label_sets import LabelSetCreate, create_label_set
+
+    body = LabelSetCreate(name="s", domain={"low": 0, "high": 1})  # type: ignore[arg-type]
+    return str(create_label_set(ctx, body, None).body["id"])

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     upload_max_parts: int = Field(
         10_000, ge=1, le=100_000, description="most parts one resumable upload may have"
     )
+    upload_retention_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0,
+        description="a resumable upload started longer ago than this is removed with its parts (completed or "
+        "not) by the start-up sweep",
+    )
     features_url: str = Field(
         "http://127.0.0.1:8002", description="base URL of the features party (outbox target)"
     )
