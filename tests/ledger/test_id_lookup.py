@@ -35,12 +35,12 @@ def test_sliced_and_chunked_inputs() -> None:
     assert positions(pa.array([], pa.string()), pa.array(["x"])).tolist() == [-1]
 
 
-def _huge(n_bytes: int, last: int) -> pa.Array:
-    """One string of ``n_bytes`` NUL bytes then ``last``: backed by calloc'd pages nobody touches (cheap)."""
-    data = np.zeros(n_bytes + 1, np.uint8)
-    data[-1] = last
+def _huge(n_bytes: int, lead: int) -> pa.Array:
+    """[chr(lead), chr(lead) + n_bytes NULs]: calloc'd pages nobody touches back the long one (cheap)."""
+    data = np.zeros(n_bytes + 2, np.uint8)
+    data[:2] = lead
     return pa.Array.from_buffers(
-        pa.string(), 1, [None, pa.py_buffer(np.array([0, n_bytes + 1], np.int32)), pa.py_buffer(data)]
+        pa.string(), 2, [None, pa.py_buffer(np.array([0, 1, n_bytes + 2], np.int32)), pa.py_buffer(data)]
     )
 
 
@@ -48,16 +48,16 @@ def test_ids_past_two_gib_of_text_concatenate_as_large_strings() -> None:
     """3.6·10⁷ ids of 64 characters overflowed ``string``'s int32 offsets (ArrowInvalid: offset overflow).
 
     Two chunks of 2³⁰ bytes each cost no memory (untouched zero pages) and reproduce it in
-    milliseconds: ``string`` cannot hold them in one array, the id path's ``large_string`` can.
+    milliseconds: ``string`` cannot hold them in one array; the id path searches them chunk by chunk.
     """
     half = (1 << 30) + 16
     sorted_ids = pa.chunked_array([pa.array(["\x00"]), _huge(half, 1), _huge(half, 2), pa.array(["a", "b"])])
     assert sum(len(c.buffers()[2]) for c in sorted_ids.chunks) > 2**31
     with pytest.raises(pa.ArrowInvalid, match="offset overflow"):
         sorted_ids.combine_chunks()  # what the id path did before
-    queries = pa.chunked_array([pa.array(["b", "nope", "\x00", None]), pa.array(["a"])])
-    assert positions(sorted_ids, queries).tolist() == [4, -1, 0, -1, 3]
-    assert lower_bounds(sorted_ids, pa.array(["0", "c"])).tolist() == [3, 5]
+    queries = pa.chunked_array([pa.array(["b", "nope", "\x00", None]), pa.array(["a", "\x02", "\x01"])])
+    assert positions(sorted_ids, queries).tolist() == [6, -1, 0, -1, 5, 3, 1]
+    assert lower_bounds(sorted_ids, pa.array(["0", "c"])).tolist() == [5, 7]
     assert flat_ids(pa.chunked_array([pa.array(["a"]), pa.array(["b"])])).type == pa.large_string()
 
 
@@ -77,3 +77,15 @@ def test_stored_id_columns_are_string_chunks_of_bounded_rows() -> None:
     assert chunks.to_pylist() == ids.to_pylist()
     assert positions(chunks, pa.array(["id009", "id004", "id003", "x"])).tolist() == [9, 4, 3, -1]
     assert lower_bounds(chunks, pa.array(["id0035", "id999", ""])).tolist() == [4, 10, 0]
+
+
+def test_many_chunks_match_the_reference() -> None:
+    rng = np.random.default_rng(11)
+    pool = sorted({f"{rng.integers(0, 10**6):06d}{'é' * int(rng.integers(0, 3))}" for _ in range(2000)},
+                  key=lambda s: s.encode("utf-8"))
+    ids = string_chunks(pa.array(pool), rows=37)
+    assert ids.num_chunks > 50
+    queries = [*rng.choice(pool, 500).tolist(), *(f"{v:06d}x" for v in rng.integers(0, 10**6, 200)),
+               None, "", pool[0], pool[-1], "~", pool[36], pool[37]]
+    got = positions(ids, pa.array(queries, pa.string()))
+    assert got.tolist() == positions_reference(pool, queries).tolist()
