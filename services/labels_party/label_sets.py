@@ -148,10 +148,14 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
     if body.privacy_domain == DEFAULT_DOMAIN:
         ensure_default_domain(ctx)
+    id_remaining = None
     if ids is not None:
         with ctx.sessions() as s:
             domain_id = find_domain(s, body.privacy_domain).id
         ledger.register_ids(ctx, domain_id, ids)  # before the set exists: see register_ids
+        with ctx.sessions() as s:
+            domain_row = find_domain(s, body.privacy_domain)
+        id_remaining = ledger.remaining_for(ctx, None, domain_row, ids)  # outside the transaction below
     label_set_id = "ls_" + uuid.uuid4().hex
     with ctx.sessions.begin() as s:
         domain = find_domain(s, body.privacy_domain)
@@ -174,7 +178,9 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         if ids is not None:
             _attach_ids(ctx, s, row, ids)
         s.flush()
-        out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/label-sets/{label_set_id}"})
+        out = StoredResponse(
+            201, describe(ctx, s, row, id_remaining), {"Location": f"/v1/label-sets/{label_set_id}"}
+        )
         if claim is not None:
             claim.complete(s, out)
     return out
@@ -196,14 +202,20 @@ def set_ids(
     ordered = canonical_ids(ids)
     with ctx.sessions() as s:
         domain_id = load_label_set(s, label_set_id).privacy_domain_id
-    ledger.register_ids(ctx, domain_id, ordered)
+    ledger.register_ids(ctx, domain_id, ordered)  # touches only the buckets that gain ids
+    with ctx.sessions() as s:
+        domain_row = s.get(PrivacyDomainRow, domain_id)
+        assert domain_row is not None
+    # What the set's ids have left, read before the lock: a concurrent release of another set
+    # may charge some of them meanwhile, which the next GET shows.
+    id_remaining = ledger.remaining_for(ctx, None, domain_row, ordered)
     with ctx.sessions.begin() as s:
         ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
         row = load_label_set(s, label_set_id, for_update=True)
         if row.ids_ready:
             raise Conflict("ids_already_set", "this label set already has its ids")
         _attach_ids(ctx, s, row, ordered)
-        out = StoredResponse(200, describe(ctx, s, row))
+        out = StoredResponse(200, describe(ctx, s, row, id_remaining))
         if claim is not None:
             claim.complete(s, out)
     release_unused_memory()
@@ -264,11 +276,17 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     return get_array(ctx.store, current_labels_key(row))
 
 
-def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
-    """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap."""
+def budget(
+    ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap.
+
+    ``id_remaining``: what :func:`ledger.remaining_for` answered for the set's ids, computed by a
+    caller before its transaction (reading every bucket the ids touch must not hold a lock).
+    """
     domain = s.get(PrivacyDomainRow, row.privacy_domain_id)
     assert domain is not None
-    id_eps, id_delta = ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
+    id_eps, id_delta = id_remaining or ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
     remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
     return {
         "total_epsilon": from_micro(row.cap_micro),
@@ -283,13 +301,15 @@ def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
     }
 
 
-def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
+def describe(
+    ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
+) -> dict[str, Any]:
     releases = s.execute(
         select(ReleaseRow.id, ReleaseRow.status, ReleaseRow.mechanism, ReleaseRow.epsilon_micro)
         .where(ReleaseRow.label_set_id == row.id)
         .order_by(ReleaseRow.created_at)
     ).all()
-    spend = budget(ctx, s, row)
+    spend = budget(ctx, s, row, id_remaining)
     return {
         "id": row.id,
         "name": row.name,
