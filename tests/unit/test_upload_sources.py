@@ -122,3 +122,29 @@ def test_a_url_outside_the_allow_list_writes_nothing(labels, tmp_path: Path) -> 
     assert json_ref.status_code == 422
     assert client.get(f"/v1/label-sets/{ls}", headers=AUTH).json()["counts"]["ids"] == 0
     assert store.list() == before
+
+
+def test_a_remote_object_is_read_a_batch_at_a_time(tmp_path: Path, s3_server: S3Server) -> None:
+    """Arrow IPC batches come one at a time from S3 (Parquet in batches of 2¹⁸ rows), never the whole object."""
+    import pyarrow.ipc as ipc
+
+    from labels_party.uploads import read_batches
+
+    prefix = s3_server.url()
+    store = s3_server.store(prefix)
+    table = pa.table({"id": [f"u{i:05d}" for i in range(3000)], "label": [1.0] * 3000})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=1000)
+    store.put_bytes("x.parquet", sink.getvalue())
+    sink = io.BytesIO()
+    with ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=1000):
+            writer.write_batch(batch)
+    store.put_bytes("x.arrow", sink.getvalue())
+    settings = _settings(tmp_path, prefix + "/", s3_server)
+    kinds = {"x.parquet": "application/vnd.apache.parquet", "x.arrow": "application/vnd.apache.arrow.file"}
+    for name, kind in kinds.items():
+        batches = list(read_batches(open_source(settings, f"{prefix}/{name}"), kind, ("id", "label")))
+        if name == "x.arrow":
+            assert [len(b["id"]) for b in batches] == [1000, 1000, 1000]
+        assert pa.concat_arrays([b["id"] for b in batches]).to_pylist() == table.column("id").to_pylist()
