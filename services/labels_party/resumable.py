@@ -51,7 +51,9 @@ class UploadCreate(BaseModel):
 class UploadComplete(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    parts: int = Field(ge=1, description="how many parts the file has: parts 1 to this number, all received")
+    parts: int = Field(
+        ge=1, le=100_000, description="how many parts the file has: parts 1 to this number, all received"
+    )
 
 
 def _prefix(upload_id: str) -> str:
@@ -142,8 +144,10 @@ def complete_upload(
     session = _session(ctx, upload_id)
     if session.get("state") == "completed":
         raise Conflict("upload_completed", "this upload is already completed")
+    if body.parts > ctx.settings.upload_max_parts:
+        raise InvalidInput("invalid_part_number", f"an upload has at most {ctx.settings.upload_max_parts} parts")
     parts = _parts(ctx, upload_id)
-    missing = [n for n in range(1, body.parts + 1) if n not in parts]
+    missing = [n for n in range(1, body.parts + 1) if n not in parts]  # at most upload_max_parts
     if missing:
         raise InvalidInput(
             "upload_parts_missing", f"{len(missing)} of the {body.parts} parts have not arrived; send them again",
