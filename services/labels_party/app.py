@@ -19,7 +19,7 @@ from labeldp.service.settings import Settings, require_secrets
 
 from . import ledger
 from .context import LabelsContext
-from .routes import audit_events, label_sets, ops, privacy_domains, releases
+from .routes import audit_events, label_sets, ops, privacy_domains, releases, uploads
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
@@ -72,6 +72,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     guarded = [Depends(bearer_auth(settings.labels_api_key))]
     app.include_router(privacy_domains.router, dependencies=guarded)
     app.include_router(audit_events.router, dependencies=[*guarded, Depends(require_scope("admin"))])
-    for resource in (label_sets, releases):
+    for resource in (label_sets, uploads, releases):
         app.include_router(resource.router, dependencies=[*guarded, Depends(require_scope("release"))])
     return app

@@ -27,7 +27,7 @@ from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.timestamps import iso
 
-from . import ledger
+from . import id_lookup, ledger
 from .columnar import get_array, get_table, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
@@ -110,8 +110,9 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
 
 
 def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The ids sorted (the canonical release order), or 422 naming what is wrong with them."""
-    ids = ids.cast(pa.string())
+    """The ids sorted (the canonical release order) as one ``large_string`` array, or 422 naming what
+    is wrong with them. ``large_string``: the ids of a set may hold more than 2 GiB of text."""
+    ids = ids.cast(pa.large_string())
     lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
     control = pc.fill_null(pc.match_substring_regex(ids, r"[\x00-\x1f]"), True).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
@@ -121,9 +122,7 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
             f"{bad.size} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
             [{"index": int(n)} for n in bad[:MAX_REPORTED]],
         )
-    ordered = ids.take(pc.sort_indices(ids))
-    if isinstance(ordered, pa.ChunkedArray):
-        ordered = ordered.combine_chunks()
+    ordered = id_lookup.flat_ids(ids.take(pc.sort_indices(ids)))
     if len(ordered) > 1:
         same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
         dups = np.flatnonzero(same)
@@ -149,10 +148,14 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
     if body.privacy_domain == DEFAULT_DOMAIN:
         ensure_default_domain(ctx)
+    id_remaining = None
     if ids is not None:
         with ctx.sessions() as s:
             domain_id = find_domain(s, body.privacy_domain).id
         ledger.register_ids(ctx, domain_id, ids)  # before the set exists: see register_ids
+        with ctx.sessions() as s:
+            domain_row = find_domain(s, body.privacy_domain)
+        id_remaining = ledger.remaining_for(ctx, None, domain_row, ids)  # outside the transaction below
     label_set_id = "ls_" + uuid.uuid4().hex
     with ctx.sessions.begin() as s:
         domain = find_domain(s, body.privacy_domain)
@@ -175,7 +178,9 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         if ids is not None:
             _attach_ids(ctx, s, row, ids)
         s.flush()
-        out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/label-sets/{label_set_id}"})
+        out = StoredResponse(
+            201, describe(ctx, s, row, id_remaining), {"Location": f"/v1/label-sets/{label_set_id}"}
+        )
         if claim is not None:
             claim.complete(s, out)
     return out
@@ -183,7 +188,7 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
 
 def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
     """Store the set's sorted ids; the caller registered them in the domain's ledger first."""
-    put_table(ctx.store, ids_key(row.id), pa.table({"id": ordered}))
+    put_table(ctx.store, ids_key(row.id), pa.table({"id": id_lookup.string_chunks(ordered)}))
     row.n_ids = len(ordered)
     row.ids_ready = 1
 
@@ -197,14 +202,20 @@ def set_ids(
     ordered = canonical_ids(ids)
     with ctx.sessions() as s:
         domain_id = load_label_set(s, label_set_id).privacy_domain_id
-    ledger.register_ids(ctx, domain_id, ordered)
+    ledger.register_ids(ctx, domain_id, ordered)  # touches only the buckets that gain ids
+    with ctx.sessions() as s:
+        domain_row = s.get(PrivacyDomainRow, domain_id)
+        assert domain_row is not None
+    # What the set's ids have left, read before the lock: a concurrent release of another set
+    # may charge some of them meanwhile, which the next GET shows.
+    id_remaining = ledger.remaining_for(ctx, None, domain_row, ordered)
     with ctx.sessions.begin() as s:
         ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
         row = load_label_set(s, label_set_id, for_update=True)
         if row.ids_ready:
             raise Conflict("ids_already_set", "this label set already has its ids")
         _attach_ids(ctx, s, row, ordered)
-        out = StoredResponse(200, describe(ctx, s, row))
+        out = StoredResponse(200, describe(ctx, s, row, id_remaining))
         if claim is not None:
             claim.complete(s, out)
     release_unused_memory()
@@ -226,7 +237,8 @@ def load_label_set(s: Session, label_set_id: str, for_update: bool = False) -> L
 
 
 def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
-    """Column ``id``, sorted (sets stored before the bucketed ledger also have an unused ``pos``)."""
+    """Column ``id``, sorted, in ``string`` chunks of at most 2²⁰ ids (sets stored before the bucketed
+    ledger have it in one chunk, and an unused ``pos``)."""
     if not row.ids_ready:
         return pa.table({"id": pa.array([], pa.string())})
     return get_table(ctx.store, ids_key(row.id))
@@ -264,11 +276,17 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     return get_array(ctx.store, current_labels_key(row))
 
 
-def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
-    """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap."""
+def budget(
+    ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap.
+
+    ``id_remaining``: what :func:`ledger.remaining_for` answered for the set's ids, computed by a
+    caller before its transaction (reading every bucket the ids touch must not hold a lock).
+    """
     domain = s.get(PrivacyDomainRow, row.privacy_domain_id)
     assert domain is not None
-    id_eps, id_delta = ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
+    id_eps, id_delta = id_remaining or ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
     remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
     return {
         "total_epsilon": from_micro(row.cap_micro),
@@ -283,13 +301,15 @@ def budget(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
     }
 
 
-def describe(ctx: LabelsContext, s: Session, row: LabelSetRow) -> dict[str, Any]:
+def describe(
+    ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
+) -> dict[str, Any]:
     releases = s.execute(
         select(ReleaseRow.id, ReleaseRow.status, ReleaseRow.mechanism, ReleaseRow.epsilon_micro)
         .where(ReleaseRow.label_set_id == row.id)
         .order_by(ReleaseRow.created_at)
     ).all()
-    spend = budget(ctx, s, row)
+    spend = budget(ctx, s, row, id_remaining)
     return {
         "id": row.id,
         "name": row.name,

@@ -144,8 +144,7 @@ def _group_rows(ids: pa.Array, n_buckets: int) -> dict[int, np.ndarray]:
 
 def _groups(ids: pa.Array | pa.ChunkedArray, n_buckets: int) -> dict[int, pa.Array]:
     """The ids of each bucket they fall in, in their given order."""
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+    ids = id_lookup.flat_ids(ids)  # large_string: no 2 GiB limit on the whole
     rows = _group_rows(ids, n_buckets)
     if not rows:
         return {}
@@ -568,7 +567,7 @@ def _merge(
     source = np.empty(n_old + n_new, dtype=np.int64)
     source[old_dest] = np.arange(n_old)
     source[new_dest] = n_old + np.arange(n_new)
-    both = pa.concat_arrays([ids.cast(pa.string()), new.cast(pa.string())])
+    both = id_lookup.flat_ids(pa.chunked_array([ids.cast(pa.large_string()), new.cast(pa.large_string())]))
     zeros = np.zeros(n_new, np.int64)
     return (
         both.take(source),
@@ -628,7 +627,7 @@ def spent_by_id(ctx: LabelsContext, s: Session, domain: PrivacyDomainRow) -> tup
         if not parts:
             return pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(0, np.int64)
         return (
-            pa.concat_arrays([p[0] for p in parts]),
+            id_lookup.flat_ids(pa.chunked_array([p[0].cast(pa.large_string()) for p in parts])),
             np.concatenate([p[1] for p in parts]),
             np.concatenate([p[2] for p in parts]),
         )
@@ -657,7 +656,7 @@ def ensure_bucketed(ctx: LabelsContext, domain_id: str) -> int:
             return int(row.n_buckets)
         folder = ctx.data_dir / "domains" / domain_id
         segments = [read_table(folder / f"ids-{k:06d}.arrow").column("id") for k in range(1, row.id_segments + 1)]
-        ids = pa.chunked_array([c for seg in segments for c in seg.chunks], type=pa.string()).combine_chunks()
+        ids = id_lookup.flat_ids(pa.chunked_array([c for seg in segments for c in seg.chunks], type=pa.string()))
         columns = []
         for kind in ("eps", "delta"):
             column = np.zeros(len(ids), np.int64)

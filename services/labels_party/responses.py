@@ -135,6 +135,38 @@ class LabelsUploaded(_Body):
     missing: int
 
 
+class UploadPartInfo(_Body):
+    number: int
+    size: int = Field(description="bytes")
+
+
+class Upload(_Body):
+    id: str = Field(description="`up_…`")
+    label_set_id: str
+    target: Literal["ids", "labels"]
+    format: Literal["csv", "parquet", "arrow"]
+    validate_only: bool
+    state: Literal["open", "completed"]
+    parts: list[UploadPartInfo] = Field(description="the parts received so far (none once completed)")
+    missing_below_highest: list[int] = Field(description="part numbers below the highest received that are missing")
+    part_max_bytes: int
+    max_parts: int
+    created_at: Timestamp
+
+
+class UploadPart(_Body):
+    upload_id: str
+    number: int
+    size: int
+
+
+class UploadCompleted(_Body):
+    upload_id: str
+    target: Literal["ids", "labels"]
+    label_set: LabelSet | None = Field(description="target ids: the label set with its ids")
+    labels: LabelsUploaded | None = Field(description="target labels: what was stored (or validated)")
+
+
 class Release(_Body):
     id: str = Field(description="`rel_…`: the same id on the features party")
     label_set_id: str
@@ -208,6 +240,12 @@ EXAMPLE_LABEL_SET_PAGE = {
     "next_cursor": None,
 }
 EXAMPLE_UPLOADED = {"label_set_id": LS, "validate_only": False, "accepted_rows": 1000, "labeled": 1000, "missing": 0}
+UP = "up_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+EXAMPLE_UPLOAD = {
+    "id": UP, "label_set_id": LS, "target": "labels", "format": "parquet", "validate_only": False, "state": "open",
+    "parts": [{"number": 1, "size": 67108864}, {"number": 3, "size": 1048576}], "missing_below_highest": [2],
+    "part_max_bytes": 67108864, "max_parts": 10000, "created_at": "2026-11-24T13:55:39.123456+00:00",
+}
 EXAMPLE_RELEASE = {
     "id": REL, "label_set_id": LS, "status": "pending", "stage": "queued", "mechanism": "laplace", "epsilon": 1.0,
     "epsilon_micro": 1_000_000, "delta": 0.0,

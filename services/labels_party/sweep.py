@@ -22,6 +22,7 @@ from labeldp.errors import NotFound
 
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
 from .label_sets import current_labels_key, is_labels_key
+from .resumable import UPLOADS
 from .store import LabelSetRow, ReleaseRow
 
 
@@ -47,7 +48,30 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float) -> int:
     for path in _old_files(ctx.spool_dir, "body-*", cutoff):
         path.unlink(missing_ok=True)
         removed += 1
+    removed += sweep_uploads(ctx, time.time() - ctx.settings.upload_retention_seconds)
     return removed + ctx.store.remove_unfinished(min_age_seconds)
+
+
+def sweep_uploads(ctx: LabelsContext, started_before: float) -> int:
+    """Remove every object of the resumable uploads started before ``started_before`` (POSIX seconds).
+
+    An upload's age is its session object's; its parts go with it, completed or abandoned. An
+    upload being completed right now is older than the retention only if the client took
+    that long, and then its completion fails (its parts are gone) without a half-written row.
+    """
+    removed = 0
+    keys = ctx.store.list(UPLOADS)
+    sessions = [k for k in keys if k.endswith("/session.json")]
+    for session in sessions:
+        with contextlib.suppress(NotFound):
+            if ctx.store.modified(session) >= started_before:
+                continue
+            prefix = session.rsplit("/", 1)[0] + "/"
+            # the session last: a sweep that stops halfway is finished by the next one
+            for key in sorted((k for k in keys if k.startswith(prefix)), key=lambda k: k == session):
+                ctx.store.delete(key)
+                removed += 1
+    return removed
 
 
 def _old_files(folder: Path, pattern: str, cutoff: float) -> list[Path]:

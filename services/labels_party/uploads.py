@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pa_compute
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 from sqlalchemy import update
 
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, UnsupportedMediaType
@@ -37,6 +38,7 @@ from . import id_lookup
 from .columnar import put_array, release_unused_memory
 from .context import LabelsContext
 from .label_sets import class_names, labels_prefix, load_label_set, read_ids, read_labels, set_ids
+from .sources import Body
 from .store import LabelSetRow
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
@@ -89,8 +91,18 @@ def media_type(content_type: str) -> str:
     return kind
 
 
-def read_batches(path: Path, kind: str, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
-    """The body's ``columns`` (lower-case names), a chunk at a time."""
+def read_batches(path: Body, kind: str, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    """The body's ``columns`` (lower-case names), a chunk at a time.
+
+    ``path`` is a spooled local file or an object of an allowed upload source
+    (:class:`.sources.RemoteObject`, read through pyarrow.fs) or a resumable upload's parts
+    (:class:`.resumable.PartsSource`): Parquet and Arrow files by random access, CSV as a
+    stream; never whole.
+    """
+    if not isinstance(path, Path) and kind in JSON_TYPES:
+        raise UnsupportedMediaType(
+            "unsupported_media_type", "an upload by reference is CSV, Parquet or Arrow IPC (not JSON)"
+        )
     if kind in CSV_TYPES:
         yield from _csv_batches(path, columns)
     elif kind in PARQUET_TYPES:
@@ -101,9 +113,13 @@ def read_batches(path: Path, kind: str, columns: tuple[str, ...]) -> Iterator[di
         yield _json_columns(path, columns)
 
 
-def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
-    with open(path, "rb") as f:
-        first = f.readline(1 << 16)
+def _open_stream(path: Body) -> Any:
+    return open(path, "rb") if isinstance(path, Path) else path.open_stream()
+
+
+def _csv_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    with _open_stream(path) as f:
+        first = f.read(1 << 16).split(b"\n", 1)[0]
     try:
         header_text = first.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -120,9 +136,10 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
         raise InvalidInput("invalid_csv", f"CSV header must have columns {' and '.join(columns)}")
     generated = [f"c{i}" for i in range(len(names))]
     wanted = {c: f"c{names.index(c)}" for c in columns}
+    source: Any = path if isinstance(path, Path) else path.open_stream()
     try:
         reader = pa_csv.open_csv(
-            path,
+            source,
             read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=1 << 22),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=list(wanted.values()),
@@ -139,6 +156,9 @@ def _csv_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
         raise InvalidInput(
             "invalid_csv", "CSV could not be parsed (UTF-8, one header row, the same number of cells per row)"
         ) from None
+    finally:
+        if not isinstance(source, Path):
+            source.close()
 
 
 def _pick(schema: pa.Schema, columns: tuple[str, ...], kind: str) -> list[str]:
@@ -152,9 +172,11 @@ def _pick(schema: pa.Schema, columns: tuple[str, ...], kind: str) -> list[str]:
     return picked
 
 
-def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+def _parquet_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    source = None if isinstance(path, Path) else path.open_file()
     try:
-        pf = open_for_batches(path)  # pre-buffering off: memory bounded by a batch, not the file
+        # pre-buffering off: memory bounded by a batch, not the file
+        pf = pq.ParquetFile(source, pre_buffer=False) if source is not None else open_for_batches(str(path))
         picked = _pick(pf.schema_arrow, columns, "parquet")
         for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
             yield {c: batch.column(name) for c, name in zip(columns, picked)}
@@ -162,11 +184,14 @@ def _parquet_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str,
         raise
     except Exception:  # pyarrow raises several types for a damaged file
         raise InvalidInput("invalid_parquet", "body is not a readable Parquet file") from None
+    finally:
+        if source is not None:
+            source.close()
 
 
-def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+def _arrow_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
     try:
-        with pa.memory_map(str(path), "r") as source:
+        with pa.memory_map(str(path), "r") if isinstance(path, Path) else path.open_file() as source:
             try:
                 reader: Any = ipc.open_file(source)
                 batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
@@ -183,9 +208,9 @@ def _arrow_batches(path: Path, columns: tuple[str, ...]) -> Iterator[dict[str, p
         raise InvalidInput("invalid_arrow", "body is not a readable Arrow IPC file or stream") from None
 
 
-def _json_columns(path: Path, columns: tuple[str, ...]) -> dict[str, pa.Array]:
+def _json_columns(path: Body, columns: tuple[str, ...]) -> dict[str, pa.Array]:
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(path.read_bytes()) if isinstance(path, Path) else None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidInput("invalid_json", "body is not valid JSON") from None
     plural = {"id": "ids", "label": "labels"}
@@ -296,7 +321,7 @@ class ParsedUpload:
     codes: np.ndarray  # value codes (VALUE_CODES)
 
 
-def parse_label_upload(path: Path, kind: str, rules: LabelRules) -> ParsedUpload:
+def parse_label_upload(path: Body, kind: str, rules: LabelRules) -> ParsedUpload:
     ids, values, codes = [], [], []
     row = 1
     for batch in read_batches(path, kind, ("id", "label")):
@@ -370,7 +395,7 @@ def rules_of(row: LabelSetRow) -> LabelRules:
 
 
 def upload_labels(
-    ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, *, validate_only: bool, claim: Claim | None
+    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, *, validate_only: bool, claim: Claim | None
 ) -> StoredResponse:
     """Validate and (unless ``validate_only``) store labels; all rows or none."""
     kind = media_type(content_type)
@@ -426,7 +451,7 @@ def upload_labels(
 
 
 def upload_ids(
-    ctx: LabelsContext, label_set_id: str, body: Path, content_type: str, claim: Claim | None
+    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, claim: Claim | None
 ) -> StoredResponse:
     kind = media_type(content_type)
     chunks, row = [], 1

@@ -17,7 +17,7 @@ from labeldp.service.openapi import BINARY, CSV_TEXT, errors, json_example, ok, 
 from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.service.spool import spool_body
 
-from .. import label_sets, responses, uploads
+from .. import label_sets, responses, sources, uploads
 from .deps import Context, IdempotencyKey, Metrics
 
 log = logging.getLogger("labeldp.labels")
@@ -208,4 +208,70 @@ async def upload_labels(
     if not stored.replayed and not validate_only:
         metrics.uploaded_labels.inc(stored.body["accepted_rows"])
         log.info("label set %s: %d labels stored", label_set_id, stored.body["accepted_rows"])
+    return stored.answer(response)
+
+
+@router.post(
+    "/label-sets/{label_set_id}/ids/from-url",
+    response_model=responses.LabelSet,
+    summary="Upload a label set's ids by reference",
+    description="The service reads an `id` column (CSV, Parquet or Arrow IPC) from an object URL under one of "
+    "its operator's `LABELDP_UPLOAD_SOURCES` prefixes, a batch at a time: no request body limit. Otherwise as "
+    "`POST /ids`.",
+    responses={
+        **ok(responses.EXAMPLE_LABEL_SET, "ids stored"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
+    },
+    openapi_extra=json_example({"url": "s3://advertiser-exports/conversions/ids.parquet", "format": "parquet"}),
+)
+def upload_ids_from_url(
+    label_set_id: str, body: sources.SourceIn, ctx: Context, response: Response, key: IdempotencyKey
+) -> dict[str, Any]:
+    scope = f"POST /v1/label-sets/{label_set_id}/ids/from-url"
+    stored = ctx.idempotency.execute(
+        scope,
+        key,
+        request_fingerprint(scope, body.model_dump_json()),
+        lambda claim: uploads.upload_ids(
+            ctx, label_set_id, sources.open_source(ctx.settings, body.url), body.media_type, claim
+        ),
+    )
+    return stored.answer(response)
+
+
+@router.post(
+    "/label-sets/{label_set_id}/labels/from-url",
+    response_model=responses.LabelsUploaded,
+    summary="Upload labels by reference",
+    description="The service reads columns `id` and `label` (CSV, Parquet or Arrow IPC) from an object URL under "
+    "one of its operator's `LABELDP_UPLOAD_SOURCES` prefixes, a batch at a time. Validated as `POST /labels`: "
+    "all rows or none.",
+    responses={
+        **ok(responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
+        **errors(401, 404, 409, 413, 415, 422, 503, e404="upload_source_not_found", e422="upload_source_not_allowed"),
+    },
+    openapi_extra=json_example({"url": "s3://advertiser-exports/conversions/labels.parquet", "format": "parquet"}),
+)
+def upload_labels_from_url(
+    label_set_id: str,
+    body: sources.SourceIn,
+    ctx: Context,
+    metrics: Metrics,
+    response: Response,
+    key: IdempotencyKey,
+    validate_only: bool = Query(False),
+) -> dict[str, Any]:
+    scope = f"POST /v1/label-sets/{label_set_id}/labels/from-url"
+    stored = ctx.idempotency.execute(
+        scope,
+        key,
+        request_fingerprint(scope, str(validate_only), body.model_dump_json()),
+        lambda claim: uploads.upload_labels(
+            ctx, label_set_id, sources.open_source(ctx.settings, body.url), body.media_type,
+            validate_only=validate_only, claim=claim,
+        ),
+    )
+    if not stored.replayed and not validate_only:
+        metrics.uploaded_labels.inc(stored.body["accepted_rows"])
+        log.info("label set %s: %d labels stored (by reference)", label_set_id, stored.body["accepted_rows"])
     return stored.answer(response)

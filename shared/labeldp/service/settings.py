@@ -111,6 +111,24 @@ class Settings(BaseSettings):
     default_domain_delta: float = Field(
         1e-5, ge=0, le=0.5, description="per-id δ budget of the 'default' privacy domain"
     )
+    upload_sources: str = Field(
+        "",
+        description="comma-separated URL prefixes (s3://bucket/folder/, file:///folder/) the labels API may read "
+        "ids and labels from when a client uploads by reference; empty: uploads by reference are refused "
+        "(422 upload_source_not_allowed). s3:// sources use the object store's S3 endpoint and keys",
+    )
+    upload_part_max_bytes: int = Field(
+        64 * 1024 * 1024, gt=0,
+        description="largest part of a resumable upload (each part is one object in the object store)",
+    )
+    upload_max_parts: int = Field(
+        10_000, ge=1, le=100_000, description="most parts one resumable upload may have"
+    )
+    upload_retention_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0,
+        description="a resumable upload started longer ago than this is removed with its parts (completed or "
+        "not) by the start-up sweep",
+    )
     features_url: str = Field(
         "http://127.0.0.1:8002", description="base URL of the features party (outbox target)"
     )
