@@ -39,7 +39,7 @@ from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, 
 from labeldp.schema import LabelRelease, decode_columns
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso
-from labeldp.signing import verify
+from labeldp.signing import signature_key_id, verify
 from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
@@ -104,6 +104,7 @@ def receive_manifest(
         created_at=manifest.created_at,
         status=store.RELEASE_RECEIVING,
         manifest=raw,
+        signature=signature,
         shard_count=len(manifest.shards),
         body_sha256=sha,
     )
@@ -215,7 +216,15 @@ def describe_release(row: store.Release) -> dict[str, Any]:
         "created_at": iso(row.created_at),
         "received_at": iso(row.received_at),
         "message_sha256": row.body_sha256,
+        "signing_key_id": signature_key_id(row.signature),
     }
+
+
+def signed_manifest(row: store.Release) -> tuple[bytes, str]:
+    """The manifest's exact bytes and the signature they arrived with: proof of what was sent."""
+    if row.manifest is None or row.signature is None:
+        raise NotFound("manifest_not_kept", "this release was received before manifests were kept with their signature")
+    return row.manifest, row.signature
 
 
 def list_releases(

@@ -69,6 +69,10 @@ class ReceivedRelease(_Body):
     created_at: Timestamp | None = Field(description="when the labels party wrote the message")
     received_at: Timestamp | None
     message_sha256: str
+    signing_key_id: str | None = Field(
+        description="the kid of the advertiser's key that signed the manifest (null: received before 0004); "
+        "GET …/manifest answers the signed manifest itself"
+    )
 
 
 class ReleaseLabels(_Body):
@@ -189,7 +193,7 @@ EXAMPLE_SHARD = {"id": REL, "index": 0, "status": "stored"}
 EXAMPLE_RELEASE = {
     "id": REL, "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks",
     "mechanism": "laplace", "mechanism_spec": SPEC, "prior": None, "accounting": ACCOUNTING, "row_count": 3,
-    "created_at": TS, "received_at": TS, "message_sha256": SHA,
+    "created_at": TS, "received_at": TS, "message_sha256": SHA, "signing_key_id": "3f2a9c41d07e5b68",
 }
 EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
 EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}

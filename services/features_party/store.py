@@ -69,6 +69,9 @@ class Release(Base):
     # whole before revision 0003, whose exact single-body message is ``body``.
     manifest: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
     shard_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The manifest's signature header as received (``ed25519;kid=…;sig=…``): with ``manifest``,
+    # proof anyone holding the advertiser's public key can check of what was sent (revision 0004).
+    signature: Mapped[str | None] = mapped_column(String(300), nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     body: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)  # before 0003 only
     body_sha256: Mapped[str] = mapped_column(String(64))  # of the manifest (of the body before 0003)

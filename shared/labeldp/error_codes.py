@@ -25,6 +25,7 @@ ERROR_CODES: dict[str, str] = {
     "manifest_unknown": "the inbox holds no manifest for this release: send the signed manifest first",
     "upload_not_found": "no resumable upload with that id (or it expired)",
     "upload_source_not_found": "no object at the upload's source URL",
+    "manifest_not_kept": "the release arrived before manifests were kept with their signature",
     "object_not_found": "a stored object the request names does not exist",
     "file_not_found": "a file the command was given does not exist",
     "method_not_allowed": "the path exists, the method does not (see the Allow header)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,7 @@ from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import EpsilonPart, LaplaceSpec, PrivacyAccounting, ReleaseMetadata
 from labeldp.service.settings import Settings
-from labeldp.signing import generate_keypair, sign
+from labeldp.signing import generate_keypair, key_id, sign, verify
 from labeldp.specs.base import LabelDomainSpec
 
 API_KEY = "test-features-key"
@@ -303,6 +304,23 @@ def test_inbox_bearer_key_is_not_enough(client: TestClient, small_table: list[st
     response = client.post("/v1/releases", content=body.manifest, headers=AUTH)
     assert response.status_code == 401
     assert release_count(client) == 0
+
+
+def test_the_signed_manifest_is_kept_and_shown_as_proof(client: TestClient, small_table: list[str]) -> None:
+    """The features party keeps what it received with its signature (issue 24, item 2): anyone with the
+    advertiser's public key can check it; the publisher cannot alter it and keep the signature valid."""
+    assert post_release(client, release_body(small_table, [1.0, 2.0, 3.0])).status_code == 201
+    shown = client.get("/v1/releases/rel-1", headers=AUTH).json()
+    assert shown["signing_key_id"] == key_id(PUBLIC_KEY)
+    proof = client.get("/v1/releases/rel-1/manifest", headers=AUTH)
+    assert proof.status_code == 200 and proof.headers["content-type"] == "application/json"
+    signature = proof.headers["x-labeldp-signature"]
+    assert verify(proof.content, PUBLIC_KEY, signature)
+    assert json.loads(proof.content)["release_id"] == "rel-1"
+    assert hashlib.sha256(proof.content).hexdigest() == shown["message_sha256"]
+    forged = proof.content.replace(b'"rel-1"', b'"rel-2"')
+    assert not verify(forged, PUBLIC_KEY, signature)
+    assert client.get("/v1/releases/nope/manifest", headers=AUTH).json()["code"] == "release_not_found"
 
 
 def test_inbox_refuses_a_tampered_shard(client: TestClient, small_table: list[str]) -> None:
