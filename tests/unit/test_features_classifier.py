@@ -358,7 +358,7 @@ def test_categorical_release_trains_a_classifier_end_to_end(
 
     rows = client.post(
         f"/v1/models/{training['model_id']}/predict",
-        json={"rows": [{"x1": 2.0, "group": "a"}, {"x1": None, "group": None}]},
+        json={"rows": [{"x1": 2.0, "x2": 0.5, "group": "a"}, {"x1": None, "x2": None, "group": None}]},
         headers=AUTH,
     ).json()
     assert len(rows["predictions"]) == 2 and rows["classes"] == CLASSES
