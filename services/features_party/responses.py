@@ -75,6 +75,15 @@ class ReceivedRelease(_Body):
     )
 
 
+class SignedManifest(_Body):
+    """What the features party received, as proof: the exact manifest and its signature."""
+
+    release_id: str
+    manifest: str = Field(description="the manifest's exact text (UTF-8): the bytes the signature covers")
+    signature: str = Field(description="the `X-Labeldp-Signature` header it arrived with: `ed25519;kid=…;sig=…`")
+    signing_key_id: str | None = Field(description="the kid of the advertiser key that signed it")
+
+
 class ReleaseLabels(_Body):
     ids: list[str] = Field(description="every id of the release once, sorted")
     labels: list[float | str] = Field(description="the privatized label of each id")
@@ -194,6 +203,10 @@ EXAMPLE_RELEASE = {
     "id": REL, "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks",
     "mechanism": "laplace", "mechanism_spec": SPEC, "prior": None, "accounting": ACCOUNTING, "row_count": 3,
     "created_at": TS, "received_at": TS, "message_sha256": SHA, "signing_key_id": "3f2a9c41d07e5b68",
+}
+EXAMPLE_SIGNED_MANIFEST = {
+    "release_id": REL, "manifest": '{"release_id": "' + REL + '", "shards": [...]}',
+    "signature": "ed25519;kid=3f2a9c41d07e5b68;sig=...", "signing_key_id": "3f2a9c41d07e5b68",
 }
 EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
 EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}

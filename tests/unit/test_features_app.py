@@ -312,13 +312,13 @@ def test_the_signed_manifest_is_kept_and_shown_as_proof(client: TestClient, smal
     assert post_release(client, release_body(small_table, [1.0, 2.0, 3.0])).status_code == 201
     shown = client.get("/v1/releases/rel-1", headers=AUTH).json()
     assert shown["signing_key_id"] == key_id(PUBLIC_KEY)
-    proof = client.get("/v1/releases/rel-1/manifest", headers=AUTH)
-    assert proof.status_code == 200 and proof.headers["content-type"] == "application/json"
-    signature = proof.headers["x-labeldp-signature"]
-    assert verify(proof.content, PUBLIC_KEY, signature)
-    assert json.loads(proof.content)["release_id"] == "rel-1"
-    assert hashlib.sha256(proof.content).hexdigest() == shown["message_sha256"]
-    forged = proof.content.replace(b'"rel-1"', b'"rel-2"')
+    proof = client.get("/v1/releases/rel-1/manifest", headers=AUTH).json()
+    manifest, signature = proof["manifest"].encode("utf-8"), proof["signature"]
+    assert proof["signing_key_id"] == key_id(PUBLIC_KEY)
+    assert verify(manifest, PUBLIC_KEY, signature)
+    assert json.loads(manifest)["release_id"] == "rel-1"
+    assert hashlib.sha256(manifest).hexdigest() == shown["message_sha256"]
+    forged = manifest.replace(b'"rel-1"', b'"rel-2"')
     assert not verify(forged, PUBLIC_KEY, signature)
     assert client.get("/v1/releases/nope/manifest", headers=AUTH).json()["code"] == "release_not_found"
 

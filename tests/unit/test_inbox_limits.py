@@ -29,6 +29,7 @@ def client(tmp_path: Path):  # type: ignore[no-untyped-def]
         features_database_url=f"sqlite:///{tmp_path / 'f.db'}", features_data_dir=tmp_path / "data",
         features_api_key=API_KEY, signing_public_keys=PUBLIC_KEY, device="cpu", training_threads=1,
         max_body_bytes=2_000, inbox_max_body_bytes=200_000, inbox_max_manifest_bytes=20_000,
+        feature_table_max_body_bytes=2_000,
     )
     with TestClient(create_app(settings)) as c:
         yield c

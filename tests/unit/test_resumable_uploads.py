@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
-from tests.local_settings import both_parties
+from tests.local_settings import both_parties, fixed_signing_key
 from tests.s3_server import S3Server
 
 KEY = "resumable-labels-key-0123456789abcdef"
@@ -30,7 +30,7 @@ def replicas(tmp_path: Path, s3_server: S3Server) -> Iterator[tuple[TestClient, 
     clients = []
     for name in ("a", "b"):
         settings = both_parties(
-            tmp_path / name, KEY, "resumable-features-key-0123456789", "resumable-exchange-secret-0123456789",
+            tmp_path / name, KEY, "resumable-features-key-0123456789", fixed_signing_key("resumable uploads"),
             storage_url=url,
             storage_s3_endpoint=s3_server.endpoint, storage_s3_region=opts["region"],
             storage_s3_access_key=opts["access_key"], storage_s3_secret_key=opts["secret_key"],

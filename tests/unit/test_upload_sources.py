@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
-from tests.local_settings import both_parties
+from tests.local_settings import both_parties, fixed_signing_key
 from tests.s3_server import S3Server
 
 from labeldp.errors import InvalidInput
@@ -27,7 +27,7 @@ def _settings(tmp_path: Path, sources: str, s3: S3Server | None = None, storage:
         "storage_url": storage, "storage_s3_endpoint": s3.endpoint, "storage_s3_region": "us-east-1",
         "storage_s3_access_key": s3.options()["access_key"], "storage_s3_secret_key": s3.options()["secret_key"],
     }
-    return both_parties(tmp_path, KEY, "sources-features-key-0123456789ab", "sources-exchange-secret-0123456789",
+    return both_parties(tmp_path, KEY, "sources-features-key-0123456789ab", fixed_signing_key("upload sources"),
                         upload_sources=sources, **extra)
 
 

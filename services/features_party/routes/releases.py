@@ -7,12 +7,11 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Query
-from fastapi.responses import Response
 
 from features_party import inbox, responses
-from labeldp.schema import SIGNATURE_HEADER
 from labeldp.service.openapi import errors, ok
 from labeldp.service.pagination import DEFAULT_LIMIT
+from labeldp.signing import signature_key_id
 
 from .deps import Context, Cursor, Limit
 
@@ -53,24 +52,23 @@ def get_release_labels(release_id: str, ctx: Context) -> responses.ReleaseLabels
 
 @router.get(
     "/releases/{release_id}/manifest",
-    response_class=Response,
+    response_model=responses.SignedManifest,
     summary="Read a release's signed manifest",
-    description="The manifest's exact bytes as received, with the advertiser's signature in "
-    "`X-Labeldp-Signature`: anyone holding the advertiser's public key can check what was sent "
-    "(`labeldp.signing.verify`), and every shard's sha256 is in it.",
+    description="The manifest's exact text as received and the advertiser's signature it arrived with: anyone "
+    "holding the advertiser's public key can check what was sent (`labeldp.signing.verify` over the UTF-8 "
+    "bytes of `manifest`), and every shard's sha256 is in it.",
     responses={
-        200: {
-            "description": "the manifest, its signature in the header",
-            "content": {"application/json": {"example": {"release_id": responses.REL, "shards": []}}},
-            "headers": {SIGNATURE_HEADER: {"description": "`ed25519;kid=…;sig=…`", "schema": {"type": "string"}}},
-        },
-        **errors(401, 404, 422, 503, by_ref=True, e404="release_not_found"),
+        **ok(responses.EXAMPLE_SIGNED_MANIFEST, "the manifest and its signature"),
+        **errors(401, 404, 422, 503, e404="release_not_found"),
     },
 )
-def get_release_manifest(release_id: str, ctx: Context) -> Response:
+def get_release_manifest(release_id: str, ctx: Context) -> responses.SignedManifest:
     with ctx.sessions() as session:
         raw, signature = inbox.signed_manifest(inbox.get_release(session, release_id))
-    return Response(raw, media_type="application/json", headers={SIGNATURE_HEADER: signature})
+    return responses.SignedManifest(
+        release_id=release_id, manifest=raw.decode("utf-8"), signature=signature,
+        signing_key_id=signature_key_id(signature),
+    )
 
 
 @router.get(
