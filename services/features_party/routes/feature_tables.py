@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from features_party import feature_tables, responses
 from labeldp.errors import UnsupportedMediaType
 from labeldp.service.idempotency import request_fingerprint
-from labeldp.service.openapi import CSV_TEXT, errors, ok, request_body
+from labeldp.service.openapi import errors, file_body, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 
 from .deps import Context, Cursor, IdempotencyKey, Limit
@@ -35,8 +35,8 @@ CSV_TYPES = {"text/csv", "application/csv", "text/plain", "application/octet-str
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
     openapi_extra=request_body(
-        {"text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n")},
-        "the table as CSV, header first",
+        file_body(("csv",), "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
+        "the table as CSV, header first, sent as `application/octet-stream` or `text/csv`",
     ),
 )
 async def upload_feature_table(
