@@ -105,6 +105,25 @@ def _learners(task: str, names: list[str] | None) -> list[Any]:
     return (list(utility.learners_for(task, rest)) if rest else []) + [RawFeatureMLP()]
 
 
+OWN_RUNS = Path("research/runs")
+"""Where ``--data`` runs write by default: git-ignored, one folder per run."""
+
+BUILT_IN_RESULTS = Path("research/results")
+
+
+def run_folder(parent: Path, name: str) -> Path:
+    """``parent/<name>-<UTC time>``, a folder no earlier run wrote (``-2``, ``-3``… on a clash)."""
+    import datetime as dt
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = parent / f"{name}-{stamp}"
+    n = 2
+    while folder.exists():
+        folder = parent / f"{name}-{stamp}-{n}"
+        n += 1
+    return folder
+
+
 def _bench_utility(args: argparse.Namespace) -> int:
     """The privacy–utility protocol (docs/architecture.md, "Benchmark protocol") over the requested data sets."""
     import shlex
@@ -147,6 +166,14 @@ def _bench_utility(args: argparse.Namespace) -> int:
         print(f"labeldp: error: unknown data set(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
     trials = args.trials if args.trials is not None else (2 if quick else 10)
+    if trials < report.FEW_TRIALS:
+        print(f"labeldp: warning: {trials} trial(s) per cell: standard errors and picks are unreliable below "
+              f"{report.FEW_TRIALS} trials", file=sys.stderr, flush=True)
+    out_dir = args.out
+    if own is not None:  # your own data: a folder of its own per run, never over committed results
+        out_dir = run_folder(args.out if args.out is not None else OWN_RUNS, own[0].name)
+    elif out_dir is None:
+        out_dir = BUILT_IN_RESULTS
     learner_names = args.learners
     command = "python -m labeldp_research " + " ".join(shlex.quote(a) for a in (args.argv or []))
     started = time.perf_counter()
@@ -178,9 +205,11 @@ def _bench_utility(args: argparse.Namespace) -> int:
             progress=lambda line: print(line, flush=True),
             data=own[1] if own is not None else None,
         )
-        paths = report.write_all(result, args.out, command=command, quick=quick)
+        paths = report.write_all(result, out_dir, command=command, quick=quick)
         print(f"[{name}] {result.computed} cells computed, {result.cached} cached, {result.wall_seconds:.0f} s; "
               f"wrote {', '.join(str(p) for p in paths)}", flush=True)
+        for line in report.recommendations(result):
+            print(f"[{name}] {line}", flush=True)
     print(f"bench utility: done in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
@@ -245,8 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated regression learners: plain, private, oracle (default all three where the "
                       "features party has fit_private_regressor), and paper (Liu & Huang's network on unscaled "
                       "features, a yardstick); classification always uses plain")
-    util.add_argument("--out", type=Path, default=Path("research/results"),
-                      help="results folder (default research/results)")
+    util.add_argument("--out", type=Path,
+                      help="results folder (default research/results; with --data a new folder "
+                      "<name>-<UTC time> inside this one, by default inside research/runs)")
     util.add_argument("--cache", type=Path, default=Path("bench/cache"), help="cell cache folder (default bench/cache)")
     util.add_argument("--quick", action="store_true",
                       help="2 trials, ε ∈ {0.1, 1, 8, ∞} (classification {0.6, 2, 8, ∞}), 10 epochs")

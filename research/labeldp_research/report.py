@@ -43,14 +43,39 @@ def _decimals(value: float) -> int:
     return 4
 
 
+LARGE = 1e5
+"""From here on a value is written with a power-of-ten suffix and the digits its spread supports
+(a house price's squared error was printed as ``23510325409.8 ± 371884140.0``)."""
+
+_SUFFIXES = {3: "k", 6: "M", 9: "G", 12: "T", 15: "P"}
+
+
+def fmt_pair(mean: float, spread: float) -> str:
+    """'mean ± spread': below ``LARGE`` with decimals by magnitude (as every table always had);
+    from ``LARGE`` on in engineering notation (k, M, G, … or e±N), both rounded to the spread's
+    second significant digit and at least three significant digits of the mean:
+    ``23.51 G ± 0.37 G``."""
+    if abs(mean) < LARGE:
+        d = _decimals(mean)
+        return f"{mean:.{d}f} ± {spread:.{d}f}"
+    exponent = 3 * math.floor(math.log10(abs(mean)) / 3)
+    scale = 10.0**exponent
+    m, sp = mean / scale, spread / scale
+    digits = max(0, 2 - math.floor(math.log10(abs(m))))  # three significant digits of the mean at least
+    if sp > 0:
+        digits = max(digits, min(6, 1 - math.floor(math.log10(sp))))
+    suffix = _SUFFIXES.get(exponent, f"e{exponent}")
+    unit = f" {suffix}" if exponent in _SUFFIXES else suffix
+    return f"{m:.{digits}f}{unit} ± {sp:.{digits}f}{unit}"
+
+
 def fmt_mean_std(values: np.ndarray) -> str:
-    """'mean ± std' (sample std, ddof=1; 0 for a single trial), decimals by magnitude; '—' when empty."""
+    """'mean ± std' (sample std, ddof=1; 0 for a single trial), digits by :func:`fmt_pair`; '—' when empty."""
     if values.size == 0:
         return "—"
     mean = float(values.mean())
     std = float(values.std(ddof=1)) if values.size > 1 else 0.0
-    d = _decimals(mean)
-    return f"{mean:.{d}f} ± {std:.{d}f}"
+    return fmt_pair(mean, std)
 
 
 def fmt_percent(values: np.ndarray) -> str:
@@ -115,7 +140,7 @@ def learner_block(result: RunResult, mechanism: str) -> list[str]:
             continue
         stats = {lr: _stats(result.values(mechanism, eps, "test_mse", lr)) for lr in result.learners}
         cells = {
-            lr: "—" if v is None else f"{v[0]:.{_decimals(v[0])}f} ± {v[1]:.{_decimals(v[0])}f}"
+            lr: "—" if v is None else fmt_pair(v[0], v[1])
             for lr, v in stats.items()
         }
         _mark_best(cells, stats)
@@ -253,8 +278,7 @@ def best_block(result: RunResult, refs: list[ReferenceTable]) -> list[str]:
                 row.append("—")
                 continue
             m = min(stats, key=lambda k: stats[k][0])
-            d = _decimals(stats[m][0])
-            row.append(f"`{m}` {stats[m][0]:.{d}f} ± {stats[m][1]:.{d}f}")
+            row.append(f"`{m}` {fmt_pair(*stats[m])}")
         if ref:
             reported = {m: ref.get(eps, m) for m in ref.mechanisms}
             vals = {m: v for m, v in reported.items() if v is not None}
@@ -414,6 +438,59 @@ _LEARNERS_BY_NAME = {
 }
 
 
+FEW_TRIALS = 5
+"""Below this many trials the † marks ("within one standard error") and the picks rest on a
+standard error from too few values to trust: the report and the command warn."""
+
+
+def few_trials_warning(result: RunResult) -> str | None:
+    if result.trials >= FEW_TRIALS:
+        return None
+    return (
+        f"only {result.trials} trial(s) per cell: standard errors, † marks and the picks below are unreliable "
+        f"below {FEW_TRIALS} trials (run with --trials {FEW_TRIALS} or more)"
+    )
+
+
+def _mechanism_name(mechanism: str) -> str:
+    return "auto" if mechanism == DEFAULT else mechanism
+
+
+def recommendations(result: RunResult) -> list[str]:
+    """One line per finite ε: the mechanism (the advertiser's choice, at release) and the learner
+    (the publisher's, at training) with the lowest mean test MSE among deployable learners, its
+    test RMSE in the label's units beside the private mean's, both ± a standard error."""
+    metric = "test_accuracy" if result.plan.task == "classification" else "test_mse"
+    field = [lr for lr in result.learners if lr in DEPLOYABLE_LEARNERS] or [
+        lr for lr in result.learners if lr != "oracle"
+    ]
+    lines = []
+    for eps in result.epsilons:
+        if math.isinf(eps):
+            continue
+        stats = {
+            (m, lr): v for m in result.mechanisms for lr in field
+            if (v := _stats(result.values(m, eps, metric, lr))) is not None
+        }
+        if not stats:
+            continue
+        pick = max if metric == "test_accuracy" else min
+        mech, learner = pick(stats, key=lambda k: stats[k][0])
+        mean, se = stats[(mech, learner)]
+        head = f"at ε = {eps_label(eps)}, use `{_mechanism_name(mech)}` (advertiser) with `{learner}` (publisher)"
+        if metric == "test_accuracy":
+            lines.append(f"{head}: test accuracy {mean:.1%} ± {se:.1%}")
+            continue
+        rmse, rmse_se = math.sqrt(max(mean, 0.0)), (se / (2 * math.sqrt(mean)) if mean > 0 else 0.0)
+        line = f"{head}: test RMSE {fmt_pair(rmse, rmse_se)} (label units)"
+        floor = _stats(result.values(mech, eps, MEAN_FLOOR, None)) if has_mean_floor(result) else None
+        if floor is not None and floor[0] > 0:
+            root = math.sqrt(floor[0])
+            line += f", predicting the private mean {fmt_pair(root, floor[1] / (2 * root))}"
+        lines.append(line)
+    return lines
+
+
 def write_markdown(result: RunResult, path: str | Path, *, command: str | None = None, quick: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -428,6 +505,9 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
             "> the full protocol is the same command without `--quick`.",
             "",
         ]
+    warning = few_trials_warning(result)
+    if warning:
+        lines += [f"> **Warning**: {warning}.", ""]
     command = command or result.command
     if command:
         lines += [f"Command: `{command}`", ""]
@@ -549,6 +629,17 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
                 "",
             ]
             lines += default_goal_block(result, references_for(plan.reference), "test_mse") + [""]
+        picks = recommendations(result)
+        if picks:
+            lines += [
+                "## What to use",
+                "",
+                "The advertiser picks the mechanism (at release), the publisher the learner (at training); "
+                "per ε the pair with the lowest mean test MSE, ± its standard error, in the label's units.",
+                "",
+                *[f"- {p}" for p in picks],
+                "",
+            ]
         lines += ["## Best mechanism per ε (lowest mean test MSE; ± is the standard error std/√trials)", ""]
         lines += best_block(result, references_for(plan.reference)) + [""]
         for ref in references_for(plan.reference):

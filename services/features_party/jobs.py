@@ -47,12 +47,14 @@ from labeldp.errors import Busy, Conflict, InvalidInput, LabelDPError, NotFound
 from labeldp.learning import streamed
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import PLAIN, LearningConfig, TrainingConfig, TrainingOptions
+from labeldp.learning.debiasing import private_mean
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
-from labeldp.learning.loop import EpochReport
-from labeldp.learning.persistence import TrainedModel
+from labeldp.learning.loop import EpochReport, _split
+from labeldp.learning.persistence import TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_private_regressor
 from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_matrix, to_class_indices
+from labeldp.learning.true_scale import noise_variance, true_scale_error
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import keyset_page
@@ -298,14 +300,50 @@ def fit_for_release(
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
-        return fit_private_regressor(
+        trained = fit_private_regressor(
             features, labels, streamed.law_for(spec), config, learning, on_epoch, checkpoint=checkpoint, resume=resume
         )
+        try:
+            estimate = true_label_error(trained, features, labels, spec)
+        except Exception as exc:  # a card's estimate never fails the training it describes
+            log.warning("true-label error estimate skipped: %s", type(exc).__name__)
+            estimate = None
+        if estimate is not None and isinstance(trained, TrainedRegressor):
+            trained.selection_ = {**(trained.selection_ or {}), "true_scale": estimate}
+        return trained
     indices, matrix = classifier_targets(task, labels, forward_correction)
     return fit_classifier(
         features, indices, task.n_classes, config, on_epoch, classes=list(task.classes or ()), transition_matrix=matrix,
         checkpoint=checkpoint, resume=resume,
     )
+
+
+def true_label_error(
+    trained: TrainedModel, features: pa.Table, labels: np.ndarray, spec: Any
+) -> dict[str, Any] | None:
+    """The model card's error on the TRUE-label scale (labeldp.learning.true_scale), on the
+    validation rows: their predictions against their debiased privatized labels, less the
+    mechanism's known noise variance, beside the private-mean baseline. Post-processing of the
+    release (no ε); None without validation rows or for a law with no regression form.
+    """
+    config = getattr(trained, "config_", None) or {}
+    fraction, seed = config.get("validation_fraction") or 0.0, config.get("seed")
+    post = getattr(trained, "postprocessing_", None)
+    if spec is None or seed is None or fraction <= 0 or post is None:
+        return None
+    try:
+        law = streamed.law_for(spec)  # the law the model was trained and post-processed under
+        variance = noise_variance(spec, law)
+    except (ValueError, LookupError):
+        return None
+    train_idx, val_idx = _split(len(labels), float(fraction), np.random.default_rng(int(seed)))
+    if val_idx.size < 2 or features.num_rows != len(labels):
+        return None
+    labels = np.asarray(labels, dtype=np.float64)
+    anchor = post.anchor if post.anchor is not None else private_mean(labels[train_idx], law)
+    predictions = trained.predict(features.take(pa.array(val_idx)))
+    out = true_scale_error(predictions, labels[val_idx], law, variance, float(anchor))
+    return {**out, "private_mean": float(anchor)}
 
 
 def classifier_targets(task: LabelTask, labels: np.ndarray, forward_correction: bool) -> tuple[np.ndarray, Any]:

@@ -90,7 +90,15 @@ def model_card(
     """
     task = LabelTask.of(row.mechanism_spec)
     metrics: dict[str, Any] = {"train_loss": row.train_loss, "val_loss": row.val_loss}
-    note = "MSE against privatized labels (at the selected epoch, when one was selected)"
+    note = (
+        "train_loss/val_loss: MSE against privatized labels (at the selected epoch, when one was selected), "
+        "noise included; true_label: the validation rows' MSE and R² on the true-label scale (the mechanism's "
+        "known noise variance removed from the debiased privatized labels' error: unbiased for additive noise), "
+        "each with its standard error, beside baseline_mse, the MSE of predicting the private mean; the "
+        "validation rows also chose the epoch and shrinkage, so it is slightly optimistic"
+    )
+    if task.task != CLASSIFICATION:
+        metrics["true_label"] = (getattr(model, "selection_", None) or {}).get("true_scale")
     if task.task == CLASSIFICATION:
         last = (training.history or [{}])[-1] if training is not None else {}
         metrics["train_accuracy"] = last.get("train_accuracy")

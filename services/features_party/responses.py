@@ -223,7 +223,10 @@ EXAMPLE_MODEL = {
     "task": "regression", "classes": None, "id": MDL, "training_id": TRN, "release_id": REL,
     "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks", "mechanism": "laplace",
     "mechanism_spec": SPEC, "epsilon": 1.0, "accounting": ACCOUNTING, "n_train": 900, "n_validation": 100,
-    "metrics": {"train_loss": 3.9, "val_loss": 4.2}, "metrics_note": "MSE against privatized labels",
+    "metrics": {"train_loss": 3.9, "val_loss": 4.2, "true_label": {
+        "test_mse": 0.61, "test_mse_se": 0.09, "test_r2": 0.72, "test_r2_se": 0.05, "baseline_mse": 2.18,
+        "baseline_mse_se": 0.11, "noise_variance": 3.1, "n_test": 100, "private_mean": 2.4}},
+    "metrics_note": "MSE against privatized labels; true_label: on the true-label scale",
     "device": "cpu", "epochs": 2, "created_at": TS, "architecture": "MLP(2 → 64 → 1)",
     "training": {"epochs": 2, "batch_size": 256}, "learning": None,
     "runtime": {"device": "cpu", "precision": "fp32", "workers": 1, "rows_per_second": 152000.0},

@@ -59,6 +59,11 @@ class AuditEvent(_Body):
     created_at: Timestamp | None
 
 
+class PrivacyDomainPage(_Body):
+    items: list[PrivacyDomain]
+    next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
+
+
 class AuditEventPage(_Body):
     items: list[AuditEvent]
     next_cursor: str | None
@@ -209,6 +214,7 @@ EXAMPLE_DOMAIN = {
     "budget_per_id": {"epsilon": 10.0, "epsilon_micro": 10_000_000, "delta": 1e-6},
     "ids": 1000, "max_spent_epsilon": 1.0, "ids_exhausted": 0, "ledger_version": 1, "created_at": TS,
 }
+EXAMPLE_DOMAIN_PAGE = {"items": [EXAMPLE_DOMAIN], "next_cursor": None}
 EXAMPLE_AUDIT_PAGE = {
     "items": [{
         "id": "aud_187b3c2d4e5f6a7b0c1d2e3f4a5b", "action": "privacy_domain.created", "privacy_domain_id": PD,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
-from tests.local_settings import both_parties
+from tests.local_settings import both_parties, fixed_signing_key
 
 from labeldp.service.settings import ApiKey, InsecureSettings, parse_api_keys
 
@@ -29,7 +29,7 @@ def labels(tmp_path: Path) -> Iterator[TestClient]:
 
     settings = both_parties(
         tmp_path, f"admin:{ADMIN_KEY},release:{RELEASE_KEY}", "trust-features-key-Zp4kW8nB2qT6yH1c",
-        "trust-exchange-secret-Lm5rF9gJ3dS7aE2u",
+        fixed_signing_key("trust"),
     )
     with TestClient(create_app(settings)) as client:
         yield client
@@ -118,3 +118,28 @@ def test_key_entries_carry_scopes_and_a_plain_key_only_releases() -> None:
     ]
     with pytest.raises(InsecureSettings, match="unknown API key scope"):
         parse_api_keys("admn:k1")
+
+
+def test_privacy_domains_are_listed_a_page_at_a_time_to_every_key(labels: TestClient) -> None:
+    """Issue 26 item 3: domains could be read by name only. The list pages them oldest first
+    (labeldp.service.pagination), each body the one GET by name answers; any key reads it."""
+    for i in range(3):
+        assert _domain(labels, ADMIN, f"d{i}", f"src:{i}", eps=1.0 + i).status_code == 201
+    names: list[str] = []
+    cursor = None
+    while True:
+        page = labels.get("/v1/privacy-domains", params={"limit": 2, **({"cursor": cursor} if cursor else {})},
+                          headers=RELEASE)
+        assert page.status_code == 200, page.text
+        assert len(page.json()["items"]) <= 2
+        for item in page.json()["items"]:
+            assert item == labels.get(f"/v1/privacy-domains/{item['name']}", headers=RELEASE).json()
+            names.append(item["name"])
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert [n for n in names if n != "default"] == ["d0", "d1", "d2"] and len(set(names)) == len(names), names
+    assert labels.get("/v1/privacy-domains", params={"cursor": "nope"}, headers=ADMIN).json()["code"] == (
+        "invalid_cursor"
+    )
+    assert labels.get("/v1/privacy-domains").status_code == 401

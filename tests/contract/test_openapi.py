@@ -20,7 +20,7 @@ from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties, feature
 
 from labeldp import __version__
 
-UPLOAD_TYPES = {"text/csv", "application/json", "application/vnd.apache.parquet", "application/vnd.apache.arrow.stream"}
+UPLOAD_TYPES = {"application/json", "application/octet-stream"}  # a file's format: the `format` query value
 PUBLIC = {("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics")}
 SIGNED = {("post", "/v1/releases")}  # the features party's inbox: a release's signed manifest
 DIGESTED = {("put", "/v1/releases/{release_id}/shards/{index}"), ("post", "/v1/releases/{release_id}/complete")}
@@ -148,9 +148,17 @@ def test_every_upload_type_is_a_documented_request_body(app: FastAPI) -> None:
     paths = spec["paths"]
     if spec["info"]["title"].endswith("labels party"):
         for path in ("/v1/label-sets/{label_set_id}/ids", "/v1/label-sets/{label_set_id}/labels"):
-            assert set(paths[path]["post"]["requestBody"]["content"]) == UPLOAD_TYPES, path
+            op = paths[path]["post"]
+            assert set(op["requestBody"]["content"]) == UPLOAD_TYPES, path
+            assert op["requestBody"]["content"]["application/octet-stream"]["schema"]["format"] == "binary", path
+            (fmt,) = (p for p in op["parameters"] if p["name"] == "format")
+            enum = spec["components"]["schemas"]["UploadFormat"]["enum"]
+            assert set(enum) == {"csv", "parquet", "arrow"} and "UploadFormat" in json.dumps(fmt["schema"]), path
     else:
-        assert "text/csv" in paths["/v1/feature-tables"]["post"]["requestBody"]["content"]
+        for path in ("/v1/feature-tables", "/v1/models/{model_id}/predictions"):
+            content = paths[path]["post"]["requestBody"]["content"]
+            assert set(content) == {"application/octet-stream"}, path
+            assert content["application/octet-stream"]["schema"]["format"] == "binary", path
         inbox = paths["/v1/releases"]["post"]
         assert set(inbox["responses"]) >= {"200", "201", "401", "409", "413", "422", "503"}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -134,20 +135,31 @@ def test_cli_runs_the_protocol_on_a_users_file_and_resumes(tmp_path, capsys):
     args = _bench(tmp_path, "--data", str(path), "--target", "y", "--domain", "0,5", "--id", "user",
                   "--categorical", "zip", "--drop", "note")
     assert bench_main(args) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "[sales] 4 cells computed, 0 cached" in printed
-    md = (tmp_path / "results" / "utility_sales.md").read_text()
+    # issue 26: a folder of its own per run, inside --out (research/runs by default), never over results
+    (run,) = (tmp_path / "results").iterdir()
+    assert run.name.startswith("sales-") and run.is_dir()
+    md = (run / "utility_sales.md").read_text()
     assert "your data: `sales.csv`, target `y`" in md and "--data" in md
     assert "59 rows" in md or "n=59" in md
-    assert (tmp_path / "results" / "utility_sales.png").stat().st_size > 5_000
-    summary = json.loads((tmp_path / "results" / "utility_sales.json").read_text())
+    assert (run / "utility_sales.png").stat().st_size > 5_000
+    summary = json.loads((run / "utility_sales.json").read_text())
     assert summary["dataset"] == "sales" and summary["trials"] == 2
     assert str(SECRET) not in md and str(SECRET) not in printed
+    # 2 trials: warned on the command line and in the report
+    assert "unreliable below 5 trials" in captured.err and "**Warning**: only 2 trial(s)" in md
+    # one line per finite ε: the advertiser's mechanism, the publisher's learner, RMSE in label units
+    assert re.search(r"\[sales\] at ε = 1, use `(laplace|auto)` \(advertiser\) with `plain` \(publisher\): "
+                     r"test RMSE \d+\.\d+ ± \d+\.\d+ \(label units\)", printed), printed
+    assert "## What to use" in md and "at ε = 1, use" in md
 
     assert bench_main(args) == 0
     assert "[sales] 0 cells computed, 4 cached" in capsys.readouterr().out
+    assert len(list((tmp_path / "results").iterdir())) == 2  # the second run: a second folder
     # the re-render of its JSON works like the built-in sets'
-    assert bench_main(["report", str(tmp_path / "results" / "utility_sales.json")]) == 0
+    assert bench_main(["report", str(run / "utility_sales.json")]) == 0
 
 
 def test_cli_own_data_arguments_go_together(tmp_path, capsys):
@@ -232,3 +244,14 @@ def test_privatize_auto_runs_the_resolved_mechanism_and_says_so(tmp_path, capsys
     code = main(["privatize", "--mechanism", "auto", "--epsilon", "0.0000001", "--input", str(src), "--output",
                  str(out), "--domain", "0,1"])
     assert code == 2 and "invalid_epsilon" in capsys.readouterr().err
+
+
+def test_large_values_are_written_with_the_digits_their_spread_supports():
+    """`23510325409.8 ± 371884140.0` (a house price's squared error) was unreadable; values below
+    1e5 keep the decimals every committed table has."""
+    from labeldp_research import report
+
+    assert report.fmt_pair(23510325409.8, 371884140.0) == "23.51 G ± 0.37 G"
+    assert report.fmt_pair(153331.2, 1210.0) == "153.3 k ± 1.2 k"
+    assert report.fmt_pair(2.5e18, 0.0) == "2.50e18 ± 0.00e18"
+    assert report.fmt_pair(4321.4, 2.2) == "4321.4 ± 2.2"

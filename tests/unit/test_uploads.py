@@ -237,3 +237,19 @@ def test_every_text_column_type_still_reads_as_string_ids(tmp_path: Path, ids: p
         assert upload.ids.type == pa.string() and upload.ids.to_pylist() == ["a", "b"], kind
     upload = parse_label_upload(_parquet(tmp_path, pa.array([7, 8]), [1.0, 2.0]), PARQUET, REAL)
     assert upload.ids.to_pylist() == ["7", "8"]
+
+
+def test_a_file_upload_is_read_as_its_format_query_value() -> None:
+    """Issue 26: octet-stream bytes are read as `format` names them; no format, or one that
+    contradicts the Content-Type, is a 415 before anything is read."""
+    from labeldp.errors import UnsupportedMediaType
+    from labeldp.service.openapi import UploadFormat, upload_media_type
+
+    assert upload_media_type("application/octet-stream", UploadFormat.parquet) == "application/vnd.apache.parquet"
+    assert upload_media_type("application/vnd.apache.arrow.stream", UploadFormat.arrow) == (
+        "application/vnd.apache.arrow.stream"
+    )
+    assert upload_media_type("text/csv; charset=utf-8", None) == "text/csv; charset=utf-8"
+    for content_type, fmt in (("application/octet-stream", None), ("text/csv", UploadFormat.parquet)):
+        with pytest.raises(UnsupportedMediaType):
+            upload_media_type(content_type, fmt)

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from features_party import feature_tables, responses
 from labeldp.errors import InvalidInput, UnsupportedMediaType
 from labeldp.service.idempotency import request_fingerprint
-from labeldp.service.openapi import CSV_TEXT, errors, ok, request_body
+from labeldp.service.openapi import errors, file_body, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
@@ -48,12 +48,10 @@ FORMAT_OF = {
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
     openapi_extra=request_body(
-        {
-            "text/csv": (CSV_TEXT, "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
-        },
-        "the table as CSV, header first; or as Parquet (application/vnd.apache.parquet), Arrow IPC (file "
-        "or stream: application/vnd.apache.arrow.file or .stream), or any of them as application/octet-stream "
-        "(told apart by its first bytes); empty with `source`",
+        file_body(("csv", "parquet", "arrow"), "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
+        "the table as CSV (header first), Parquet or Arrow IPC (file or stream), sent as "
+        "`application/octet-stream` (`format` or its first bytes tell which), `text/csv`, "
+        "`application/vnd.apache.parquet` or `application/vnd.apache.arrow.stream`; empty with `source`",
     ),
 )
 async def upload_feature_table(

@@ -13,7 +13,7 @@ from starlette.background import BackgroundTask
 
 from features_party import model_delivery, models, responses, store
 from labeldp.errors import UnsupportedMediaType
-from labeldp.service.openapi import BINARY, errors, file_ok, json_example, ok, request_body
+from labeldp.service.openapi import BINARY, OCTET_STREAM, errors, file_ok, json_example, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
@@ -132,7 +132,8 @@ def _chunks(reader: Any, size: int = 1 << 20) -> Iterator[bytes]:
                  e409="model_unavailable", e422="unknown_ids"),
     },
     openapi_extra=request_body(
-        {model_delivery.PARQUET: (BINARY, None)}, "a Parquet file of ids or of feature rows"
+        {OCTET_STREAM: (BINARY, None)},
+        f"a Parquet file of ids or of feature rows, sent as `{OCTET_STREAM}` or `{model_delivery.PARQUET}`",
     ),
 )
 async def predict_batch(

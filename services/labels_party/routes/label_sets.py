@@ -13,7 +13,16 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from labeldp.service.idempotency import request_fingerprint
-from labeldp.service.openapi import BINARY, CSV_TEXT, errors, json_example, ok, request_body
+from labeldp.service.openapi import (
+    UploadFormat,
+    errors,
+    file_body,
+    format_query,
+    json_example,
+    ok,
+    request_body,
+    upload_media_type,
+)
 from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.service.spool import spool_body
 
@@ -38,9 +47,8 @@ _LABELS_JSON = {
         "rows": {"type": "array", "items": {"type": "object"}},
     },
 }
-_BINARY_UPLOADS = dict.fromkeys(
-    ("application/vnd.apache.parquet", "application/vnd.apache.arrow.stream"), (BINARY, None)
-)
+_FORMATS = ("csv", "parquet", "arrow")
+_FORMAT = Query(None, alias="format", description=format_query(_FORMATS))
 
 
 @router.post(
@@ -134,17 +142,21 @@ def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
     },
     openapi_extra=request_body(
         {
-            "text/csv": (CSV_TEXT, "id\nu001\nu002\n"),
             "application/json": (_IDS_JSON, {"ids": ["u001", "u002"]}),
-            **_BINARY_UPLOADS,
+            **file_body(_FORMATS, "id\nu001\nu002\n"),
         },
         "the ids: a column named `id`",
     ),
 )
 async def upload_ids(
-    label_set_id: str, request: Request, ctx: Context, response: Response, key: IdempotencyKey
+    label_set_id: str,
+    request: Request,
+    ctx: Context,
+    response: Response,
+    key: IdempotencyKey,
+    upload_format: UploadFormat | None = _FORMAT,
 ) -> dict[str, Any]:
-    content_type = request.headers.get("content-type", "")
+    content_type = upload_media_type(request.headers.get("content-type", ""), upload_format)
     uploads.media_type(content_type)  # 415 before reading the body
     body = await spool_body(request, ctx.spool_dir)
     try:
@@ -173,9 +185,8 @@ async def upload_ids(
     },
     openapi_extra=request_body(
         {
-            "text/csv": (CSV_TEXT, "id,label\nu001,3.5\nu002,0\n"),
             "application/json": (_LABELS_JSON, {"ids": ["u001", "u002"], "labels": [3.5, 0]}),
-            **_BINARY_UPLOADS,
+            **file_body(_FORMATS, "id,label\nu001,3.5\nu002,0\n"),
         },
         "columns `id` and `label`; JSON also as `{\"rows\": [{\"id\", \"label\"}]}`",
     ),
@@ -188,8 +199,9 @@ async def upload_labels(
     response: Response,
     key: IdempotencyKey,
     validate_only: bool = Query(False),
+    upload_format: UploadFormat | None = _FORMAT,
 ) -> dict[str, Any]:
-    content_type = request.headers.get("content-type", "")
+    content_type = upload_media_type(request.headers.get("content-type", ""), upload_format)
     uploads.media_type(content_type)  # 415 before reading the body
     body = await spool_body(request, ctx.spool_dir)
     try:

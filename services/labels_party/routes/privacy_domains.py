@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from labeldp.service.http_api import require_scope
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, json_example, ok
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.service.settings import ApiKey
 
 from .. import privacy_domains, responses
@@ -47,6 +48,26 @@ def create_privacy_domain(
         request_fingerprint(scope, body.model_dump_json()),
         lambda claim: privacy_domains.create_privacy_domain(ctx, body, claim, admin),
     ).answer(response)
+
+
+@router.get(
+    "/privacy-domains",
+    response_model=responses.PrivacyDomainPage,
+    summary="List privacy domains",
+    description="Oldest first, a page at a time (pass `next_cursor` back as `cursor`), each with its per-id "
+    "budget, ids, largest spend and ids exhausted. Every key reads domains.",
+    responses={
+        **ok(responses.EXAMPLE_DOMAIN_PAGE, "a page",
+             links={"get_privacy_domain": {"name": "$response.body#/items/0/name"}}),
+        **errors(401, 422, 503, e422="invalid_cursor"),
+    },
+)
+def list_privacy_domains(
+    ctx: Context,
+    limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(None, max_length=400),
+) -> dict[str, Any]:
+    return privacy_domains.list_privacy_domains(ctx, limit, cursor)
 
 
 @router.get(

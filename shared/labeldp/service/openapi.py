@@ -17,6 +17,7 @@ validates and serializes the body with it) and ``responses={**ok(example, ...), 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from labeldp import __version__
 from labeldp.error_codes import ERROR_CODES
+from labeldp.errors import UnsupportedMediaType
 from labeldp.mechanisms.registry import NAMES
 from labeldp.schema import SIGNATURE_HEADER
 
@@ -183,7 +185,11 @@ def file_ok(media_type: str, example: str, description: str) -> dict[int | str, 
     return {
         200: {
             "description": description,
-            "content": {media_type: {"schema": BINARY, "example": example}},
+            # Also named as octet-stream: generators read that as bytes (openapi-python-client
+            # knows no other file type with its default config); the body is the same.
+            "content": {
+                kind: {"schema": BINARY, "example": example} for kind in dict.fromkeys((media_type, OCTET_STREAM))
+            },
             "headers": {
                 "Content-Disposition": {
                     "description": "`attachment; filename=\"…\"`", "schema": {"type": "string"}, "required": True,
@@ -225,9 +231,72 @@ def json_example(example: dict[str, Any]) -> dict[str, Any]:
 
 
 BINARY = {"type": "string", "format": "binary"}
-"""Schema of a binary upload (Parquet, Arrow IPC)."""
+"""Schema of a binary body (Parquet, Arrow IPC, CSV bytes)."""
 
-CSV_TEXT = {"type": "string"}
+OCTET_STREAM = "application/octet-stream"
+"""The one file media type a generated client knows with its generator's default config."""
+
+UPLOAD_FORMATS: dict[str, str] = {
+    "csv": "text/csv",
+    "parquet": "application/vnd.apache.parquet",
+    "arrow": "application/vnd.apache.arrow.stream",
+}
+"""A file upload's ``format`` query value → the media type the route reads it as."""
+
+class UploadFormat(StrEnum):
+    """How to read a file upload sent as ``application/octet-stream`` (the ``format`` query value)."""
+
+    csv = "csv"
+    parquet = "parquet"
+    arrow = "arrow"
+
+
+def file_body(formats: tuple[str, ...], example_csv: str | None = None) -> dict[str, tuple[dict[str, Any], Any]]:
+    """The ``request_body`` content of a file upload: the bytes as ``application/octet-stream``.
+
+    Generators know JSON, form and octet-stream bodies, and give each media type one body type;
+    listing ``text/csv``, Parquet and Arrow as three binary schemas left openapi-python-client
+    either warning (its default config) or sending every file as the last of them (issue 26).
+    So the contract names one file body, typed bytes, and the ``format`` query parameter
+    (:data:`UploadFormat`) says how to read it; the service still takes ``text/csv``,
+    ``application/vnd.apache.parquet`` and ``application/vnd.apache.arrow.stream`` as
+    Content-Type without ``format`` (docs/api-guide.md "Uploads").
+    """
+    names = ", ".join(f"`{f}`" for f in formats)
+    hint = f"; CSV e.g. `{example_csv!r}`" if example_csv else ""
+    schema = {**BINARY, "description": f"the file's bytes, read as `format` ({names}){hint}"}
+    return {OCTET_STREAM: (schema, None)}
+
+
+def format_query(formats: tuple[str, ...]) -> str:
+    """The ``format`` query parameter's description for a route reading ``formats``."""
+    return (
+        "how to read an `application/octet-stream` body: " + ", ".join(f"`{f}`" for f in formats)
+        + "; not needed when the Content-Type names the format (`text/csv`, `application/vnd.apache.parquet`, "
+        "`application/vnd.apache.arrow.stream`)"
+    )
+
+
+def upload_media_type(content_type: str, fmt: UploadFormat | None) -> str:
+    """The media type to read an upload as: ``format``'s when the body is octet-stream.
+
+    A ``format`` that contradicts a specific Content-Type is refused (415), as is an
+    octet-stream body without ``format``; any other Content-Type passes through unchanged
+    for the route to accept or refuse.
+    """
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if fmt is None:
+        if kind == OCTET_STREAM:
+            raise UnsupportedMediaType(
+                "unsupported_media_type", "name the file's format: ?format=csv, parquet or arrow"
+            )
+        return content_type
+    named = UPLOAD_FORMATS[fmt.value]
+    if kind not in ("", OCTET_STREAM, named):
+        raise UnsupportedMediaType(
+            "unsupported_media_type", f"format={fmt.value} contradicts the Content-Type; send {OCTET_STREAM} or {named}"
+        )
+    return named
 
 
 def keep_example_nulls(app: FastAPI) -> None:
