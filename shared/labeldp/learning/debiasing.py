@@ -287,7 +287,64 @@ def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
     return float(np.dot(diff, diff) / diff.size) if diff.size else float("nan")
 
 
-def constant_prediction(target_mean: float, target_std: float, n: int, law: LabelLaw, debias: Debias) -> float:
+def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float] | None:
+    """(mean, variance) of t(y) under the release's DP histogram prior: the free half of the anchor.
+
+    A release whose ε₁ bought a Laplace histogram of its labels on a public grid
+    (``NoisyPrior``, source ``laplace_histogram``: RR-on-Bins, RPWithPrior's default prior)
+    already states the labels' distribution; its mean Σ pⱼ·t(gⱼ) estimates the mean of
+    t(y) over the release's ``n_rows`` rows at no further ε (post-processing). Every count
+    carries two-sided geometric noise α = e^{−ε₁/2} (variance 2α/(1 − α)²), so the mean
+    Σ cⱼ·t(gⱼ)/n has variance 2α/(1 − α)²·Σ (t(gⱼ) − μ)²/n² (the grid is public, n is
+    public). Clipping negative counts and normalizing are ignored: they bias toward the
+    grid's middle by far less than the noise at the ε where the prior matters.
+
+    ``None`` where there is nothing free to use: no prior, a public one (ε₁ = 0: not these
+    labels), Alg. 3's step prior of noised labels (``HistogramPriorSpec``: its cells are as wide
+    as the noise, so its mean is biased by the binning), or a law restored without its label map.
+    """
+    if prior is None or n_rows < 1:
+        return None
+    data = prior.model_dump() if hasattr(prior, "model_dump") else dict(prior)
+    if data.get("source") != "laplace_histogram" or float(data.get("epsilon", 0.0)) <= 0.0:
+        return None
+    grid = np.asarray(data["grid"], dtype=np.float64)
+    probs = np.asarray(data["probs"], dtype=np.float64)
+    try:
+        values = law.target(grid)
+    except ValueError:
+        return None
+    mass = float(probs.sum())
+    if grid.size == 0 or mass <= 0.0 or not np.all(np.isfinite(values)):
+        return None
+    mean = float(np.dot(probs, values) / mass)
+    alpha = math.exp(-float(data["epsilon"]) / 2.0)
+    count_var = 2.0 * alpha / (1.0 - alpha) ** 2
+    return mean, count_var * float(np.sum((values - mean) ** 2)) / float(n_rows) ** 2
+
+
+def combine(estimates: list[tuple[float, float]]) -> tuple[float, float]:
+    """The inverse-variance combination of independent unbiased (mean, variance) estimates.
+
+    A zero variance wins outright; an infinite one weighs nothing.
+    """
+    exact = [m for m, v in estimates if v <= 0.0]
+    if exact:
+        return float(exact[0]), 0.0
+    precision = sum(1.0 / v for _, v in estimates if math.isfinite(v))
+    if precision <= 0.0:
+        return float(estimates[0][0]), math.inf
+    return sum(m / v for m, v in estimates if math.isfinite(v)) / precision, 1.0 / precision
+
+
+def constant_prediction(
+    target_mean: float,
+    target_std: float,
+    n: int,
+    law: LabelLaw,
+    debias: Debias,
+    prior: tuple[float, float] | None = None,
+) -> float:
     """The release's **private mean**: the best constant its labels afford, from their targets'
     mean and standard deviation over ``n`` rows (post-processing of the release: no ε).
 
@@ -298,21 +355,31 @@ def constant_prediction(target_mean: float, target_std: float, n: int, law: Labe
     (RPWithPrior's slope a is tiny there, and the debiased mean lands on a domain
     edge). They are mixed like λ, cautiously: plain + c·(debiased − plain) with the
     positive-part James–Stein weight c = max(0, 1 − se²/(debiased − plain)²).
+
+    ``prior``: the (mean, variance) of t(y) the release's DP prior states (:func:`prior_moments`).
+    It is a second unbiased estimate of the same mean, with noise independent of the labels'
+    noise, so the debiased estimate becomes their inverse-variance combination (its variance
+    ≤ either's) before the same cautious mix with the plain one.
     """
     plain, debiased = (float(v[0]) for v in prediction_parts(np.array([float(target_mean)]), law, debias))
-    gap = debiased - plain
-    if gap == 0.0 or n <= 1:
-        return debiased
     slope = 1.0 if debias != "predictions" else law.a  # predictions: targets are ŷ, and sd(ỹ) = sd(ŷ)/a
-    se2 = (float(target_std) / slope) ** 2 / n
+    se2 = (float(target_std) / slope) ** 2 / n if n > 1 else math.inf
+    if prior is not None:
+        debiased, se2 = combine([(debiased, se2), prior])
+        debiased = min(max(debiased, law.low), law.high)
+    gap = debiased - plain
+    if gap == 0.0 or (not math.isfinite(se2) and prior is None):
+        return debiased
     return plain + max(0.0, 1.0 - se2 / gap**2) * gap
 
 
-def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions") -> float:
-    """The private-mean predictor of a release's labels (:func:`constant_prediction` of them)."""
+def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions", prior: Any = None) -> float:
+    """The private-mean predictor of a release's labels (:func:`constant_prediction` of them),
+    with the release's DP ``prior`` (spec or JSON dict) where it has one (:func:`prior_moments`)."""
     labels = np.asarray(privatized, dtype=np.float64)
     targets = law.debias_labels(labels) if debias == "targets" else labels
-    return constant_prediction(float(targets.mean()), float(targets.std()), targets.size, law, debias)
+    moments = prior_moments(prior, law, targets.size)
+    return constant_prediction(float(targets.mean()), float(targets.std()), targets.size, law, debias, moments)
 
 
 def toward(anchor: float, estimate: np.ndarray, weight: float) -> np.ndarray:
