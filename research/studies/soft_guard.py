@@ -96,7 +96,8 @@ def measure(plan: utility.DatasetPlan, trials: int, epsilons: list[float]) -> li
                 "mean_before": mse(np.full_like(s, old_anchor), trial.y_test),
                 "mean_after": mse(np.full_like(s, final_anchor), trial.y_test),
                 "z": None if gain["se"] <= 0 else gain["gain"] / gain["se"], "detectable_z": det,
-                "before_fallback": bool((before.selection_ or {})["mean_fallback"]), "guard_weight": summary["guard_weight"],
+                "before_fallback": bool((before.selection_ or {})["mean_fallback"]),
+                "guard_weight": summary["guard_weight"],
                 "widths": by_width,
             })
             print(f"[{plan.name}] trial {trial.index} ε={eps:g} {mech}: before {rows[-1]['before']:.4g} "

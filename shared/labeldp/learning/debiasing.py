@@ -296,8 +296,10 @@ def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float]
     t(y) over the release's ``n_rows`` rows at no further ε (post-processing). Every count
     carries two-sided geometric noise α = e^{−ε₁/2} (variance 2α/(1 − α)²), so the mean
     Σ cⱼ·t(gⱼ)/n has variance 2α/(1 − α)²·Σ (t(gⱼ) − μ)²/n² (the grid is public, n is
-    public). Clipping negative counts and normalizing are ignored: they bias toward the
-    grid's middle by far less than the noise at the ε where the prior matters.
+    public). The release's Norm-Sub (``labeldp.mechanisms.prior.consistent_probs``) then
+    subtracts one δ from every count it keeps (the support S) so they sum to n: the noise's
+    average over S cancels, and the mean's variance is 2α/(1 − α)²·Σ_S (t(gⱼ) − t̄_S)²/n², t̄_S
+    the plain average of t over S (the support taken as fixed: its own noise is ignored).
 
     ``None`` where there is nothing free to use: no prior, a public one (ε₁ = 0: not these
     labels), Alg. 3's step prior of noised labels (``HistogramPriorSpec``: its cells are as wide
@@ -320,7 +322,9 @@ def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float]
     mean = float(np.dot(probs, values) / mass)
     alpha = math.exp(-float(data["epsilon"]) / 2.0)
     count_var = 2.0 * alpha / (1.0 - alpha) ** 2
-    return mean, count_var * float(np.sum((values - mean) ** 2)) / float(n_rows) ** 2
+    support = values[probs > 0.0]
+    spread = float(np.sum((support - support.mean()) ** 2))
+    return mean, count_var * spread / float(n_rows) ** 2
 
 
 def combine(estimates: list[tuple[float, float]]) -> tuple[float, float]:
@@ -357,15 +361,21 @@ def constant_prediction(
     positive-part James–Stein weight c = max(0, 1 − se²/(debiased − plain)²).
 
     ``prior``: the (mean, variance) of t(y) the release's DP prior states (:func:`prior_moments`).
-    It is a second unbiased estimate of the same mean, with noise independent of the labels'
-    noise, so the debiased estimate becomes their inverse-variance combination (its variance
-    ≤ either's) before the same cautious mix with the plain one.
+    It is a second estimate of the same mean, with noise independent of the labels' noise, so
+    the debiased estimate becomes their inverse-variance combination (its variance ≤ either's)
+    before the same cautious mix with the plain one. The prior's variance is widened by the
+    positive-part estimate of its squared bias, (prior − debiased)² − both variances.
     """
     plain, debiased = (float(v[0]) for v in prediction_parts(np.array([float(target_mean)]), law, debias))
     slope = 1.0 if debias != "predictions" else law.a  # predictions: targets are ŷ, and sd(ỹ) = sd(ŷ)/a
     se2 = (float(target_std) / slope) ** 2 / n if n > 1 else math.inf
     if prior is not None:
-        debiased, se2 = combine([(debiased, se2), prior])
+        # The prior's mean may be biased (Norm-Sub moves mass off sparse cells, the grid snaps labels); with the
+        # debiased mean unbiased, E[(prior − debiased)²] = bias² + both variances: the positive-part estimate
+        # of bias² joins the prior's variance, so a prior that disagrees beyond its noise weighs less.
+        prior_mean, prior_var = prior
+        bias2 = 0.0 if not math.isfinite(se2) else max(0.0, (prior_mean - debiased) ** 2 - prior_var - se2)
+        debiased, se2 = combine([(debiased, se2), (prior_mean, prior_var + bias2)])
         debiased = min(max(debiased, law.low), law.high)
     gap = debiased - plain
     if gap == 0.0 or (not math.isfinite(se2) and prior is None):
