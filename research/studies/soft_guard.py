@@ -6,13 +6,15 @@ Usage:
 
 For every data set, ε and trial the release is drawn with the runner's seed for the mechanism
 ``auto`` picks there (the default configuration), and the default learning trains twice on the same
-split, seed and release: BEFORE (the old guard, ``GUARD_HALF_WIDTH`` = 0, and the private mean
+split, seed and release: BEFORE (the old guard, ``GUARD_RAMP`` = 0, and the private mean
 without the release's DP prior) and AFTER (the prior in the anchor). The guard acts after the
 selection, so the AFTER training is replayed at every candidate half-width h without retraining:
-its test predictions are anchor + w·ρ_h·(s − anchor), ρ_h the guard's share
-(``labeldp.learning.selection.evidence_weight``) of the selected predictor's private gain.
+its test predictions are anchor + w·ρ·(s − anchor), ρ the guard's share of the selected
+predictor's private gain (``labeldp.learning.selection.evidence_weight``): a smoothstep in its z
+score from 2 − h to 2 (``below``, the product's shape, h = ``GUARD_RAMP``) or from 2 − h to 2 + h
+(``centred``); h = 0 is the old step.
 
-h is chosen leave one data set out: the h with the lowest mean log test MSE (relative to the
+The guard is chosen leave one data set out: the one with the lowest mean log test MSE (relative to the
 private mean's, cell by cell) over the OTHER sets, scored on the held-out one. Small on purpose
 (a shared 2-core machine): few trials, few epochs; the numbers say which way, not how far.
 Writes ``<out>.json`` and ``<out>.md``.
@@ -37,12 +39,16 @@ from labeldp.learning import selection as sel
 from labeldp.learning.config import LearningConfig
 from labeldp.learning.debiasing import label_law, private_mean
 from labeldp.learning.regression import fit_private_regressor
+from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
 from labeldp.mechanisms.registry import auto_pick
 from labeldp.release.randomizer import randomize
 from labeldp_research import utility
 
 DATASETS = ("simulated_linear", "simulated_nonlinear", "bounded_wide", "counts_small", "california_housing_small")
-WIDTHS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+WIDTHS = (0.0, 0.5, 1.0, 1.5, 2.0)
+CANDIDATES = [f"{shape}:{h}" for shape in ("below", "centred") for h in WIDTHS]
+STEP = "below:0.0"  # the old all-or-nothing guard
+ADOPTED = f"below:{sel.GUARD_RAMP}"  # what the product does now
 
 
 def mse(pred: np.ndarray, y: np.ndarray) -> float:
@@ -61,12 +67,12 @@ def measure(plan: utility.DatasetPlan, trials: int, epsilons: list[float]) -> li
             out = randomize(trial.y_train, data.domain, mech, to_micro_floor(eps), rng)
             labels = out.labels[trial.fit_pos]
             law = label_law(out.mechanism)
-            saved = sel.GUARD_HALF_WIDTH
-            sel.GUARD_HALF_WIDTH = 0.0
+            saved = sel.GUARD_RAMP
+            sel.GUARD_RAMP = 0.0
             try:
                 before = fit_private_regressor(trial.fit_table, labels, out.mechanism, config, LearningConfig())
             finally:
-                sel.GUARD_HALF_WIDTH = saved
+                sel.GUARD_RAMP = saved
             after = fit_private_regressor(
                 trial.fit_table, labels, out.mechanism, config, LearningConfig(), prior=out.prior
             )
@@ -80,22 +86,19 @@ def measure(plan: utility.DatasetPlan, trials: int, epsilons: list[float]) -> li
             anchor = float(summary["private_mean"])
             final_anchor = private_mean(labels, law, prior=out.prior)
             old_anchor = private_mean(labels, law)
-            by_width = {}
-            for h in WIDTHS:
-                sel.GUARD_HALF_WIDTH = h
-                try:
-                    rho = sel.evidence_weight(gain["gain"], gain["se"], math.inf if det is None else det)
-                finally:
-                    sel.GUARD_HALF_WIDTH = saved
-                pred = np.full_like(s, final_anchor) if rho == 0.0 else anchor + w * rho * (s - anchor)
-                by_width[str(h)] = mse(pred, trial.y_test)
+            step, gap = s - anchor, trial.y_test - anchor
+            quadratic = [float(np.mean(gap * gap)), float(np.mean(step * gap)), float(np.mean(step * step))]
+            row = {"z": None if gain["se"] <= 0 else gain["gain"] / gain["se"], "detectable_z": det, "w": w,
+                   "quadratic": quadratic, "final_mean": mse(np.full_like(s, final_anchor), trial.y_test),
+                   "gain": gain["gain"], "se": gain["se"]}
+            by_width = {f"{shape}:{h}": replay(row, shape, h) for shape in SHAPES for h in WIDTHS}
             rows.append({
                 "dataset": plan.name, "mechanism": mech, "epsilon": eps, "trial": trial.index,
                 "before": mse(before.predict(trial.test_table), trial.y_test),
                 "after": mse(after.predict(trial.test_table), trial.y_test),
                 "mean_before": mse(np.full_like(s, old_anchor), trial.y_test),
                 "mean_after": mse(np.full_like(s, final_anchor), trial.y_test),
-                "z": None if gain["se"] <= 0 else gain["gain"] / gain["se"], "detectable_z": det,
+                **row,
                 "before_fallback": bool((before.selection_ or {})["mean_fallback"]),
                 "guard_weight": summary["guard_weight"],
                 "widths": by_width,
@@ -105,9 +108,34 @@ def measure(plan: utility.DatasetPlan, trials: int, epsilons: list[float]) -> li
     return rows
 
 
-def score(rows: list[dict[str, Any]], h: float) -> float:
+SHAPES = ("below", "centred")
+
+
+def share(row: dict[str, Any], shape: str, h: float) -> float:
+    """The guard's share for a ramp of width h below the old threshold, or centred on it (half-width h)."""
+    z_max = MEAN_FALLBACK_Z if shape == "below" else MEAN_FALLBACK_Z + h
+    z_min = MEAN_FALLBACK_Z - h
+    det = math.inf if row["detectable_z"] is None else row["detectable_z"]
+    if det < DETECTABLE_Z or row["gain"] <= 0.0:
+        return 0.0
+    if row["se"] <= 0.0:
+        return 1.0
+    return sel.smooth_ramp(row["gain"] / row["se"], z_min, z_max)
+
+
+def replay(row: dict[str, Any], shape: str, h: float) -> float:
+    """Test MSE of the AFTER model with this guard: anchor + v·(s − anchor), v = w·share; 0: the mean."""
+    rho = share(row, shape, h)
+    if rho == 0.0:
+        return float(row["final_mean"])
+    a, b, c = row["quadratic"]
+    v = row["w"] * rho
+    return a - 2.0 * v * b + v * v * c
+
+
+def score(rows: list[dict[str, Any]], h: str) -> float:
     """Mean log(test MSE at h / the private mean's), over trials: lower is better."""
-    return float(np.mean([math.log(r["widths"][str(h)] / r["mean_after"]) for r in rows]))
+    return float(np.mean([math.log(r["widths"][h] / r["mean_after"]) for r in rows]))
 
 
 def lodo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -115,9 +143,10 @@ def lodo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for held in sorted({r["dataset"] for r in rows}):
         train = [r for r in rows if r["dataset"] != held]
         test = [r for r in rows if r["dataset"] == held]
-        chosen = min(WIDTHS, key=lambda h: (round(score(train, h), 6), h))
+        chosen = min(CANDIDATES, key=lambda h: (round(score(train, h), 6), CANDIDATES.index(h)))
         out.append({"held_out": held, "chosen": chosen, "held_out_score": score(test, chosen),
-                    "held_out_step": score(test, 0.0), "best_on_held_out": min(WIDTHS, key=lambda h: score(test, h))})
+                    "held_out_step": score(test, STEP),
+                    "best_on_held_out": min(CANDIDATES, key=lambda h: score(test, h))})
     return out
 
 
@@ -128,7 +157,7 @@ def cell_table(rows: list[dict[str, Any]]) -> list[str]:
     keys = sorted({(r["dataset"], r["epsilon"], r["mechanism"]) for r in rows})
     for name, eps, mech in keys:
         cell = [r for r in rows if (r["dataset"], r["epsilon"], r["mechanism"]) == (name, eps, mech)]
-        after = [r["widths"][str(sel.GUARD_HALF_WIDTH)] for r in cell]  # the replay at the adopted width
+        after = [r["widths"][ADOPTED] for r in cell]  # the replay at the adopted guard
         diff = np.array(after) - np.array([r["before"] for r in cell])
         se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else float("nan")
         lines.append(
@@ -158,7 +187,7 @@ def main() -> None:
     for name in args.datasets.split(","):
         rows += measure(plans[name], args.trials, epsilons)
     folds = lodo(rows)
-    replay_gap = max(abs(r["after"] - r["widths"][str(sel.GUARD_HALF_WIDTH)]) for r in rows)
+    replay_gap = max(abs(r["after"] - r["widths"][ADOPTED]) for r in rows)
     print(f"largest |model - replay| at the module's half-width: {replay_gap:.3g}")
     seconds = time.perf_counter() - t0
     out = Path(args.out)
@@ -172,23 +201,23 @@ def main() -> None:
         "",
         f"- Small on purpose (shared 2-core machine): {args.trials} trials, {args.epochs} epochs, simulated sets "
         f"of {args.sim_n} rows. Default configuration: the mechanism `auto` picks, the default learning.",
-        "- BEFORE: the old all-or-nothing guard (`GUARD_HALF_WIDTH` = 0), private mean without the prior. "
+        "- BEFORE: the old all-or-nothing guard (`GUARD_RAMP` = 0), private mean without the prior. "
         "AFTER: the continuous guard at the adopted half-width and the prior's mean in the anchor. Paired: same "
         "split, release, training seed.",
         f"- {seconds:.0f} s; written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.",
         "",
         "## Leave one data set out (score: mean log test MSE / private mean's; lower is better)",
         "",
-        "| held out | h chosen on the others | held-out score at h | at h = 0 (step) | best h on held out |",
+        "| held out | guard chosen on the others | held-out score with it | with the old step | best on held out |",
         "|---|---|---|---|---|",
-        *(f"| `{f['held_out']}` | {f['chosen']:g} | {f['held_out_score']:+.4f} | {f['held_out_step']:+.4f} | "
-          f"{f['best_on_held_out']:g} |" for f in folds),
+        *(f"| `{f['held_out']}` | `{f['chosen']}` | {f['held_out_score']:+.4f} | {f['held_out_step']:+.4f} | "
+          f"`{f['best_on_held_out']}` |" for f in folds),
         "",
         "## Score by half-width, all data sets",
         "",
-        "| h | " + " | ".join(f"{h:g}" for h in WIDTHS) + " |",
-        "|---|" + "---|" * len(WIDTHS),
-        "| score | " + " | ".join(f"{score(rows, h):+.4f}" for h in WIDTHS) + " |",
+        "| guard | " + " | ".join(f"`{h}`" for h in CANDIDATES) + " |",
+        "|---|" + "---|" * len(CANDIDATES),
+        "| score | " + " | ".join(f"{score(rows, h):+.4f}" for h in CANDIDATES) + " |",
         "",
         "## Paired before/after, default configuration (test MSE, mean over trials)",
         "",

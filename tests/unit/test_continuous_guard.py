@@ -38,11 +38,11 @@ def test_the_guard_s_share_is_monotone_in_the_evidence() -> None:
     zs = np.linspace(-3, 8, 221)
     shares = [evidence_weight(z, 1.0) for z in zs]
     assert all(b >= a for a, b in zip(shares, shares[1:], strict=False))
-    low, high = MEAN_FALLBACK_Z - sel.GUARD_HALF_WIDTH, MEAN_FALLBACK_Z + sel.GUARD_HALF_WIDTH
+    low, high = MEAN_FALLBACK_Z - sel.GUARD_RAMP, MEAN_FALLBACK_Z
     assert high > low  # a ramp, not the old step
-    assert evidence_weight(low, 1.0) == 0.0 and evidence_weight(high, 1.0) == 1.0
-    assert 0.0 < evidence_weight(MEAN_FALLBACK_Z, 1.0) < 1.0  # at the old threshold: half, not all or nothing
-    assert evidence_weight(MEAN_FALLBACK_Z, 1.0) == pytest.approx(0.5)
+    assert evidence_weight(low, 1.0) == 0.0 and evidence_weight(high, 1.0) == 1.0  # past the old threshold: all
+    middle = (low + high) / 2  # under the old threshold: a share, not nothing
+    assert 0.0 < evidence_weight(middle, 1.0) < 1.0 and evidence_weight(middle, 1.0) == pytest.approx(0.5)
     assert evidence_weight(10.0, 1.0, detectable=DETECTABLE_Z - 1e-9) == 0.0  # nothing detectable: no evidence
     assert evidence_weight(-1.0, 0.0) == 0.0 and evidence_weight(1.0, 0.0) == 1.0
 

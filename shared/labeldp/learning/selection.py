@@ -104,27 +104,26 @@ def mean_and_se(gains: np.ndarray) -> tuple[float, float]:
     return float(gains.mean()), se
 
 
-GUARD_HALF_WIDTH = 1.0
-"""The guard is a ramp, not a step: the model keeps the share :func:`evidence_weight` of its weight, 0 at
-a gain of ``MEAN_FALLBACK_Z − GUARD_HALF_WIDTH`` SEs, 1 from ``MEAN_FALLBACK_Z + GUARD_HALF_WIDTH`` on,
-smooth between (0 is the old all-or-nothing guard). Fitted by leave-one-data-set-out validation in
-docs/decisions/0018-continuous-guard.md."""
+GUARD_RAMP = 1.0
+"""The guard is a ramp, not a step: the model keeps the share :func:`evidence_weight` of its weight, 0 up to
+a gain of ``MEAN_FALLBACK_Z − GUARD_RAMP`` SEs, all of it from ``MEAN_FALLBACK_Z`` on, smooth between
+(0 is the old all-or-nothing guard). Decided in docs/decisions/0018-continuous-guard.md."""
 
 
 def evidence_weight(gain: float, se: float, detectable: float = math.inf) -> float:
     """The guard: the share of its weight the model keeps over the mean, in [0, 1], from the private evidence.
 
-    Non-decreasing in the gain's z score (``gain``/``se``): 0 up to ``MEAN_FALLBACK_Z − GUARD_HALF_WIDTH``,
-    1 from ``MEAN_FALLBACK_Z + GUARD_HALF_WIDTH``, a smoothstep between, so a model just under the old
-    threshold keeps some of its gain and one just over it is pulled partly to the mean: a wrong call costs
-    little either way. 0 wherever the validation rows could not show a gain at all (``detectable`` <
-    ``DETECTABLE_Z``): there a high z is the winner's curse, not evidence.
+    Non-decreasing in the gain's z score (``gain``/``se``): 0 up to ``MEAN_FALLBACK_Z − GUARD_RAMP``,
+    1 from ``MEAN_FALLBACK_Z`` (the old threshold) on, a smoothstep between, so a model just under the
+    old threshold keeps part of its gain instead of none: a wrong call there costs little. 0 wherever
+    the validation rows could not show a gain at all (``detectable`` < ``DETECTABLE_Z``): there a high z
+    is the winner's curse, not evidence.
     """
     if detectable < DETECTABLE_Z or gain <= 0.0:
         return 0.0
     if se <= 0.0:
         return 1.0
-    return smooth_ramp(gain / se, MEAN_FALLBACK_Z - GUARD_HALF_WIDTH, MEAN_FALLBACK_Z + GUARD_HALF_WIDTH)
+    return smooth_ramp(gain / se, MEAN_FALLBACK_Z - GUARD_RAMP, MEAN_FALLBACK_Z)
 
 
 def smooth_ramp(z: float, low: float, high: float) -> float:
