@@ -202,7 +202,7 @@ def main() -> None:
         f"- Small on purpose (shared 2-core machine): {args.trials} trials, {args.epochs} epochs, simulated sets "
         f"of {args.sim_n} rows. Default configuration: the mechanism `auto` picks, the default learning.",
         "- BEFORE: the old all-or-nothing guard (`GUARD_RAMP` = 0), private mean without the prior. "
-        "AFTER: the continuous guard at the adopted half-width and the prior's mean in the anchor. Paired: same "
+        "AFTER: the continuous guard as adopted (`GUARD_RAMP`) and the prior's mean in the anchor. Paired: same "
         "split, release, training seed.",
         f"- {seconds:.0f} s; written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.",
         "",
@@ -213,7 +213,7 @@ def main() -> None:
         *(f"| `{f['held_out']}` | `{f['chosen']}` | {f['held_out_score']:+.4f} | {f['held_out_step']:+.4f} | "
           f"`{f['best_on_held_out']}` |" for f in folds),
         "",
-        "## Score by half-width, all data sets",
+        "## Score by guard shape and width, all data sets",
         "",
         "| guard | " + " | ".join(f"`{h}`" for h in CANDIDATES) + " |",
         "|---|" + "---|" * len(CANDIDATES),

@@ -44,13 +44,14 @@ resolve (small n·ε², or a network that fit the noise) w falls to 0 and the
 model predicts the mean; with a clear signal w ≈ 1 and little changes. One
 guard remains: the selected epoch is the minimum of many noisy estimates, so
 its advantage over the mean is biased upward (the winner's curse). The selected
-predictor is kept only when its estimated gain over the mean, a paired mean of
-per-row loss differences on the validation rows, exceeds ``MEAN_FALLBACK_Z``
-of that difference's standard errors, and only where the validation rows could
-show a gain at all: where the noise of ỹ dwarfs the range of t, no predictor's
-gain could reach ``DETECTABLE_Z`` standard errors (:func:`detectable_z`), and a
-pass there is the winner's curse, not signal. Otherwise the model predicts the
-mean (``mean_fallback_``).
+predictor keeps a share of w that grows smoothly with its estimated gain over the
+mean, a paired mean of per-row loss differences on the validation rows, in units
+of that difference's standard error: none up to ``MEAN_FALLBACK_Z − GUARD_RAMP``,
+all of it from ``MEAN_FALLBACK_Z`` on (:func:`evidence_weight`), and none where the
+validation rows could not show a gain at all: where the noise of ỹ dwarfs the
+range of t, no predictor's gain could reach ``DETECTABLE_Z`` standard errors
+(:func:`detectable_z`), and a pass there is the winner's curse, not signal. With
+no share left the model predicts the mean (``mean_fallback_``).
 
 The ORACLE criterion replaces ỹ with true validation labels; it exists only for
 benchmarks, to show how close private selection comes.
@@ -104,7 +105,7 @@ def mean_and_se(gains: np.ndarray) -> tuple[float, float]:
     return float(gains.mean()), se
 
 
-GUARD_RAMP = 1.0
+GUARD_RAMP = 2.0
 """The guard is a ramp, not a step: the model keeps the share :func:`evidence_weight` of its weight, 0 up to
 a gain of ``MEAN_FALLBACK_Z − GUARD_RAMP`` SEs, all of it from ``MEAN_FALLBACK_Z`` on, smooth between
 (0 is the old all-or-nothing guard). Decided in docs/decisions/0018-continuous-guard.md."""
