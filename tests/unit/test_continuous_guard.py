@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from labeldp.epsilon import to_micro_floor
 from labeldp.learning import selection as sel
+from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import (
     IDENTITY,
     LabelLaw,
@@ -26,12 +28,14 @@ from labeldp.learning.debiasing import (
     private_mean,
     toward,
 )
+from labeldp.learning.regression import fit_private_regressor
 from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z, Selector, evidence_weight
 from labeldp.mechanisms import LabelDomain
 from labeldp.release.randomizer import randomize
 
 DOMAIN = LabelDomain("real", 0.0, 1.0)
 UNIT = LabelLaw("identity", 1.0, 0.0, 0.0, 1.0)
+FAST = dict(batch_size=64, learning_rate=1e-2, weight_decay=0.0, device="cpu", threads=1)
 
 
 def test_the_guard_s_share_is_monotone_in_the_evidence() -> None:
@@ -118,3 +122,27 @@ def test_the_anchor_with_the_prior_is_no_noisier_than_without() -> None:
     assert var <= 1e-4 and 0.2 < mean < 0.3 and mean == pytest.approx(0.28)
     assert combine([(0.2, 0.0), (0.3, 1e-4)]) == (0.2, 0.0)
     assert constant_prediction(0.3, 0.1, 100, UNIT, "predictions", (0.3, 1e-6)) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("mechanism", ["rr_on_bins", "rp_with_prior"])
+def test_the_floor_holds_with_the_prior_s_anchor(mechanism: str) -> None:
+    """Features without signal at ε = 0.1, the release's prior passed to training: the model predicts
+    exactly the private mean with the prior, and that constant is no worse on test rows than without it
+    by more than its own noise."""
+    n, n_test = 1_500, 1_000
+    rng = np.random.default_rng(7)
+    y = np.clip(rng.beta(2, 5, size=n + n_test), 0, 1)
+    table = pa.table({f"z{i}": rng.normal(size=n) for i in range(20)})
+    test = pa.table({f"z{i}": rng.normal(size=n_test) for i in range(20)})
+    out = randomize(y[:n], DOMAIN, mechanism, to_micro_floor(0.1), rng)
+    assert out.prior is not None
+    config = TrainingConfig(epochs=4, validation_fraction=0.2, seed=3, **FAST)
+    learned = fit_private_regressor(table, out.labels, out.mechanism, config, LearningConfig(), prior=out.prior)
+    law = label_law(out.mechanism)
+    anchored = private_mean(out.labels, law, prior=out.prior)
+    assert learned.selection_ is not None and learned.selection_["mean_fallback"] is True
+    np.testing.assert_allclose(learned.predict(test), anchored, rtol=1e-12)
+    y_test = y[n:]
+    with_prior = float(np.mean((anchored - y_test) ** 2))
+    without = float(np.mean((private_mean(out.labels, law) - y_test) ** 2))
+    assert with_prior <= without * 1.02
