@@ -288,22 +288,23 @@ def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
 
 
 def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float] | None:
-    """(mean, variance) of t(y) under the release's DP histogram prior: the free half of the anchor.
+    """(mean, variance) of the labels under the release's DP histogram prior: the free half of the anchor.
 
     A release whose ε₁ bought a Laplace histogram of its labels on a public grid
     (``NoisyPrior``, source ``laplace_histogram``: RR-on-Bins, RPWithPrior's default prior)
-    already states the labels' distribution; its mean Σ pⱼ·t(gⱼ) estimates the mean of
-    t(y) over the release's ``n_rows`` rows at no further ε (post-processing). Every count
-    carries two-sided geometric noise α = e^{−ε₁/2} (variance 2α/(1 − α)²), so the mean
-    Σ cⱼ·t(gⱼ)/n has variance 2α/(1 − α)²·Σ (t(gⱼ) − μ)²/n² (the grid is public, n is
+    already states the labels' distribution; its mean Σ pⱼ·gⱼ estimates the labels' mean
+    over the release's ``n_rows`` rows at no further ε (post-processing) — y itself, which a
+    constant prediction is scored against, where the debiased labels reach only t(y). Every
+    count carries two-sided geometric noise α = e^{−ε₁/2} (variance 2α/(1 − α)²), so the mean
+    Σ cⱼ·gⱼ/n has variance 2α/(1 − α)²·Σ (gⱼ − μ)²/n² (the grid is public, n is
     public). The release's Norm-Sub (``labeldp.mechanisms.prior.consistent_probs``) then
     subtracts one δ from every count it keeps (the support S) so they sum to n: the noise's
-    average over S cancels, and the mean's variance is 2α/(1 − α)²·Σ_S (t(gⱼ) − t̄_S)²/n², t̄_S
-    the plain average of t over S (the support taken as fixed: its own noise is ignored).
+    average over S cancels, and the mean's variance is 2α/(1 − α)²·Σ_S (gⱼ − ḡ_S)²/n², ḡ_S
+    the plain average of the grid over S (the support taken as fixed: its own noise is ignored).
 
     ``None`` where there is nothing free to use: no prior, a public one (ε₁ = 0: not these
     labels), Alg. 3's step prior of noised labels (``HistogramPriorSpec``: its cells are as wide
-    as the noise, so its mean is biased by the binning), or a law restored without its label map.
+    as the noise, so its mean is biased by the binning). ``law`` is unused (kept for callers).
     """
     if prior is None or n_rows < 1:
         return None
@@ -312,10 +313,7 @@ def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float]
         return None
     grid = np.asarray(data["grid"], dtype=np.float64)
     probs = np.asarray(data["probs"], dtype=np.float64)
-    try:
-        values = law.target(grid)
-    except ValueError:
-        return None
+    values = grid  # the labels themselves: a constant prediction is scored against y, not t(y)
     mass = float(probs.sum())
     if grid.size == 0 or mass <= 0.0 or not np.all(np.isfinite(values)):
         return None
@@ -360,7 +358,7 @@ def constant_prediction(
     edge). They are mixed like λ, cautiously: plain + c·(debiased − plain) with the
     positive-part James–Stein weight c = max(0, 1 − se²/(debiased − plain)²).
 
-    ``prior``: the (mean, variance) of t(y) the release's DP prior states (:func:`prior_moments`).
+    ``prior``: the (mean, variance) of the labels the release's DP prior states (:func:`prior_moments`).
     It is a second estimate of the same mean, with noise independent of the labels' noise, so
     the debiased estimate becomes their inverse-variance combination (its variance ≤ either's)
     before the same cautious mix with the plain one. The prior's variance is widened by the
