@@ -373,8 +373,9 @@ def constant_prediction(
         # of bias² joins the prior's variance, so a prior that disagrees beyond its noise weighs less.
         prior_mean, prior_var = prior
         bias2 = 0.0 if not math.isfinite(se2) else max(0.0, (prior_mean - debiased) ** 2 - prior_var - se2)
+        # Not clipped to the range of t: the prior's mean is of y, and between the two estimates (both in the
+        # domain) the combination stays in the domain (RR-on-Bins' few bins can sit far from the labels' mean).
         debiased, se2 = combine([(debiased, se2), (prior_mean, prior_var + bias2)])
-        debiased = min(max(debiased, law.low), law.high)
     gap = debiased - plain
     if gap == 0.0 or (not math.isfinite(se2) and prior is None):
         return debiased
