@@ -132,6 +132,7 @@ class FitJob:
     test_table: pa.Table
     classes: list[str] | None = None
     true_labels: np.ndarray | None = None  # oracle model selection only; never used for training
+    prior: Any = None  # the release's DP prior (its ε₁ already paid), which the private mean uses
 
 
 class Learner(Protocol):
@@ -212,12 +213,12 @@ class PrivateRegressor:
         config = job.config.replace(validation_fraction=self.validation_fraction)
         learning = LearningConfig(**dict(self.learning))
         if not self.oracle:
-            model = fit_private_regressor(job.train_table, job.labels, job.spec, config, learning)
+            model = fit_private_regressor(job.train_table, job.labels, job.spec, config, learning, prior=job.prior)
             return {self.name: model.predict(job.test_table)}
         if job.true_labels is None:
             raise ValueError("the oracle learner needs the true training labels")
         private, oracle = fit_private_and_oracle(
-            job.train_table, job.labels, job.spec, config, learning, job.true_labels
+            job.train_table, job.labels, job.spec, config, learning, job.true_labels, prior=job.prior
         )
         return {self.name: private.predict(job.test_table), "oracle": oracle.predict(job.test_table)}
 
@@ -672,17 +673,20 @@ def classification_metrics(y: np.ndarray, pred: np.ndarray, k: int) -> dict[str,
     return {"test_accuracy": float(np.mean(pred == y)), "mean_class_accuracy": float(np.mean(recalls))}
 
 
-def mean_predictors(released: np.ndarray, true: np.ndarray, spec: Any, y_test: np.ndarray) -> dict[str, float]:
+def mean_predictors(
+    released: np.ndarray, true: np.ndarray, spec: Any, y_test: np.ndarray, prior: Any = None
+) -> dict[str, float]:
     """Test MSE of the two constant predictors every learner is held against (issue 12).
 
     ``private_mean_mse``: the release's private mean
     (:func:`labeldp.learning.debiasing.private_mean` of the training rows' privatized
-    labels: post-processing, no ε); the default learning must never be worse than it.
+    labels, with the release's DP ``prior`` where it has one: post-processing, no ε); the default
+    learning must never be worse than it.
     ``training_mean_mse``: the true training labels' mean, NOT private, a yardstick only.
     """
     from labeldp.learning.debiasing import label_law, private_mean
 
-    mean = private_mean(released, label_law(spec))
+    mean = private_mean(released, label_law(spec), prior=prior)
     return {
         "private_mean_mse": float(np.mean((y_test - mean) ** 2)),
         "training_mean_mse": float(np.mean((y_test - float(np.mean(true))) ** 2)),
@@ -898,7 +902,7 @@ def run_utility(
         train_seed = _int_seed(_seed(seed, plan.name, t, "training"))
         config = training_config(plan.training, seed=train_seed, device=device, threads=threads)
         error = None
-        spec = None
+        spec = prior = None
         if mech == NON_PRIVATE:
             released = y_train.astype(np.float64)
         else:
@@ -918,17 +922,18 @@ def run_utility(
                 if progress:
                     progress(f"[{plan.name}] {mech} ε={_eps_key(eps)} trial {t + 1}: FAILED {error}")
                 continue
-            released, spec = out.labels, out.mechanism
+            released, spec, prior = out.labels, out.mechanism, out.prior
         if task == "classification":
             mech_metrics = {"label_accuracy": float(np.mean(released == y_train))}
         else:
             mech_metrics = {
                 "mechanism_mse": float(np.mean((released - y_train) ** 2)),
-                **mean_predictors(released[fit_pos], y_train[fit_pos], spec, data.labels[test]),
+                **mean_predictors(released[fit_pos], y_train[fit_pos], spec, data.labels[test], prior),
             }
 
         job = FitJob(
-            fit_table, released[fit_pos], spec, config, test_table, classes=classes, true_labels=y_train[fit_pos]
+            fit_table, released[fit_pos], spec, config, test_table, classes=classes, true_labels=y_train[fit_pos],
+            prior=prior,
         )
         y_test = data.labels[test]
         redo = {o for lr in missing for o in lr.outputs}

@@ -290,18 +290,21 @@ def fit_for_release(
     learning: LearningConfig = PLAIN,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> TrainedModel:
     """Train the model the release's labels call for: a regressor, or a classifier over its classes.
 
     Regressors learn as ``learning`` says from the release's mechanism ``spec``
     (:func:`fit_private_regressor`); the default is plain training on the labels.
     ``checkpoint``/``resume``: after every epoch, and where to continue from (a training job).
+    ``prior``: the release's DP prior (JSON), whose mean sharpens the regressor's private mean.
     """
     if task.task != CLASSIFICATION:
         if forward_correction:
             _check_forward_correction(task)
         trained = fit_private_regressor(
-            features, labels, streamed.law_for(spec), config, learning, on_epoch, checkpoint=checkpoint, resume=resume
+            features, labels, streamed.law_for(spec), config, learning, on_epoch, checkpoint=checkpoint, resume=resume,
+            prior=prior,
         )
         try:
             estimate = true_label_error(trained, features, labels, spec)
@@ -746,13 +749,16 @@ class _Job:
             self.ctx.store, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
         )
 
-    def fit(self, ids: pa.Array, labels: np.ndarray, spec: Any, table_key: str, id_column: str) -> TrainedModel:
+    def fit(
+        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_key: str, id_column: str, prior: Any = None
+    ) -> TrainedModel:
         """Train on the release joined with the feature table, read from the object store."""
         with self.ctx.store.open_input_file(table_key) as table_file:
-            return self._fit(ids, labels, spec, table_file, id_column)
+            return self._fit(ids, labels, spec, table_file, id_column, prior)
 
     def _fit(
-        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: pa.NativeFile, id_column: str
+        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: pa.NativeFile, id_column: str,
+        prior: Any = None,
     ) -> TrainedModel:
         ctx, config, listener = self.ctx, self.config, self.listener
         task = LabelTask.of(spec)
@@ -775,7 +781,7 @@ class _Job:
         features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
         return fit_for_release(
             task, features, labels, config, listener, forward_correction=self.forward_correction,
-            spec=spec, learning=self.learning, **hooks,
+            spec=spec, learning=self.learning, prior=prior, **hooks,
         )
 
     def train_and_record(self) -> None:
@@ -797,9 +803,10 @@ class _Job:
                     "accounting": release.accounting,
                     "feature_table": table_row.name,
                 }
+                prior = release.prior
             if ctx.board.cancel_requested(training_id):
                 raise TrainingCancelled()
-            trained = self.fit(ids, labels, meta["mechanism_spec"], table_key, id_column)
+            trained = self.fit(ids, labels, meta["mechanism_spec"], table_key, id_column, prior)
             model_id = "mdl_" + uuid.uuid4().hex
             relative = f"{MODELS_DIR}/{model_id}.pt"
             with ctx.store.open_output_stream(relative) as out:

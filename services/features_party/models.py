@@ -69,6 +69,7 @@ def learning_card(training: store.Training | None, model: TrainedModel | None) -
         "private_mean": post.anchor if post is not None else None,
         "selected_model_weight": post.model_weight if post is not None and post.anchor is not None else None,
         "mean_fallback": selection.get("mean_fallback"),
+        "guard_weight": selection.get("guard_weight"),
         "gain_over_mean": selection.get("gain_over_mean"),
         "detectable_z": selection.get("detectable_z"),
         "selection_estimate": selection.get("estimate"),

@@ -18,7 +18,7 @@ from tests.inbox_messages import Message, deliver, write
 from features_party import store
 from features_party.app import create_app
 from labeldp import __version__
-from labeldp.learning.selection import DETECTABLE_Z, MEAN_FALLBACK_Z
+from labeldp.learning.selection import evidence_weight
 from labeldp.mechanisms.contract import Prior
 from labeldp.mechanisms.rr_on_bins import RROnBins
 from labeldp.schema import EpsilonPart, LaplaceSpec, PrivacyAccounting, ReleaseMetadata
@@ -574,14 +574,16 @@ def test_learning_options_round_trip_to_the_model_card(client: TestClient) -> No
     losses = [h["selection_loss"] for h in training["history"]]
     assert learning["estimates_by_epoch"] == pytest.approx(losses)
     assert learning["selected_epoch"] == int(np.argmin(losses)) + 1
-    assert learning["selection_estimate"] == pytest.approx(min(losses))
+    if learning["guard_weight"] == 1.0:  # the estimate is of what the model predicts: the selected epoch's, unguarded
+        assert learning["selection_estimate"] == pytest.approx(min(losses))
     assert 0.0 <= learning["selected_shrinkage"] <= 1.0
     assert "debiased" in learning["selection_note"]
-    # The guard's verdict, and why: a model kept over the private mean passed both of its tests.
+    # The guard's verdict, and why: the share of the model it keeps follows from the gain and detectability.
     assert isinstance(learning["mean_fallback"], bool) and learning["detectable_z"] > 0
     gain = learning["gain_over_mean"]
-    kept = gain["gain"] > MEAN_FALLBACK_Z * gain["se"] and learning["detectable_z"] >= DETECTABLE_Z
-    assert learning["mean_fallback"] is not kept
+    share = evidence_weight(gain["gain"], gain["se"], learning["detectable_z"])
+    assert learning["guard_weight"] == pytest.approx(share)
+    assert learning["mean_fallback"] is (share == 0.0)
 
     predictions = client.post(f"/v1/models/{training['model_id']}/predict", json={"ids": ids}, headers=AUTH).json()
     predictions = np.asarray(predictions["predictions"])

@@ -183,3 +183,30 @@ def test_default_training_config_is_the_benchmarked_recipe_and_keeps_plain_histo
     table, y = linear_data(200)
     model = fit_regressor(table, y, TrainingConfig(epochs=2, seed=1, device="cpu", threads=1))
     assert set(model.history_[0]) == {"epoch", "train_loss", "val_loss"}
+
+
+def test_a_release_s_prior_reaches_the_regressor_s_anchor() -> None:
+    """``fit_for_release`` passes the release's prior (as stored: JSON) to the learning: on features
+    without signal the model predicts the private mean that uses it (issue 27)."""
+    from labeldp.epsilon import to_micro_floor
+    from labeldp.learning.config import LearningConfig
+    from labeldp.learning.debiasing import label_law, private_mean
+    from labeldp.learning.tasks import LabelTask
+    from labeldp.mechanisms import LabelDomain
+    from labeldp.release.randomizer import randomize
+
+    rng = np.random.default_rng(7)
+    n = 1_200
+    y = rng.beta(2, 5, size=n)
+    features = pa.table({f"z{i}": rng.normal(size=n) for i in range(10)})
+    out = randomize(y, LabelDomain("real", 0.0, 1.0), "rp_with_prior", to_micro_floor(0.1), rng)
+    assert out.prior is not None
+    prior = out.prior.model_dump(mode="json")
+    spec = out.mechanism.model_dump(mode="json")
+    config = TrainingConfig(epochs=3, batch_size=64, validation_fraction=0.2, seed=3, device="cpu", threads=1)
+    model = jobs.fit_for_release(
+        LabelTask.of(spec), features, out.labels, config, spec=spec, learning=LearningConfig(), prior=prior
+    )
+    law = label_law(spec)
+    np.testing.assert_allclose(model.predict(features), private_mean(out.labels, law, prior=prior), rtol=1e-12)
+    assert private_mean(out.labels, law, prior=prior) != private_mean(out.labels, law)

@@ -287,7 +287,66 @@ def mean_squared_error(predictions: np.ndarray, reference: np.ndarray) -> float:
     return float(np.dot(diff, diff) / diff.size) if diff.size else float("nan")
 
 
-def constant_prediction(target_mean: float, target_std: float, n: int, law: LabelLaw, debias: Debias) -> float:
+def prior_moments(prior: Any, law: LabelLaw, n_rows: int) -> tuple[float, float] | None:
+    """(mean, variance) of the labels under the release's DP histogram prior: the free half of the anchor.
+
+    A release whose ε₁ bought a Laplace histogram of its labels on a public grid
+    (``NoisyPrior``, source ``laplace_histogram``: RR-on-Bins, RPWithPrior's default prior)
+    already states the labels' distribution; its mean Σ pⱼ·gⱼ estimates the labels' mean
+    over the release's ``n_rows`` rows at no further ε (post-processing) — y itself, which a
+    constant prediction is scored against, where the debiased labels reach only t(y). Every
+    count carries two-sided geometric noise α = e^{−ε₁/2} (variance 2α/(1 − α)²), so the mean
+    Σ cⱼ·gⱼ/n has variance 2α/(1 − α)²·Σ (gⱼ − μ)²/n² (the grid is public, n is
+    public). The release's Norm-Sub (``labeldp.mechanisms.prior.consistent_probs``) then
+    subtracts one δ from every count it keeps (the support S) so they sum to n: the noise's
+    average over S cancels, and the mean's variance is 2α/(1 − α)²·Σ_S (gⱼ − ḡ_S)²/n², ḡ_S
+    the plain average of the grid over S (the support taken as fixed: its own noise is ignored).
+
+    ``None`` where there is nothing free to use: no prior, a public one (ε₁ = 0: not these
+    labels), Alg. 3's step prior of noised labels (``HistogramPriorSpec``: its cells are as wide
+    as the noise, so its mean is biased by the binning). ``law`` is unused (kept for callers).
+    """
+    if prior is None or n_rows < 1:
+        return None
+    data = prior.model_dump() if hasattr(prior, "model_dump") else dict(prior)
+    if data.get("source") != "laplace_histogram" or float(data.get("epsilon", 0.0)) <= 0.0:
+        return None
+    grid = np.asarray(data["grid"], dtype=np.float64)
+    probs = np.asarray(data["probs"], dtype=np.float64)
+    values = grid  # the labels themselves: a constant prediction is scored against y, not t(y)
+    mass = float(probs.sum())
+    if grid.size == 0 or mass <= 0.0 or not np.all(np.isfinite(values)):
+        return None
+    mean = float(np.dot(probs, values) / mass)
+    alpha = math.exp(-float(data["epsilon"]) / 2.0)
+    count_var = 2.0 * alpha / (1.0 - alpha) ** 2
+    support = values[probs > 0.0]
+    spread = float(np.sum((support - support.mean()) ** 2))
+    return mean, count_var * spread / float(n_rows) ** 2
+
+
+def combine(estimates: list[tuple[float, float]]) -> tuple[float, float]:
+    """The inverse-variance combination of independent unbiased (mean, variance) estimates.
+
+    A zero variance wins outright; an infinite one weighs nothing.
+    """
+    exact = [m for m, v in estimates if v <= 0.0]
+    if exact:
+        return float(exact[0]), 0.0
+    precision = sum(1.0 / v for _, v in estimates if math.isfinite(v))
+    if precision <= 0.0:
+        return float(estimates[0][0]), math.inf
+    return sum(m / v for m, v in estimates if math.isfinite(v)) / precision, 1.0 / precision
+
+
+def constant_prediction(
+    target_mean: float,
+    target_std: float,
+    n: int,
+    law: LabelLaw,
+    debias: Debias,
+    prior: tuple[float, float] | None = None,
+) -> float:
     """The release's **private mean**: the best constant its labels afford, from their targets'
     mean and standard deviation over ``n`` rows (post-processing of the release: no ε).
 
@@ -298,21 +357,38 @@ def constant_prediction(target_mean: float, target_std: float, n: int, law: Labe
     (RPWithPrior's slope a is tiny there, and the debiased mean lands on a domain
     edge). They are mixed like λ, cautiously: plain + c·(debiased − plain) with the
     positive-part James–Stein weight c = max(0, 1 − se²/(debiased − plain)²).
+
+    ``prior``: the (mean, variance) of the labels the release's DP prior states (:func:`prior_moments`).
+    It is a second estimate of the same mean, with noise independent of the labels' noise, so
+    the debiased estimate becomes their inverse-variance combination (its variance ≤ either's)
+    before the same cautious mix with the plain one. The prior's variance is widened by the
+    positive-part estimate of its squared bias, (prior − debiased)² − both variances.
     """
     plain, debiased = (float(v[0]) for v in prediction_parts(np.array([float(target_mean)]), law, debias))
-    gap = debiased - plain
-    if gap == 0.0 or n <= 1:
-        return debiased
     slope = 1.0 if debias != "predictions" else law.a  # predictions: targets are ŷ, and sd(ỹ) = sd(ŷ)/a
-    se2 = (float(target_std) / slope) ** 2 / n
+    se2 = (float(target_std) / slope) ** 2 / n if n > 1 else math.inf
+    if prior is not None:
+        # The prior's mean may be biased (Norm-Sub moves mass off sparse cells, the grid snaps labels); with the
+        # debiased mean unbiased, E[(prior − debiased)²] = bias² + both variances: the positive-part estimate
+        # of bias² joins the prior's variance, so a prior that disagrees beyond its noise weighs less.
+        prior_mean, prior_var = prior
+        bias2 = 0.0 if not math.isfinite(se2) else max(0.0, (prior_mean - debiased) ** 2 - prior_var - se2)
+        # Not clipped to the range of t: the prior's mean is of y, and between the two estimates (both in the
+        # domain) the combination stays in the domain (RR-on-Bins' few bins can sit far from the labels' mean).
+        debiased, se2 = combine([(debiased, se2), (prior_mean, prior_var + bias2)])
+    gap = debiased - plain
+    if gap == 0.0 or (not math.isfinite(se2) and prior is None):
+        return debiased
     return plain + max(0.0, 1.0 - se2 / gap**2) * gap
 
 
-def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions") -> float:
-    """The private-mean predictor of a release's labels (:func:`constant_prediction` of them)."""
+def private_mean(privatized: np.ndarray, law: LabelLaw, debias: Debias = "predictions", prior: Any = None) -> float:
+    """The private-mean predictor of a release's labels (:func:`constant_prediction` of them),
+    with the release's DP ``prior`` (spec or JSON dict) where it has one (:func:`prior_moments`)."""
     labels = np.asarray(privatized, dtype=np.float64)
     targets = law.debias_labels(labels) if debias == "targets" else labels
-    return constant_prediction(float(targets.mean()), float(targets.std()), targets.size, law, debias)
+    moments = prior_moments(prior, law, targets.size)
+    return constant_prediction(float(targets.mean()), float(targets.std()), targets.size, law, debias, moments)
 
 
 def toward(anchor: float, estimate: np.ndarray, weight: float) -> np.ndarray:

@@ -19,7 +19,14 @@ import pyarrow as pa
 import torch
 
 from labeldp.learning.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
-from labeldp.learning.debiasing import LabelLaw, PostProcessing, constant_prediction, label_law, mean_squared_error
+from labeldp.learning.debiasing import (
+    LabelLaw,
+    PostProcessing,
+    constant_prediction,
+    label_law,
+    mean_squared_error,
+    prior_moments,
+)
 from labeldp.learning.loop import (
     EpochReport,
     Fitted,
@@ -71,6 +78,7 @@ def fit_private_regressor(
     *,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> TrainedRegressor:
     """Train on a release's privatized labels and select, debias and shrink as ``learning`` says.
 
@@ -83,11 +91,13 @@ def fit_private_regressor(
     the ORACLE criterion selects instead, for benchmarks. ``predict()`` of the
     result applies the chosen debiasing and λ; ``selection_`` records the epoch,
     λ and estimates. ``checkpoint`` and ``resume`` as :func:`~labeldp.learning.loop.fit_network`
-    takes them, the selection's state included.
+    takes them, the selection's state included. ``prior``: the release's DP prior (its ``prior``
+    field, spec or JSON dict), whose mean sharpens the private mean at no ε
+    (:func:`~labeldp.learning.debiasing.prior_moments`).
     """
     models = _fit_selected(
         table, privatized_labels, spec, config, learning, on_epoch, oracle_validation_labels, pair=False,
-        checkpoint=checkpoint, resume=resume,
+        checkpoint=checkpoint, resume=resume, prior=prior,
     )
     return models[0]
 
@@ -101,13 +111,14 @@ def fit_private_and_oracle(
     learning: LearningConfig,
     oracle_validation_labels: np.ndarray,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    prior: Any = None,
 ) -> tuple[TrainedRegressor, TrainedRegressor]:
     """(privately selected, oracle-selected) models from ONE training run, for benchmarks.
 
     Both watch the same trajectory, so their difference is the selection alone.
     """
     private, oracle = _fit_selected(
-        table, privatized_labels, spec, config, learning, on_epoch, oracle_validation_labels, pair=True
+        table, privatized_labels, spec, config, learning, on_epoch, oracle_validation_labels, pair=True, prior=prior
     )
     return private, oracle
 
@@ -125,9 +136,10 @@ def _fit_selected(
     pair: bool,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> list[TrainedRegressor]:
     plan, selection, standardized = _prepare_selection(
-        table.num_rows, privatized_labels, spec, config, learning, oracle_labels, pair
+        table.num_rows, privatized_labels, spec, config, learning, oracle_labels, pair, prior
     )
     mean, std = selection.mean, selection.std
     objective = Objective(MLPRegressor, squared_error, loss_scale=std * std)
@@ -153,6 +165,7 @@ def _prepare_selection(
     learning: LearningConfig,
     oracle_labels: np.ndarray | None,
     pair: bool,
+    prior: Any = None,
 ) -> tuple[Plan, Selection, np.ndarray]:
     """The split, the model selection watching it and the standardized training targets: everything a
     training on these rows decides before it trains."""
@@ -165,17 +178,24 @@ def _prepare_selection(
     targets = training_targets(law, learning, labels)
     mean, std, standardized = standardize(targets, plan.train_idx)
     oracle_val = oracle_labels[plan.val_idx] if oracle_labels is not None else None
-    selection = Selection(law, learning, labels[plan.val_idx], oracle_val, pair, mean, std, len(plan.train_idx))
+    selection = Selection(
+        law, learning, labels[plan.val_idx], oracle_val, pair, mean, std, len(plan.train_idx), prior=prior
+    )
     return plan, selection, standardized
 
 
 def release_detectability(
-    n_rows: int, privatized_labels: np.ndarray, spec: Any, config: TrainingConfig, learning: LearningConfig
+    n_rows: int,
+    privatized_labels: np.ndarray,
+    spec: Any,
+    config: TrainingConfig,
+    learning: LearningConfig,
+    prior: Any = None,
 ) -> float:
     """:func:`labeldp.learning.selection.detectable_z` of the validation split that
     :func:`fit_private_regressor` would hold out of these rows, against the same anchor — computed
     from the release alone, without training (``inf`` where ``learning`` has no anchor)."""
-    _, selection, _ = _prepare_selection(n_rows, privatized_labels, spec, config, learning, None, False)
+    _, selection, _ = _prepare_selection(n_rows, privatized_labels, spec, config, learning, None, False, prior)
     return min((s.detectable_z_ for s in selection.selectors), default=float("inf"))
 
 
@@ -208,6 +228,8 @@ class Selection:
         mean: float,
         std: float,
         n_train: int,
+        *,
+        prior: Any = None,
     ) -> None:
         self.law, self.learning, self.mean, self.std = law, learning, mean, std
         criteria: list[tuple[Criterion, np.ndarray]] = []
@@ -220,7 +242,13 @@ class Selection:
         # shrinkage='auto' also weighs the model against the private mean of the training rows
         # (``mean`` is their targets' mean): the learner is never worse than that constant.
         auto = learning.shrinkage == "auto"
-        self.anchor = constant_prediction(mean, std, n_train, law, learning.debias) if auto else None
+        # The release's DP prior (its ε₁ already paid) states the mean of t(y) over all its rows: combined with
+        # the labels' own debiased mean by inverse variances (no ε). Its noise is independent of every
+        # validation row's, so the selection's proof still holds with it in the anchor.
+        val_count = int(np.asarray(val_labels).size)
+        moments = prior_moments(prior, law, n_train + val_count) if auto else None
+        self.prior_moments = moments
+        self.anchor = constant_prediction(mean, std, n_train, law, learning.debias, moments) if auto else None
         # A model that falls back to the mean predicts the private mean over every row, validation rows
         # included: the selection needed an anchor independent of them, the constant wants the most precise one.
         val_targets = training_targets(law, learning, np.asarray(val_labels, dtype=np.float64))
@@ -228,7 +256,7 @@ class Selection:
         overall = (mean * n_train + float(val_targets.sum())) / max(1, total)
         second = (n_train * (std * std + mean * mean) + float(np.dot(val_targets, val_targets))) / max(1, total)
         spread = float(np.sqrt(max(0.0, second - overall * overall)))
-        self.final_anchor = constant_prediction(overall, spread, total, law, learning.debias) if auto else None
+        self.final_anchor = constant_prediction(overall, spread, total, law, learning.debias, moments) if auto else None
         self.selectors = [
             Selector(law, learning.debias, ref, learning.shrinkage, learning.select_epoch, criterion, self.anchor)
             for criterion, ref in criteria
@@ -255,6 +283,7 @@ class Selection:
                 {
                     "history": list(x.history_), "epoch": x.epoch_, "shrinkage": x.shrinkage_,
                     "model_weight": x.model_weight_, "estimate": x.estimate_, "gain": x.gain_,
+                    "quadratic": x.quadratic_,
                 }
                 for x in self.selectors
             ],
@@ -271,6 +300,10 @@ class Selection:
             selector.model_weight_ = float(saved.get("model_weight", 1.0))
             gain = saved.get("gain")
             selector.gain_ = None if gain is None else (float(gain[0]), float(gain[1]))
+            quadratic = saved.get("quadratic")
+            selector.quadratic_ = None if quadratic is None else (
+                float(quadratic[0]), float(quadratic[1]), float(quadratic[2])
+            )
         self.best = list(state["best"])
 
     def results(self, fitted: Fitted, plan: Plan, epochs: int, mean: float, std: float) -> list[TrainedRegressor]:
@@ -324,6 +357,7 @@ def fit_staged_regressor(
     workers: Workers | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> TrainedRegressor:
     """:func:`fit_private_regressor` over a staged release, streamed (one worker of ``workers``).
 
@@ -337,7 +371,7 @@ def fit_staged_regressor(
     check_validation(learning, staged.n_validation, False)
     val_labels = staged.val_labels if workers.is_main else np.empty((0,))  # other workers select nothing
     selection = Selection(
-        law, learning, val_labels, None, False, staged.target_mean, staged.target_std, staged.n_train
+        law, learning, val_labels, None, False, staged.target_mean, staged.target_std, staged.n_train, prior=prior
     )
     objective = Objective(MLPRegressor, squared_error, loss_scale=staged.target_std**2)
     inspect = selection.inspector()

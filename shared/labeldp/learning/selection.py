@@ -44,13 +44,14 @@ resolve (small n·ε², or a network that fit the noise) w falls to 0 and the
 model predicts the mean; with a clear signal w ≈ 1 and little changes. One
 guard remains: the selected epoch is the minimum of many noisy estimates, so
 its advantage over the mean is biased upward (the winner's curse). The selected
-predictor is kept only when its estimated gain over the mean, a paired mean of
-per-row loss differences on the validation rows, exceeds ``MEAN_FALLBACK_Z``
-of that difference's standard errors, and only where the validation rows could
-show a gain at all: where the noise of ỹ dwarfs the range of t, no predictor's
-gain could reach ``DETECTABLE_Z`` standard errors (:func:`detectable_z`), and a
-pass there is the winner's curse, not signal. Otherwise the model predicts the
-mean (``mean_fallback_``).
+predictor keeps a share of w that grows smoothly with its estimated gain over the
+mean, a paired mean of per-row loss differences on the validation rows, in units
+of that difference's standard error: none up to ``MEAN_FALLBACK_Z − GUARD_RAMP``,
+all of it from ``MEAN_FALLBACK_Z`` on (:func:`evidence_weight`), and none where the
+validation rows could not show a gain at all: where the noise of ỹ dwarfs the
+range of t, no predictor's gain could reach ``DETECTABLE_Z`` standard errors
+(:func:`detectable_z`), and a pass there is the winner's curse, not signal. With
+no share left the model predicts the mean (``mean_fallback_``).
 
 The ORACLE criterion replaces ỹ with true validation labels; it exists only for
 benchmarks, to show how close private selection comes.
@@ -104,10 +105,41 @@ def mean_and_se(gains: np.ndarray) -> tuple[float, float]:
     return float(gains.mean()), se
 
 
+GUARD_RAMP = 2.0
+"""The guard is a ramp, not a step: the model keeps the share :func:`evidence_weight` of its weight, 0 up to
+a gain of ``MEAN_FALLBACK_Z − GUARD_RAMP`` SEs, all of it from ``MEAN_FALLBACK_Z`` on, smooth between
+(0 is the old all-or-nothing guard). Decided in docs/decisions/0018-continuous-guard.md."""
+
+
+def evidence_weight(gain: float, se: float, detectable: float = math.inf) -> float:
+    """The guard: the share of its weight the model keeps over the mean, in [0, 1], from the private evidence.
+
+    Non-decreasing in the gain's z score (``gain``/``se``): 0 up to ``MEAN_FALLBACK_Z − GUARD_RAMP``,
+    1 from ``MEAN_FALLBACK_Z`` (the old threshold) on, a smoothstep between, so a model just under the
+    old threshold keeps part of its gain instead of none: a wrong call there costs little. 0 wherever
+    the validation rows could not show a gain at all (``detectable`` < ``DETECTABLE_Z``): there a high z
+    is the winner's curse, not evidence.
+    """
+    if detectable < DETECTABLE_Z or gain <= 0.0:
+        return 0.0
+    if se <= 0.0:
+        return 1.0
+    return smooth_ramp(gain / se, MEAN_FALLBACK_Z - GUARD_RAMP, MEAN_FALLBACK_Z)
+
+
+def smooth_ramp(z: float, low: float, high: float) -> float:
+    """0 below ``low``, 1 from ``high`` on, the smoothstep 3u² − 2u³ between (a step at low = high)."""
+    if z >= high:
+        return 1.0 if z > low or high > low else 0.0
+    if z <= low:
+        return 0.0
+    u = (z - low) / (high - low)
+    return u * u * (3.0 - 2.0 * u)
+
+
 def keeps_model(gain: float, se: float, detectable: float = math.inf) -> bool:
-    """The guard: the model is kept over the mean only when its gain exceeds ``MEAN_FALLBACK_Z`` SEs
-    and the validation rows could show a gain at all (``detectable`` ≥ ``DETECTABLE_Z``)."""
-    return gain > MEAN_FALLBACK_Z * se and detectable >= DETECTABLE_Z
+    """Whether the guard keeps any of the model (:func:`evidence_weight` > 0)."""
+    return evidence_weight(gain, se, detectable) > 0.0
 
 
 def detectable_z(reference: np.ndarray, anchor: float, low: float, high: float) -> float:
@@ -155,6 +187,7 @@ class Selector:
     model_weight_: float = 1.0
     estimate_: float | None = None
     gain_: tuple[float, float] | None = None
+    quadratic_: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         self.reference = np.asarray(self.reference, dtype=np.float64)
@@ -191,11 +224,17 @@ class Selector:
         return mean_and_se(self.gains(outputs, lam, weight))
 
     @property
-    def mean_fallback_(self) -> bool:
-        """Whether the selected predictor's gain over the private mean is within its noise (private only)."""
+    def guard_weight_(self) -> float:
+        """:func:`evidence_weight` of the selected predictor's gain over the private mean (1: no guard;
+        the oracle and a selection without anchor have none)."""
         if self.anchor is None or self.gain_ is None or self.criterion == "oracle":
-            return False
-        return not keeps_model(*self.gain_, self.detectable_z_)
+            return 1.0
+        return evidence_weight(*self.gain_, self.detectable_z_)
+
+    @property
+    def mean_fallback_(self) -> bool:
+        """Whether the guard left the model nothing: it predicts the private mean."""
+        return self.guard_weight_ == 0.0
 
     @cached_property
     def detectable_z_(self) -> float:
@@ -206,8 +245,8 @@ class Selector:
 
     @property
     def final_weight_(self) -> float:
-        """w as the model applies it: 0 when the selection falls back to the mean."""
-        return 0.0 if self.mean_fallback_ else self.model_weight_
+        """w as the model applies it: the selected w times the guard's share (0: the mean)."""
+        return self.guard_weight_ * self.model_weight_
 
     def _weigh(self, base: np.ndarray, candidate: np.ndarray) -> float:
         """The weight of ``candidate`` over ``base``: exact for the oracle (true labels), cautious otherwise."""
@@ -223,7 +262,27 @@ class Selector:
         if better:
             self.epoch_, self.shrinkage_, self.model_weight_, self.estimate_ = epoch, lam, weight, estimate
             self.gain_ = None if self.anchor is None else self.gain_over_anchor(outputs, lam, weight)
+            self.quadratic_ = None if self.anchor is None else self._quadratic(outputs, lam)
         return better
+
+    def _quadratic(self, outputs: np.ndarray, lam: float) -> tuple[float, float, float]:
+        """(A, B, C) with estimate(v) = A − 2vB + v²C for the predictor μ + v·(s − μ) of this epoch:
+        what the guard's share of w does to the estimate, without keeping the validation outputs."""
+        assert self.anchor is not None
+        plain, debiased = prediction_parts(outputs, self.law, self.debias)
+        step = shrink(plain, debiased, lam) - self.anchor
+        gap = self.reference - self.anchor
+        n = gap.size
+        return float(np.dot(gap, gap) / n), float(np.dot(step, gap) / n), float(np.dot(step, step) / n)
+
+    @property
+    def final_estimate_(self) -> float | None:
+        """The estimate of the predictor as the model applies it (w times the guard's share)."""
+        if self.quadratic_ is None:
+            return self.estimate_
+        a, b, c = self.quadratic_
+        v = self.final_weight_
+        return a - 2.0 * v * b + v * v * c
 
     def summary(self) -> dict[str, Any]:
         """Plain types, for the model file and card."""
@@ -233,10 +292,13 @@ class Selector:
             "shrinkage": self.shrinkage_,
             "private_mean": self.anchor,
             "model_weight": self.final_weight_,
+            "guard_weight": self.guard_weight_,
+            "selected_model_weight": self.model_weight_,
             "gain_over_mean": None if self.gain_ is None else {"gain": self.gain_[0], "se": self.gain_[1]},
             "detectable_z": _finite_or_none(self.detectable_z_),
             "mean_fallback": self.mean_fallback_,
-            "estimate": self.estimate_,
+            "estimate": self.final_estimate_,
+            "selected_estimate": self.estimate_,
             "n_validation": int(self.reference.size),
             "label_law": self.law.name,
             "law_linear": bool(self.law.linear),

@@ -8,9 +8,8 @@ E[ỹ | x, y] = t(y), and for a predictor f fitted on other rows
 
     E[(f(x) − ỹ)²] = E[(f(x) − t(y))²] + E[v(y)],   v(y) = Var(ŷ | y) / a²
 
-(the proof is labeldp.learning.selection's). v is the mechanism's, known from the release's
-spec: simulated here through the mechanism's own ``privatize`` on public label values (post-
-processing: no label is read, no ε is spent). So each test row gives
+(the proof is labeldp.learning.selection's). v is the mechanism's, simulated through its own
+``privatize`` on public label values (no label is read, no ε is spent). So each test row gives
 
     d_i = (f(x_i) − ỹ_i)² − v(y_i),
 
