@@ -4,8 +4,11 @@ routers of :mod:`labels_party.routes` (one module per resource)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 from labeldp.service.database import make_session_factory
@@ -19,13 +22,15 @@ from labeldp.service.settings import Settings, require_secrets
 
 from . import ledger
 from .context import LabelsContext
+from .release_worker import ReleaseRunner
 from .routes import label_sets, ops, privacy_domains, releases
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
 
 DESCRIPTION = """The advertiser's side of labeldp: privacy domains with a per-id ledger, label sets, and
-releases that privatize every label once and push one ε-label-DP message to the features party.
+releases (jobs: accepted at once, privatized and charged by a release worker) that privatize every label
+once and push one ε-label-DP message to the features party.
 
 Authenticate with `Authorization: Bearer <key>`. Every error is `{code, message, details}` with a
 stable `code`. Mutating POSTs take `Idempotency-Key`. Ids are prefixed by kind (`pd_`, `ls_`,
@@ -37,6 +42,17 @@ TAGS = [
     {"name": "releases", "description": "privatize, charge and deliver once"},
     {"name": "health", "description": "liveness"},
 ]
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The in-process release worker (LABELDP_RELEASE_IN_PROCESS_WORKER) lives as long as the app."""
+    runner: ReleaseRunner = app.state.release_runner
+    await run_in_threadpool(runner.start)
+    try:
+        yield
+    finally:
+        await run_in_threadpool(runner.shutdown)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -53,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("bucketed the ledger of %d privacy domains", bucketed)
 
     registry = CollectorRegistry()
-    app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
+    app = documented_app("labeldp labels party", DESCRIPTION, TAGS, lifespan)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)
@@ -63,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.ctx = ctx  # what routes.deps hands each handler
     app.state.metrics = labels_metrics(registry)
+    app.state.release_runner = ReleaseRunner(ctx)
 
     app.include_router(ops.router)
     guarded = [Depends(bearer_auth(settings.labels_api_key))]
