@@ -21,7 +21,15 @@ from labels_party import release_worker
 from labels_party.context import LabelsContext, message_key
 from labels_party.label_sets import get_label_set
 from labels_party.release_worker import ReleaseWorker, claim, reap_expired, remove_expired_messages
-from labels_party.releases import LeaseLost, ReleaseCreate, create_release, get_release, redeliver, run_job
+from labels_party.releases import (
+    LeaseLost,
+    ReleaseCreate,
+    create_release,
+    get_release,
+    redeliver,
+    release_snapshot,
+    run_job,
+)
 from labels_party.store import ReleaseRow
 
 from .test_ledger import labeled_set, make_ctx, new_domain, spent_per_id
@@ -47,6 +55,8 @@ def test_a_release_is_queued_uncharged_then_charged_by_a_worker(database_url: st
     assert (queued["status"], queued["stage"], queued["accounting"], queued["message_sha256"]) == (
         "queued", "accepted", None, None
     )
+    snapshot = release_snapshot(ctx, release_id)  # one poll of its event stream: not over yet
+    assert (snapshot.data["stage"], snapshot.terminal) == ("accepted", False)
     assert set(spent_per_id(ctx, "q").values()) == {0}  # nothing charged before the worker
     assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 0
     charged = settle(ctx, release_id)
@@ -83,6 +93,7 @@ def test_a_job_the_ledger_refuses_fails_with_its_code_and_charges_nothing(databa
     failed = get_release(ctx, second)
     assert (failed["status"], failed["stage"], failed["error"]["code"]) == ("failed", "failed", "budget_exhausted")
     assert failed["message_sha256"] is None and failed["accounting"] is None
+    assert release_snapshot(ctx, second).terminal  # its event stream ends: a failed job is final
     assert spent_per_id(ctx, "tight") == {"x": 800_000, "y": 800_000, "z": 0}
     assert get_label_set(ctx, b)["budget"]["spent_micro"] == 0
     assert [k for k in ctx.store.list("messages") if second in k] == []  # its message object was removed
