@@ -43,7 +43,7 @@ from . import ledger
 from .columnar import HashingWriter, release_unused_memory
 from .context import LabelsContext, message_key
 from .delivery_outcomes import shown
-from .label_sets import class_names, load_label_set, read_ids, read_labels
+from .label_sets import LABELS_DELETED, class_names, load_label_set, read_ids, read_labels
 from .store import RELEASE_JOB_STATES, LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
@@ -120,6 +120,8 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     domain = _label_domain(ls, classes)
     if not ls.ids_ready:
         raise Conflict("ids_missing", "the label set has no ids yet")
+    if ls.labels_version == LABELS_DELETED:
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
     if ls.labeled < ls.n_ids:
         raise Conflict("labels_incomplete", f"{ls.n_ids - ls.labeled} ids of the label set have no label yet")
     if charge > ls.cap_micro - ls.spent_micro:
