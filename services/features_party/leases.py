@@ -16,10 +16,6 @@ of hosts kept in time by NTP.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import socket
-import threading
 from datetime import timedelta
 from typing import Any, cast
 
@@ -28,17 +24,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from features_party import store
 from features_party.store import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING
+from labeldp.service import leases as service_leases
+from labeldp.service.leases import new_owner
 from labeldp.service.timestamps import utcnow
 
 log = logging.getLogger("labeldp.features")
 
+__all__ = ["LeaseKeeper", "claim", "hand_back", "new_owner", "reap_expired", "renew"]
+
 HELD = (RUNNING, CANCELLING)  # the states in which a worker owns the row
 WORKER_LOST = ("worker_lost", "the training's worker stopped before it finished, too many times")
-
-
-def new_owner() -> str:
-    """A worker id that no other process, here or on another host, will ever use: host:pid:random."""
-    return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _rowcount(result: Any) -> int:
@@ -158,38 +153,13 @@ def reap_expired(session_factory: sessionmaker[Session], max_attempts: int, stor
     return list(requeue)
 
 
-class LeaseKeeper:
+class LeaseKeeper(service_leases.LeaseKeeper):
     """Renews one training's lease every ``lease_seconds / 3`` in a thread; ``lost`` is set once the
     row is no longer this owner's (or renewals failed until the lease ran out): the job must stop."""
 
     def __init__(
         self, session_factory: sessionmaker[Session], training_id: str, owner: str, lease_seconds: float
     ) -> None:
-        self.session_factory, self.training_id, self.owner = session_factory, training_id, owner
-        self.lease_seconds = lease_seconds
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{training_id[-8:]}", daemon=True)
-
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        held_until = utcnow() + timedelta(seconds=self.lease_seconds)
-        while not self._stop.wait(self.lease_seconds / 3):
-            try:
-                if not renew(self.session_factory, self.training_id, self.owner, self.lease_seconds):
-                    log.warning("training %s: lease lost by %s", self.training_id, self.owner)
-                    self.lost.set()
-                    return
-                held_until = utcnow() + timedelta(seconds=self.lease_seconds)
-            except Exception as exc:  # a database outage: keep trying while the lease may still hold
-                log.warning("training %s: lease renewal failed (%s)", self.training_id, type(exc).__name__)
-                if utcnow() >= held_until:
-                    self.lost.set()
-                    return
+        super().__init__(
+            lambda: renew(session_factory, training_id, owner, lease_seconds), lease_seconds, f"training {training_id}"
+        )

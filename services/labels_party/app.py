@@ -4,8 +4,11 @@ routers of :mod:`labels_party.routes` (one module per resource)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 from labeldp.service.database import make_session_factory
@@ -19,13 +22,15 @@ from labeldp.service.settings import Settings, require_secrets
 
 from . import ledger
 from .context import LabelsContext
+from .release_worker import ReleaseRunner
 from .routes import audit_events, label_sets, ops, privacy_domains, releases, uploads
 from .sweep import sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
 
 DESCRIPTION = """The advertiser's side of labeldp: privacy domains with a per-id ledger, label sets, and
-releases that privatize every label once and push one ε-label-DP message to the features party.
+releases (jobs: accepted at once, privatized and charged by a release worker) that privatize every label
+once and push one ε-label-DP message to the features party.
 
 Authenticate with `Authorization: Bearer <key>`; a key's scope decides what it may do (`admin`: privacy
 domains and the audit log; `release`: label sets and releases). Every error is `{code, message, details}` with a
@@ -39,6 +44,17 @@ TAGS = [
     {"name": "audit", "description": "the append-only log of every privacy-domain change"},
     {"name": "health", "description": "liveness"},
 ]
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The in-process release worker (LABELDP_RELEASE_IN_PROCESS_WORKER) lives as long as the app."""
+    runner: ReleaseRunner = app.state.release_runner
+    await run_in_threadpool(runner.start)
+    try:
+        yield
+    finally:
+        await run_in_threadpool(runner.shutdown)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -55,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("bucketed the ledger of %d privacy domains", bucketed)
 
     registry = CollectorRegistry()
-    app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
+    app = documented_app("labeldp labels party", DESCRIPTION, TAGS, lifespan)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)
@@ -65,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.ctx = ctx  # what routes.deps hands each handler
     app.state.metrics = labels_metrics(registry)
+    app.state.release_runner = ReleaseRunner(ctx)
 
     app.include_router(ops.router)
     # Every key reads domains; changing them (and reading the audit log) needs the admin scope,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -21,6 +22,8 @@ class LabelsContext:
     data_dir: Path
     """This process's own folder: request spools (and the files of a ledger from before buckets)."""
     settings: Settings
+    jobs_queued: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set when this process queues a release job: its in-process release worker looks at once."""
 
     @property
     def idempotency(self) -> IdempotencyKeys:

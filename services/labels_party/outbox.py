@@ -84,6 +84,7 @@ def deliver_one(
         row = s.get(ReleaseRow, release_id)
         if row is None or row.status != "pending":
             return row.status if row else "missing"
+        assert row.message_file is not None  # a pending release was charged with its message
         key = message_key(row.message_file)
         attempts = row.attempts + 1
         request_id = row.request_id

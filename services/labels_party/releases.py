@@ -1,12 +1,15 @@
-"""Releases: validate, privatize, write the message, then charge every id and record it in ONE transaction.
+"""Releases as jobs: the API checks and queues one; a release worker privatizes, writes the
+message, then charges every id and turns the job into a charged release in ONE transaction.
 
-Order matters (docs/architecture.md, invariants 3 and 4): every check that can fail
-runs before anything is charged; the message (its shards and signed-to-be manifest,
-:mod:`labeldp.message_shards`) is written as objects in the store before the transaction (objects no
-committed row names are never sent), and a message the inbox's published size limits could not take
-is refused there, before the charge; the per-id ledger charge,
-the label set's spend, the release row and the idempotency answer commit together or
-not at all. Delivery later resends those bytes, never new ones.
+Order matters (docs/architecture.md, invariants 3 and 4, "Release jobs"): every check that can
+fail runs before anything is charged (the cheap ones in the request, which records the job and
+its idempotency answer together; the rest in the worker, which fails the job with the error's
+code and charges nothing); the message (its shards and manifest, :mod:`labeldp.message_shards`)
+is written as objects in the store before the final transaction (objects no committed row names
+are never sent), and a message the inbox's published size limits could not take fails the job
+there, before the charge; the per-id ledger charge, the label set's spend and the row turned
+``pending`` commit together or not at all, and only while the worker still owns the job.
+Delivery later resends those bytes, never new ones.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
@@ -32,7 +35,7 @@ from labeldp.mechanisms.registry import NAMES
 from labeldp.message_shards import WrittenMessage, write_message
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
-from labeldp.release.randomizer import randomize, validate_public_prior
+from labeldp.release.randomizer import check_request, randomize, validate_public_prior
 from labeldp.schema import FEATURE_TABLE_NAME, ReleaseMetadata
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
@@ -45,8 +48,8 @@ from . import ledger
 from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
-from .label_sets import class_names, load_label_set, read_ids, read_labels
-from .store import PrivacyDomainRow, ReleaseRow
+from .label_sets import LABELS_DELETED, class_names, load_label_set, read_ids, read_labels
+from .store import RELEASE_JOB_STATES, LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
 
@@ -101,9 +104,17 @@ def _exhausted(needed: str, left: str) -> LabelDPError:
 
 
 def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, claim: Claim | None) -> StoredResponse:
-    """Privatize a label set and store the charged message; raises LabelDPError on any problem."""
+    """Check a release request and queue it as a job (202); a release worker privatizes and charges it.
+
+    Everything that can be refused without the labels' heavy work is refused here, with
+    nothing recorded: the ε, the mechanism and its parameters, a public prior, the label set
+    (ids, every label present) and its cap — counting what its queued and running jobs will
+    charge — and the per-id budget where the catalogue alone cannot vouch for it. The row,
+    its request and the idempotency answer commit together: a replay finds this job.
+    """
     charge = _micro(body.epsilon, "epsilon")
-    prior_micro = None if body.epsilon_prior is None else _micro(body.epsilon_prior, "epsilon_prior", True)
+    if body.epsilon_prior is not None:
+        _micro(body.epsilon_prior, "epsilon_prior", True)
 
     with ctx.sessions() as s:
         domain_id = load_label_set(s, label_set_id).privacy_domain_id
@@ -112,14 +123,119 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         ls = load_label_set(s, label_set_id)
         domain_row = s.get(PrivacyDomainRow, ls.privacy_domain_id)
         assert domain_row is not None
+        most_spent, _ = ledger.summary(s, domain_row)
     classes = class_names(ls)
-    domain = (
+    domain = _label_domain(ls, classes)
+    if not ls.ids_ready:
+        raise Conflict("ids_missing", "the label set has no ids yet")
+    if ls.labels_version == LABELS_DELETED:
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
+    if ls.labeled < ls.n_ids:
+        raise Conflict("labels_incomplete", f"{ls.n_ids - ls.labeled} ids of the label set have no label yet")
+    if charge > ls.cap_micro - ls.spent_micro:
+        raise _exhausted(
+            f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap"
+        )
+    mechanism = body.mechanism
+    if mechanism == AUTO:
+        mechanism = default_mechanism(ls.label_type, from_micro(charge), int(ls.n_ids))
+    # A RandomizerError is an InvalidInput: the edge answers 422 with its code.
+    if body.prior is not None:
+        validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
+    check_request(mechanism, charge, None if classes is not None else domain, classes=classes, params=body.params)
+    if charge > domain_row.epsilon_budget_micro - most_spent:
+        # Some id of the domain may lack it: read this set's ids' buckets (the worker checks again, exactly).
+        id_eps, _ = ledger.remaining_for(ctx, None, domain_row, read_ids(ctx, ls).column("id"))
+        if charge > id_eps:
+            raise _exhausted(
+                f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
+            )
+
+    release_id = "rel_" + uuid.uuid4().hex
+    outgoing_request_id = new_request_id()
+    with ctx.sessions.begin() as s:
+        ls = load_label_set(s, label_set_id, for_update=True)
+        reserved = s.scalar(
+            select(func.coalesce(func.sum(ReleaseRow.epsilon_micro), 0)).where(
+                ReleaseRow.label_set_id == label_set_id, ReleaseRow.status.in_(JOB_RESERVES)
+            )
+        )
+        left = ls.cap_micro - ls.spent_micro - int(reserved or 0)
+        if charge > left:
+            raise _exhausted(
+                f"epsilon {from_micro(charge)}",
+                f"{from_micro(max(left, 0))} of the label set's cap (after the releases queued on it)",
+            )
+        row = ReleaseRow(
+            id=release_id,
+            label_set_id=label_set_id,
+            mechanism=mechanism,
+            epsilon_micro=charge,
+            delta_units=0,
+            prior_source=None if body.prior is None else body.prior.source,
+            feature_table=body.feature_table,
+            row_count=int(ls.n_ids),
+            status=QUEUED,
+            created_at=datetime.now(UTC),
+            request_id=outgoing_request_id,
+            request_json=body.model_dump_json(),
+            job_lease_until=0.0,
+            job_attempts=0,
+            attempts=0,
+            next_attempt_at=0.0,
+            lease_until=0.0,
+        )
+        s.add(row)
+        s.flush()
+        response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
+        if claim is not None:
+            claim.complete(s, response)
+    ctx.jobs_queued.set()  # this process's release worker, if it runs one, looks now
+    # The client's request id stays here: the features party sees only the fresh outgoing one,
+    # and this line (logged under the client's id) is the one place that links the two.
+    log.info("release %s: client request %s is sent to the features party as %s", release_id,
+             current_request_id(), outgoing_request_id)
+    return response
+
+
+def _label_domain(ls: LabelSetRow, classes: list[str] | None) -> LabelDomain:
+    return (
         LabelDomain("integer", 0, len(classes) - 1)
         if classes is not None
         else LabelDomain(ls.label_type, ls.domain_low, ls.domain_high)  # type: ignore[arg-type]
     )
-    if not ls.ids_ready:
-        raise Conflict("ids_missing", "the label set has no ids yet")
+
+
+class LeaseLost(Exception):
+    """The job is no longer this worker's (its lease ran out and another worker took it): stop, touch nothing."""
+
+
+def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], bool] = lambda: False) -> None:
+    """Privatize a claimed release job, write its message and charge it in one transaction (the worker's part).
+
+    ``owner`` must hold the job (status running); the final transaction is a compare-and-swap
+    on that, so a worker whose lease was taken over commits nothing. Raises LabelDPError for a
+    release that cannot be made (the worker fails the job with its code, nothing charged),
+    :class:`LeaseLost` when ``lost()`` or the swap says the job moved on.
+    """
+    with ctx.sessions() as s:
+        job = _load(s, release_id)
+        if job.status != RUNNING or job.job_owner != owner:
+            raise LeaseLost(release_id)
+        label_set_id, mechanism, charge = job.label_set_id, job.mechanism, int(job.epsilon_micro)
+        attempt = int(job.job_attempts or 1)
+        body = ReleaseCreate.model_validate_json(job.request_json or "{}")
+    prior_micro = None if body.epsilon_prior is None else _micro(body.epsilon_prior, "epsilon_prior", True)
+
+    with ctx.sessions() as s:
+        domain_id = load_label_set(s, label_set_id).privacy_domain_id
+    ledger.ensure_bucketed(ctx, domain_id)
+    with ctx.sessions() as s:
+        ls = load_label_set(s, label_set_id)
+        domain_row = s.get(PrivacyDomainRow, ls.privacy_domain_id)
+        assert domain_row is not None
+    classes = class_names(ls)
+    domain = _label_domain(ls, classes)
     ids_table = read_ids(ctx, ls)
     if charge > ls.cap_micro - ls.spent_micro:
         raise _exhausted(
@@ -134,11 +250,6 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     missing = int(np.count_nonzero(np.isnan(labels)))
     if missing:
         raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
-
-    mechanism = body.mechanism
-    if mechanism == AUTO:
-        mechanism = default_mechanism(ls.label_type, from_micro(charge), int(ls.n_ids))
-    # A RandomizerError is an InvalidInput: the edge answers 422 with its code.
     public_prior = (
         None
         if body.prior is None
@@ -161,8 +272,9 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
     delta_units = delta_units_ceil(out.accounting.delta)
     if delta_units > id_delta:
         raise _exhausted(f"delta {out.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}")
+    if lost():
+        raise LeaseLost(release_id)
 
-    release_id = "rel_" + uuid.uuid4().hex
     ids = ids_table.column("id")
     message = ReleaseMetadata(
         release_id=release_id,
@@ -174,10 +286,12 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         accounting=out.accounting,
         row_count=len(ids),
     )
-    # The message: its shards and manifest as objects, one shard in memory at a time; a message
-    # the inbox's published limits could not take is refused here, before anything is charged.
+    # The message: its shards and manifest as objects, one shard in memory at a time, under one
+    # prefix per attempt (a worker that lost its lease may still be writing its own); a message the
+    # inbox's published limits could not take fails the job here, before anything is charged.
     limits = message_limits(ctx.settings)
-    written = write_message(ctx.store, message_prefix(release_id), message, ids, out.labels, limits)
+    prefix = message_prefix(release_id if attempt <= 1 else f"{release_id}.{attempt}")
+    written = write_message(ctx.store, prefix, message, ids, out.labels, limits)
     del out
     try:
         # The ledger's next bucket versions are computed outside any lock; the transaction
@@ -186,8 +300,10 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
             plan = ledger.plan_charge(ctx, domain_id, ids, charge, delta_units)
         del ids_table, ids
         for _ in range(ledger.MAX_ATTEMPTS):
+            if lost():
+                raise LeaseLost(release_id)
             try:
-                response = _commit(ctx, label_set_id, plan, message, body, release_id, written, mechanism, claim)
+                _commit(ctx, label_set_id, plan, message, release_id, owner, written)
                 break
             except ledger.StaleBuckets as stale:
                 with _refused_if_exhausted():
@@ -200,7 +316,6 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
                 ctx.store.delete(key)
         raise
     release_unused_memory()
-    return response
 
 
 @contextlib.contextmanager
@@ -214,61 +329,62 @@ def _refused_if_exhausted() -> Iterator[None]:
 
 
 def _commit(
-    ctx: LabelsContext, label_set_id: str, plan: ledger.ChargePlan, message: ReleaseMetadata, body: ReleaseCreate,
-    release_id: str, written: WrittenMessage, mechanism: str, claim: Claim | None,
-) -> StoredResponse:
-    """The one short transaction: the label set's cap, the ledger's swap, the release row and its answer."""
+    ctx: LabelsContext, label_set_id: str, plan: ledger.ChargePlan, message: ReleaseMetadata, release_id: str,
+    owner: str, written: WrittenMessage,
+) -> None:
+    """The one short transaction: the job still this worker's, the label set's cap, the ledger's swap,
+    and the release row turned ``pending`` (the outbox's) with its message — all or nothing."""
     charge, delta_units = plan.eps, plan.delta
-    outgoing_request_id = new_request_id()
     with ctx.sessions.begin() as s:
         domain_row = ledger.lock_domain(s, plan.domain_id)
         ls = load_label_set(s, label_set_id, for_update=True)
+        row = s.get(ReleaseRow, release_id, with_for_update=True)
+        if row is None or row.status != RUNNING or row.job_owner != owner:
+            raise LeaseLost(release_id)
         if ls.spent_micro + charge > ls.cap_micro:
             raise _exhausted(f"epsilon {from_micro(charge)}", "less of the label set's cap")
         ledger.commit_charge(s, domain_row, plan)
         ls.spent_micro = ls.spent_micro + charge
-        row = ReleaseRow(
-            id=release_id,
-            label_set_id=label_set_id,
-            mechanism=mechanism,
-            epsilon_micro=charge,
-            delta_units=delta_units,
-            accounting_json=message.accounting.model_dump_json(),
-            prior_source=None if body.prior is None else body.prior.source,
-            feature_table=body.feature_table,
-            row_count=message.row_count,
-            message_file=message_file(written.manifest_key),
-            message_bytes=written.total_bytes,
-            message_sha256=written.manifest_sha256,
-            status="pending",
-            created_at=datetime.now(UTC),
-            request_id=outgoing_request_id,
-        )
-        s.add(row)
-        s.flush()
-        response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
-        if claim is not None:
-            claim.complete(s, response)
-    # The client's request id stays here: the features party sees only the fresh outgoing one,
-    # and this line (logged under the client's id) is the one place that links the two.
-    log.info("release %s: client request %s is sent to the features party as %s", release_id,
-             current_request_id(), outgoing_request_id)
-    return response
+        row.delta_units = delta_units
+        row.accounting_json = message.accounting.model_dump_json()
+        row.row_count = message.row_count
+        row.message_file = message_file(written.manifest_key)
+        row.message_bytes = written.total_bytes
+        row.message_sha256 = written.manifest_sha256
+        row.status = "pending"
+        row.job_owner = None
+        row.job_lease_until = 0.0
+    log.info("release %s charged %s and queued for delivery", release_id, from_micro(charge))
 
+
+QUEUED, RUNNING, FAILED = RELEASE_JOB_STATES
+JOB_RESERVES = (QUEUED, RUNNING)
+"""A job in these states holds its ε against the label set's cap until it is charged or fails."""
+
+JOB_STAGES = ("accepted", "privatizing", "failed")
+"""A release before its charge: waiting for a release worker (status ``queued``), being privatized
+and charged by one (``running``), or ended with nothing charged (``failed``, with its ``error``)."""
 
 DELIVERY_STAGES = ("queued", "sending", "retrying", "delivered", "rejected")
 """Where a charged release is on its way: waiting for the outbox, being sent (the outbox holds
 its lease), waiting to retry after a failed attempt, then delivered or rejected."""
 
+STAGES = JOB_STAGES + DELIVERY_STAGES
+FINAL_STATES = ("delivered", "rejected", FAILED)
+
 
 def stage(r: ReleaseRow, now: float | None = None) -> str:
-    """The release's delivery stage (:data:`DELIVERY_STAGES`); the message was written and the
-    ledger charged before the release existed, so every stage comes after those."""
+    """The release's stage (:data:`STAGES`): its job's, then once charged its delivery's."""
+    if r.status in JOB_STAGE_OF:
+        return JOB_STAGE_OF[r.status]
     if r.status in ("delivered", "rejected"):
         return r.status
     if (r.lease_until or 0.0) > (time.time() if now is None else now):
         return "sending"
     return "retrying" if (r.attempts or 0) > 0 else "queued"
+
+
+JOB_STAGE_OF = dict(zip(RELEASE_JOB_STATES, JOB_STAGES, strict=True))
 
 
 def describe(r: ReleaseRow) -> dict[str, Any]:
@@ -280,8 +396,8 @@ def describe(r: ReleaseRow) -> dict[str, Any]:
         "mechanism": r.mechanism,
         "epsilon": from_micro(r.epsilon_micro),
         "epsilon_micro": r.epsilon_micro,
-        "delta": from_delta_units(r.delta_units),
-        "accounting": json.loads(r.accounting_json),
+        "delta": from_delta_units(r.delta_units or 0),
+        "accounting": None if r.accounting_json is None else json.loads(r.accounting_json),
         "prior_source": r.prior_source,
         "feature_table": r.feature_table,
         "row_count": r.row_count,
@@ -289,8 +405,11 @@ def describe(r: ReleaseRow) -> dict[str, Any]:
         "message_bytes": r.message_bytes,
         "attempts": r.attempts or 0,
         "last_error": shown(r.last_error),
+        "job_attempts": r.job_attempts or 0,
+        "error": None if r.error_code is None else {"code": r.error_code, "message": r.error_message or ""},
         "created_at": iso(r.created_at),
         "delivered_at": iso(r.delivered_at),
+        "message_removed_at": iso(r.message_removed_at),
     }
 
 
@@ -313,6 +432,8 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
         r = _load(s, release_id)
         if r.status == "delivered":
             raise Conflict("already_delivered", "release was already delivered")
+        if r.status in RELEASE_JOB_STATES:
+            raise Conflict("release_not_charged", f"the release is {r.status}: it has no message to deliver")
         r.status = "pending"
         r.next_attempt_at = 0.0
         s.flush()
@@ -321,10 +442,10 @@ def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
 
 def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
     """One poll of ``GET /v1/releases/{id}/events``: the release as ``GET`` shows it (catalogue
-    facts, never the message or a label); over once delivered or rejected."""
+    facts, never the message or a label); over once delivered, rejected or failed."""
     with ctx.sessions() as s:
         body = describe(_load(s, release_id))
-    return Snapshot(body, body["status"] in ("delivered", "rejected"), (body["stage"], body["attempts"]))
+    return Snapshot(body, body["status"] in FINAL_STATES, (body["stage"], body["attempts"], body["job_attempts"]))
 
 
 def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:

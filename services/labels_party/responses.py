@@ -172,29 +172,47 @@ class UploadCompleted(_Body):
     labels: LabelsUploaded | None = Field(description="target labels: what was stored (or validated)")
 
 
+class ReleaseError(_Body):
+    code: str = Field(description="stable: budget_exhausted, labels_incomplete, invalid_parameters, worker_lost, …")
+    message: str
+
+
 class Release(_Body):
     id: str = Field(description="`rel_…`: the same id on the features party")
     label_set_id: str
-    status: Literal["pending", "delivered", "rejected"]
-    stage: Literal["queued", "sending", "retrying", "delivered", "rejected"] = Field(
-        description="where delivery stands: queued, sending (the outbox holds it), retrying after a failed attempt"
+    status: Literal["queued", "running", "failed", "pending", "delivered", "rejected"] = Field(
+        description="queued (a job waiting for a release worker), running (a worker privatizes it), failed "
+        "(nothing charged, see `error`), pending (charged, the outbox delivers it), delivered, rejected"
     )
-    mechanism: MechanismName = Field(description="the mechanism that ran (what `auto` resolved to)")
+    stage: Literal[
+        "accepted", "privatizing", "failed", "queued", "sending", "retrying", "delivered", "rejected"
+    ] = Field(
+        description="accepted and privatizing while a job; once charged where delivery stands: queued, sending "
+        "(the outbox holds it), retrying after a failed attempt"
+    )
+    mechanism: MechanismName = Field(description="the mechanism that runs (what `auto` resolved to)")
     epsilon: float
     epsilon_micro: int
-    delta: float
-    accounting: dict[str, Any] = Field(description="how ε was spent (parts, total), as in the message")
+    delta: float = Field(description="δ charged per id; 0 until charged")
+    accounting: dict[str, Any] | None = Field(
+        description="how ε was spent (parts, total), as in the message; null until charged"
+    )
     prior_source: str | None
     feature_table: str | None
     row_count: int
-    message_sha256: str
-    message_bytes: int
-    attempts: int
+    message_sha256: str | None = Field(description="sha256 of the message bytes; null until charged")
+    message_bytes: int | None
+    attempts: int = Field(description="delivery attempts")
     last_error: DeliveryOutcome | None = Field(
         description="why the last attempt did not deliver, from a fixed list (never the receiver's text)"
     )
+    job_attempts: int = Field(description="claims of the job by release workers (more than one: a worker died)")
+    error: ReleaseError | None = Field(description="why the job failed (status failed); nothing was charged")
     created_at: Timestamp | None
     delivered_at: Timestamp | None
+    message_removed_at: Timestamp | None = Field(
+        description="when the message object was removed, LABELDP_MESSAGE_RETENTION_SECONDS after delivery"
+    )
 
 
 class ReleasePage(_Body):
@@ -260,10 +278,17 @@ EXAMPLE_RELEASE = {
                    "delta": 0.0},
     "prior_source": None, "feature_table": "clicks", "row_count": 1000,
     "message_sha256": "3b1f5e0c9a7d4e2f8b6a1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f", "message_bytes": 24576,
-    "attempts": 0, "last_error": None, "created_at": TS, "delivered_at": None,
+    "attempts": 0, "last_error": None, "job_attempts": 1, "error": None, "created_at": TS, "delivered_at": None,
+    "message_removed_at": None,
+}
+EXAMPLE_RELEASE_QUEUED = {
+    **EXAMPLE_RELEASE, "status": "queued", "stage": "accepted", "delta": 0.0, "accounting": None,
+    "message_sha256": None, "message_bytes": None, "job_attempts": 0,
 }
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
 EXAMPLE_RELEASE_EVENTS = (
-    'event: release\nid: 1\ndata: {"attempts":0,"id":"rel_…","stage":"sending","status":"pending",…}\n\n'
-    'event: end\nid: 2\ndata: {"attempts":1,"id":"rel_…","stage":"delivered","status":"delivered",…}\n\n'
+    'event: release\nid: 1\ndata: {"attempts":0,"id":"rel_…","stage":"accepted","status":"queued",…}\n\n'
+    'event: release\nid: 2\ndata: {"attempts":0,"id":"rel_…","stage":"privatizing","status":"running",…}\n\n'
+    'event: release\nid: 3\ndata: {"attempts":0,"id":"rel_…","stage":"sending","status":"pending",…}\n\n'
+    'event: end\nid: 4\ndata: {"attempts":1,"id":"rel_…","stage":"delivered","status":"delivered",…}\n\n'
 )

@@ -110,10 +110,18 @@ class LabelSetRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+RELEASE_JOB_STATES = ("queued", "running", "failed")
+"""A release before it is charged (services/labels_party/release_worker.py): waiting for a release
+worker, held by one (``job_owner`` under ``job_lease_until``), or ended without a charge
+(``error_code``). The final transaction turns a ``running`` row ``pending``: charged, for the outbox."""
+
+
 class ReleaseRow(Base):
-    """A charged release. Its message is the manifest object ``messages/<message_file>``
+    """A release: first a job (queued, running, failed), then a charged message for the outbox
+    (pending, delivered, rejected). Its message is the manifest object ``messages/<message_file>``
     (``<release id>/manifest.json``; ``message_sha256`` is of its exact bytes) and the shards next to
-    it that the manifest lists by digest; ``message_bytes`` counts the manifest and every shard."""
+    it that the manifest lists by digest (``message_bytes`` counts them all), named only once charged;
+    removed after the retention period once delivered."""
 
     __tablename__ = "releases"
 
@@ -122,13 +130,13 @@ class ReleaseRow(Base):
     mechanism: Mapped[str] = mapped_column(String(40))
     epsilon_micro: Mapped[int] = mapped_column(BigInteger)
     delta_units: Mapped[int] = mapped_column(BigInteger, default=0)
-    accounting_json: Mapped[str] = mapped_column(Text)
+    accounting_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     prior_source: Mapped[str | None] = mapped_column(String(200), nullable=True)
     feature_table: Mapped[str | None] = mapped_column(String(64), nullable=True)
     row_count: Mapped[int] = mapped_column(BigInteger)
-    message_file: Mapped[str] = mapped_column(String(200))
-    message_bytes: Mapped[int] = mapped_column(BigInteger)
-    message_sha256: Mapped[str] = mapped_column(String(64))
+    message_file: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    message_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    message_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
@@ -136,9 +144,23 @@ class ReleaseRow(Base):
     last_error: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # A fresh request id made when the release was charged (never the client's X-Request-ID, which
+    # A fresh request id made when the release was accepted (never the client's X-Request-ID, which
     # stays in the labels party's logs); the outbox sends it with every attempt.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # The job (services/labels_party/release_worker.py); the outbox's lease above is another one.
+    request_json: Mapped[str | None] = mapped_column(
+        Text, nullable=True, comment="the release request a worker runs (mechanism, ε, params, a public prior)"
+    )
+    job_owner: Mapped[str | None] = mapped_column(String(128), nullable=True, comment="the release worker holding it")
+    job_lease_until: Mapped[float] = mapped_column(
+        Float, default=0.0, server_default="0", comment="unix time after which the job may be taken over"
+    )
+    job_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0", comment="claims by workers")
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True, comment="why the job failed")
+    error_message: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    message_removed_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True, comment="when the retention sweep removed the message object"
+    )
 
 
 class AuditEventRow(Base):

@@ -31,7 +31,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float) -> int:
     cutoff = time.time() - min_age_seconds
     removed = 0
     with ctx.sessions() as s:
-        named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file))}
+        named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file)) if name is not None}
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.

@@ -45,6 +45,7 @@ ERROR_CODES: dict[str, str] = {
     "release_conflict": "the inbox holds a different message under this release id",
     "shards_missing": "complete was asked before the inbox held every shard the manifest lists",
     "upload_completed": "the resumable upload was completed: it takes no more parts",
+    "release_not_charged": "the release is a job that was never charged: nothing to redeliver",
     "training_finished": "the training is over: it cannot be cancelled",
     "model_unavailable": "the model's training did not produce this file",
     # 413 / 415: the body
@@ -122,8 +123,9 @@ ERROR_CODES: dict[str, str] = {
     "ledger_not_bucketed": "the domain's ledger is being converted to buckets: retry",
     # 5xx
     "internal_error": "a bug: the request id in the log tells the operator where",
-    # a training's failure (Training.error), never an HTTP answer
-    "worker_lost": "the training's worker stopped before it finished, too many times",
+    # a job's failure (a training's or a release's error), never an HTTP answer
+    "worker_lost": "the job's worker stopped before it finished, too many times",
+    "release_failed": "the release job raised an unexpected error: nothing was charged",
     "training_failed": "the training raised an error (its class is named)",
 }
 """code → what it means, grouped by the status it comes with."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fastapi.testclient import TestClient
 from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
+from tests.release_jobs import wait_release
 
 N = 40
 IDS = [f"u{i:03d}" for i in range(N)]
@@ -56,6 +57,7 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     )
     assert release.status_code == 202, release.text
     rel_id = release.json()["id"]
+    assert wait_release(labels, rel_id, "pending", headers=LABELS_AUTH)["stage"] == "queued"  # charged
 
     table = features.post(
         "/v1/feature-tables",

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.contract.conftest import LABELS_AUTH, SIGNING_KEY, features_app, labels_app
+from tests.release_jobs import wait_release
 
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.signing import sign
@@ -45,6 +46,7 @@ def message(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         rel = labels.post(
             f"/v1/label-sets/{ls['id']}/releases", json={"mechanism": "rr_on_bins", "epsilon": 1}, headers=LABELS_AUTH
         ).json()
+        wait_release(labels, rel["id"], "pending", headers=LABELS_AUTH)
         store = labels.app.state.ctx.store  # type: ignore[attr-defined]
         return json.loads(store.get_bytes(message_key(f"{rel['id']}/manifest.json")))
 

@@ -227,3 +227,56 @@ def test_labels_0005_gives_domains_written_at_0003_their_name_as_id_source(datab
             ), {"created": datetime(2026, 1, 2, tzinfo=UTC)})
     finally:
         engine.dispose()
+
+
+def test_labels_0004_keeps_charged_releases_written_at_0003(database_url: str) -> None:
+    """Releases charged before release jobs upgrade in place: every value survives, with no
+    job owner, no lease, zero job attempts, no error and the message still in place."""
+    engine = make_engine(database_url)
+    package = SERVICES["labels"]
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        upgrade_schema(engine, package, "0003")
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO privacy_domains (id, name, epsilon_budget_micro, delta_budget_units, n_ids, "
+                "id_segments, spent_version, created_at) VALUES ('pd_1', 'default', 10000000, 0, 2, 0, 1, :t)"
+            ), {"t": created})
+            connection.execute(text(
+                "INSERT INTO label_sets (id, name, privacy_domain_id, label_type, domain_low, domain_high, cap_micro, "
+                "spent_micro, n_ids, ids_ready, labeled, labels_version, created_at) VALUES ('ls_1', 's', 'pd_1', "
+                "'real', 0, 10, 10000000, 1000000, 2, 1, 2, 1, :t)"
+            ), {"t": created})
+            for release_id, status in (("rel_p", "pending"), ("rel_d", "delivered")):
+                connection.execute(text(
+                    "INSERT INTO releases (id, label_set_id, mechanism, epsilon_micro, delta_units, accounting_json, "
+                    "row_count, message_file, message_bytes, message_sha256, status, attempts, next_attempt_at, "
+                    "lease_until, created_at) VALUES (:id, 'ls_1', 'laplace', 500000, 0, '{\"parts\": []}', 2, "
+                    ":file, 123, :sha, :status, 1, 0, 0, :t)"
+                ), {"id": release_id, "file": f"{release_id}.json", "sha": "ab" * 32, "status": status, "t": created})
+        upgrade_schema(engine, package)
+        assert schema_differences(engine, LabelsBase.metadata) == []
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT id, status, epsilon_micro, accounting_json, message_file, message_bytes, message_sha256, "
+                "request_json, job_owner, job_lease_until, job_attempts, error_code, message_removed_at "
+                "FROM releases ORDER BY id"
+            )).all()
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        assert version == head_revision(package) == "0005"
+        assert [(r.id, r.status) for r in rows] == [("rel_d", "delivered"), ("rel_p", "pending")]
+        for row in rows:
+            assert (row.epsilon_micro, row.accounting_json, row.message_file, row.message_bytes) == (
+                500000, '{"parts": []}', f"{row.id}.json", 123
+            )
+            assert row.message_sha256 == "ab" * 32
+            assert (row.request_json, row.job_owner, row.job_lease_until, row.job_attempts) == (None, None, 0, 0)
+            assert (row.error_code, row.message_removed_at) == (None, None)
+        with engine.begin() as connection:  # a job: nothing of the charge known yet
+            connection.execute(text(
+                "INSERT INTO releases (id, label_set_id, mechanism, epsilon_micro, delta_units, row_count, status, "
+                "attempts, next_attempt_at, lease_until, created_at) VALUES ('rel_q', 'ls_1', 'laplace', 1, 0, 2, "
+                "'queued', 0, 0, 0, :t)"
+            ), {"t": created})
+    finally:
+        engine.dispose()

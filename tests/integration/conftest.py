@@ -77,15 +77,23 @@ def upload_csv(labels: httpx.Client, label_set_id: str, pairs: list[tuple[str, f
     )
 
 
-def wait_for_status(labels: httpx.Client, release_id: str, status: str, timeout: float = 60.0) -> dict:
+def wait_for_status(labels: httpx.Client, release_id: str, *status: str, timeout: float = 60.0) -> dict:
+    """Poll the release until one of ``status``; ``wait_charged`` for "its job charged it"."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         last = labels.get(f"/v1/releases/{release_id}").json()
-        if last["status"] == status:
+        if last["status"] in status:
             return last
+        if last["status"] == "failed":  # a release job ends there, nothing charged: no use waiting
+            raise AssertionError(f"release {release_id} failed: {last['error']}")
         time.sleep(0.1)
     raise AssertionError(f"release {release_id} stayed {last and last['status']}, wanted {status}")
+
+
+def wait_charged(labels: httpx.Client, release_id: str, timeout: float = 60.0) -> dict:
+    """Poll the release until a release worker charged it (pending, or already delivered or rejected)."""
+    return wait_for_status(labels, release_id, "pending", "delivered", "rejected", timeout=timeout)
 
 
 def shuffled(ids: list[str], seed: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import upload_csv
+from .conftest import upload_csv, wait_charged
 
 
 def _pages(labels, url: str, limit: int) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -42,6 +42,7 @@ def test_raw_labels_can_be_deleted_after_release_and_the_ledger_stays(stack) -> 
         ls = r.json()["id"]
         assert upload_csv(labels, ls, [("d1", 0.5), ("d2", 0.25)]).status_code == 200
         release = labels.post(f"/v1/label-sets/{ls}/releases", json={"mechanism": "laplace", "epsilon": 1}).json()
+        wait_charged(labels, release["id"])  # charged: its job read the labels
         before = labels.get(f"/v1/label-sets/{ls}").json()["budget"]
         folder = stack.workdir / "labels-data" / "label_sets" / ls / "labels"  # the local object store
         assert list(folder.glob("*"))

@@ -109,11 +109,14 @@ def test_queue_cancel_progress_and_lists(stack: LocalStack, release: dict) -> No
     streamer = httpx.Client(base_url=stack.features_url, timeout=120,
                             headers={"authorization": f"Bearer {stack.features_key}"})
     with stack.labels_client() as labels, stack.features_client() as features, streamer:
-        # The release's delivery, followed on the labels party's stream to its end.
+        # The release, followed on the labels party's stream to its end: its job, then its delivery.
         delivery = Stream(labels, f"/v1/releases/{release['id']}/events")
         events = delivery.rest()
         assert events[-1].event == "end" and events[-1].data["status"] == "delivered"
-        assert {e.data["stage"] for e in events} <= {"queued", "sending", "retrying", "delivered"}
+        stages = [e.data["stage"] for e in events]
+        assert set(stages) <= {"accepted", "privatizing", "queued", "sending", "retrying", "delivered"}
+        job = [s for s in stages if s in ("accepted", "privatizing")]
+        assert stages[: len(job)] == job  # the job's stages, if the stream saw them, come first
         assert not _has_canary("\n".join(delivery.raw))
         assert labels.get("/v1/releases/rel_missing/events").json()["code"] == "release_not_found"
 

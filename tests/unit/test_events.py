@@ -74,6 +74,8 @@ def test_lines_show_the_bar_batches_elapsed_and_eta() -> None:
     assert release_line({"status": "pending", "stage": "retrying", "attempts": 2, "last_error": "503 busy"}) == (
         "retrying  attempt 2 (last: 503 busy)"
     )
+    assert release_line({"status": "failed", "stage": "failed", "attempts": 0,
+                         "error": {"code": "budget_exhausted", "message": "…"}}) == "failed    (budget_exhausted)"
 
 
 def test_off_a_terminal_the_bar_prints_one_line_per_step() -> None:

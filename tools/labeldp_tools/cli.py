@@ -59,12 +59,15 @@ def _outbox(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from features_party.worker import run_worker
     from labeldp.service.logs import configure_logging
     from labeldp.service.settings import Settings
 
+    if args.party == "labels":
+        from labels_party.release_worker import run_worker
+    else:
+        from features_party.worker import run_worker
     settings = Settings()
-    configure_logging(settings.log_level, "features-worker")
+    configure_logging(settings.log_level, f"{args.party}-worker")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -293,13 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser(
         "worker",
-        help="run a training worker",
-        description="Claim queued trainings from the features party's database (LABELDP_FEATURES_DATABASE_URL) "
+        help="run a release worker (labels) or a training worker (features)",
+        description="labels: claim queued release jobs from LABELDP_LABELS_DATABASE_URL, privatize and charge "
+        "them one at a time under a renewed lease, and remove delivered messages after "
+        "LABELDP_MESSAGE_RETENTION_SECONDS; several may run on several hosts sharing LABELDP_STORAGE_URL. Run "
+        "the labels API with LABELDP_RELEASE_IN_PROCESS_WORKER=false to leave all releases to workers. "
+        "features: claim queued trainings from the features party's database (LABELDP_FEATURES_DATABASE_URL) "
         "and run them, one at a time, renewing a lease; several may run on several hosts sharing "
         "the object store LABELDP_STORAGE_URL. SIGTERM stops after the running epoch and hands the training back "
         "to the queue. Run the API with LABELDP_TRAINING_IN_PROCESS_WORKER=false to leave all training to workers.",
     )
-    worker.add_argument("party", choices=["features"], help="whose trainings (the features party's)")
+    worker.add_argument("party", choices=["labels", "features"],
+                        help="whose jobs: the labels party's releases or the features party's trainings")
     worker.set_defaults(func=_worker)
 
     peer = sub.add_parser(

@@ -39,10 +39,11 @@ def _expect(response: httpx.Response, *codes: int) -> dict:
 
 
 def _wait_delivered(labels: httpx.Client, release_id: str, label: str) -> dict:
-    """Follow the release's delivery from its event stream (a bar on stderr)."""
+    """Follow the release from its event stream (a bar on stderr): its job (accepted, privatizing:
+    the API's in-process release worker charges it), then its delivery."""
     rel = follow_release(labels, release_id, label=f"  {label}: release")
     if rel["status"] != "delivered":
-        raise RuntimeError(f"release {release_id} {rel['status']}: {rel['last_error']}")
+        raise RuntimeError(f"release {release_id} {rel['status']}: {rel.get('error') or rel['last_error']}")
     return rel
 
 

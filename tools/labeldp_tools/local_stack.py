@@ -28,7 +28,8 @@ def free_port() -> int:
 
 
 class LocalStack:
-    """labels API + outbox + features API, started and stopped as subprocesses."""
+    """labels API + outbox + features API (and, by name, ``release-worker…`` processes), started and
+    stopped as subprocesses."""
 
     def __init__(self, workdir: Path, extra_env: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
@@ -56,6 +57,7 @@ class LocalStack:
             "LABELDP_OUTBOX_POLL_SECONDS": "0.2",
             "LABELDP_OUTBOX_INITIAL_BACKOFF_SECONDS": "0.2",
             "LABELDP_OUTBOX_MAX_BACKOFF_SECONDS": "2",
+            "LABELDP_RELEASE_POLL_SECONDS": "0.2",
             **(extra_env or {}),
         }
 
@@ -78,6 +80,8 @@ class LocalStack:
             return [*cli, "serve", "features", "--port", str(self.features_port)]
         if name == "outbox":
             return [*cli, "outbox"]
+        if name.startswith("release-worker"):  # release-worker, release-worker-2, …: several may run
+            return [*cli, "worker", "labels"]
         raise ValueError(name)
 
     def start(self, *names: str, timeout: float = 60.0) -> None:

@@ -49,8 +49,10 @@ def training_line(data: dict[str, Any]) -> str:
 
 
 def release_line(data: dict[str, Any]) -> str:
-    """``sending   attempt 1`` … ``delivered``."""
+    """``accepted`` … ``privatizing`` … ``sending   attempt 1`` … ``delivered`` (or ``failed (code)``)."""
     line = f"{data.get('stage', data['status']):<9}"
+    if data.get("error"):
+        line += f" ({data['error']['code']})"
     if data.get("attempts"):
         line += f" attempt {data['attempts']}"
     if data.get("last_error"):

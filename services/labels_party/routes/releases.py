@@ -56,11 +56,15 @@ def list_releases(
     status_code=202,
     response_model=responses.Release,
     summary="Release the labels, privatized",
-    description="Estimates the prior, fits the mechanism, privatizes every label, writes the message and "
-    "charges every id in one transaction; the outbox then delivers it. Exactly once per `Idempotency-Key`.",
+    description="Checks the request (ε, mechanism, parameters, the label set's labels and budget) and queues "
+    "the release as a job: 202 at once, status `queued`. A release worker then estimates the prior, fits the "
+    "mechanism, privatizes every label, writes the message and charges every id in one transaction (status "
+    "`pending`), or fails the job with a stable `error.code` and charges nothing (status `failed`); the outbox "
+    "then delivers it. Follow it with `GET /v1/releases/{id}` or its events. Exactly once per "
+    "`Idempotency-Key`: a replay answers the same release, as it stands now.",
     responses={
-        **ok(responses.EXAMPLE_RELEASE, "charged and queued for delivery", 202, {"Location": "the release's URL"},
-             _LINKS),
+        **ok(responses.EXAMPLE_RELEASE_QUEUED, "accepted: queued for a release worker", 202,
+             {"Location": "the release's URL"}, _LINKS),
         **errors(401, 403, 404, 409, 413, 422, 503, e404="label_set_not_found", e409="budget_exhausted"),
     },
     openapi_extra=json_example({"mechanism": "laplace", "epsilon": 1, "feature_table": "clicks"}),
@@ -87,8 +91,10 @@ def create_release(
         raise
     if not stored.replayed:
         outcomes.labels(stored.body["mechanism"], "accepted").inc()
-        log.info("release %s charged %s on %s", stored.body["id"], stored.body["epsilon"], label_set_id)
-    return stored.answer(response)
+        log.info("release %s of %s on %s queued", stored.body["id"], stored.body["epsilon"], label_set_id)
+        return stored.answer(response)
+    stored.answer(response)
+    return releases.get_release(ctx, stored.body["id"])  # the same job, as it stands now
 
 
 @router.get(
@@ -123,8 +129,9 @@ def redeliver(release_id: str, ctx: Context) -> dict[str, Any]:
 @router.get(
     "/releases/{release_id}/events",
     summary="Follow a release's delivery",
-    description="Server-Sent Events: a `release` event whenever its stage or attempts change, then `end` "
-    "once delivered or rejected (`closing` if the server stops first). Catalogue facts only, never a label.",
+    description="Server-Sent Events: a `release` event whenever its stage or attempts change (accepted, "
+    "privatizing, then the delivery's), then `end` once delivered, rejected or failed (`closing` if the "
+    "server stops first). Catalogue facts only, never a label.",
     response_class=EventStreamResponse,
     responses={
         **event_stream_ok(responses.EXAMPLE_RELEASE_EVENTS, "the event stream"),
@@ -132,7 +139,7 @@ def redeliver(release_id: str, ctx: Context) -> dict[str, Any]:
     },
 )
 async def release_events(release_id: str, request: Request, ctx: Context) -> StreamingResponse:
-    """The release's delivery stage as Server-Sent Events, until delivered or rejected."""
+    """The release's stage as Server-Sent Events, until delivered, rejected or failed."""
     await run_in_threadpool(releases.release_snapshot, ctx, release_id)  # 404 before the stream starts
     return StreamingResponse(
         event_stream(

@@ -79,6 +79,30 @@ def parse_params(entry: Entry, params: dict[str, Any] | None) -> Params:
         raise RandomizerError("invalid_parameters", f"invalid parameters for {entry.name}: {fields}") from exc
 
 
+def check_request(
+    mechanism: str,
+    epsilon_micro: int,
+    domain: LabelDomain | None,
+    *,
+    classes: list[str] | None = None,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """What :func:`randomize` would refuse before it looks at a label: the mechanism, its
+    parameters, ε and the δ they imply. Raises :class:`RandomizerError`; reads no label, so a
+    service can refuse a bad request at once and privatize later (a release job)."""
+    label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
+    entry = entry_for(mechanism, label_type)
+    p = parse_params(entry, params)
+    if epsilon_micro <= 0:
+        raise RandomizerError("invalid_epsilon", "epsilon must be greater than 0")
+    try:
+        _build(mechanism, from_micro(epsilon_micro), domain, classes, p)
+    except RandomizerError:
+        raise
+    except ValueError as exc:
+        raise RandomizerError("invalid_parameters", f"{mechanism}: {exc}") from exc
+
+
 def _build(name: str, epsilon: float, domain: LabelDomain | None, classes: list[str] | None, p: Params) -> Mechanism:
     """The registry's mechanism ``name`` at ``epsilon`` (unfitted), its δ within ``MAX_DELTA``."""
     entry = REGISTRY[name]

@@ -136,6 +136,28 @@ class Settings(BaseSettings):
     outbox_initial_backoff_seconds: float = Field(0.5, description="first retry delay")
     outbox_max_backoff_seconds: float = Field(30.0, description="retry delay cap")
     outbox_timeout_seconds: float = Field(30.0, description="HTTP timeout of one delivery")
+    release_in_process_worker: bool = Field(
+        True,
+        description="the labels API also runs a release worker in its own process (the embedded default of make "
+        "demo: SQLite and a local folder); deployments set it off and run `labeldp worker labels` processes",
+    )
+    release_lease_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="how long a release worker's claim on a release job lasts unless renewed (it renews every third "
+        "of it); a job whose lease expired is run again from the start by another worker, nothing charged twice",
+    )
+    release_max_attempts: int = Field(
+        3, ge=1, le=100,
+        description="claims of one release job whose worker died before it is failed (worker_lost, nothing charged)",
+    )
+    release_poll_seconds: float = Field(
+        1.0, gt=0, le=60, description="how often an idle release worker looks for queued jobs and expired leases"
+    )
+    message_retention_seconds: float = Field(
+        7 * 24 * 3600.0, ge=0,
+        description="how long the message object of a delivered release is kept; then a release worker's sweep "
+        "removes it (the release row, its digest and accounting stay)",
+    )
 
     # --- features party -----------------------------------------------------
     features_database_url: str = Field(

@@ -1,7 +1,7 @@
 """privacy domain id sources and the audit log
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Each privacy domain declares the id namespace it owns (``id_source``, unique); a domain from
 before this revision owns its own name as its id source (names were already unique). The
 append-only ``audit_events`` table logs every domain change (services/labels_party/audit.py).
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0005'
-down_revision = '0003'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
