@@ -218,6 +218,7 @@ def test_the_whole_flow_runs_through_both_generated_clients_in_every_upload_form
         client=fc, name="clicks", body=ftypes.File(payload=io.BytesIO(TABLE_CSV.encode()))
     )
     assert isinstance(table, fm.FeatureTable) and table.n_rows == len(IDS), table
+    wait_release(labels, release.id, "pending", headers=LABELS_AUTH)  # the release job charged it
     ctx = labels.app.state.ctx  # type: ignore[attr-defined]
     settings = ctx.settings.model_copy(update={"features_url": str(features.base_url)})
     assert outbox.deliver_one(ctx.sessions, features, settings, release.id, random.Random(0)) == "delivered"

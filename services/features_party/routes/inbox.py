@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from features_party import inbox, responses
 from labeldp.errors import LabelDPError, Unavailable
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.service.openapi import SIGNATURE, errors, ok, request_body
+from labeldp.service.openapi import BINARY, OCTET_STREAM, SIGNATURE, errors, ok, request_body
 from labeldp.service.spool import spool_body
 
 from .deps import Context
@@ -78,8 +78,8 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
         **errors(404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
     },
     openapi_extra=request_body(
-        {"application/vnd.apache.parquet": ({"type": "string", "format": "binary"}, None)},
-        "the shard's exact bytes (at most `inbox_max_body_bytes`)",
+        {OCTET_STREAM: ({**BINARY, "description": "a Parquet file: the shard's exact bytes"}, None)},
+        "the shard's exact bytes (at most `inbox_max_body_bytes`), whatever the Content-Type says",
     ),
 )
 async def receive_shard(

@@ -75,13 +75,33 @@ def upgrade_schema(engine_or_url: Engine | str, migrations_package: str, revisio
     """Bring the database to ``revision`` (default: head) in one transaction; idempotent."""
     engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
     try:
-        with engine.begin() as connection:
-            if connection.dialect.name == "postgresql":
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(migrations_package)})
-            command.upgrade(alembic_config(migrations_package, connection), revision)
+        with engine.connect() as connection:
+            sqlite = connection.dialect.name == "sqlite"
+            if sqlite:  # batch mode rebuilds a referenced table: foreign keys off, checked after (Alembic's advice)
+                _sqlite_pragma(connection, "PRAGMA foreign_keys=OFF")
+            try:
+                with connection.begin():
+                    if connection.dialect.name == "postgresql":
+                        connection.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(migrations_package)}
+                        )
+                    command.upgrade(alembic_config(migrations_package, connection), revision)
+                    if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                        raise RuntimeError(f"{migrations_package}: the upgrade left rows with broken foreign keys")
+            finally:
+                if sqlite:
+                    _sqlite_pragma(connection, "PRAGMA foreign_keys=ON")
     finally:
         if isinstance(engine_or_url, str):
             engine.dispose()
+
+
+def _sqlite_pragma(connection: Connection, pragma: str) -> None:
+    """A PRAGMA outside any transaction (foreign_keys is a no-op inside one): on the raw connection,
+    which the engine keeps in autocommit (labeldp.service.database)."""
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    raw.execute(pragma)
 
 
 def schema_differences(engine: Engine, metadata: MetaData) -> list[Any]:
