@@ -18,11 +18,18 @@ from fastapi.concurrency import run_in_threadpool
 from features_party.context import AppContext, build_context
 from features_party.routes import feature_tables, models, ops, releases, trainings
 from labeldp.service.health import mount_readiness
-from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.http_api import (
+    BodySizeLimit,
+    RequireCaller,
+    bearer_auth,
+    inbox_transport_keys,
+    install_error_handlers,
+)
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import instrument
 from labeldp.service.openapi import documented_app
 from labeldp.service.settings import Settings, require_secrets
+from labeldp.signing import secrets_of
 
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
 party's signed release messages, trainings on features × privatized labels, models and predictions.
@@ -68,6 +75,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "/v1/releases": settings.inbox_max_body_bytes,
             "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
         },
+    )
+    # Outside the size limit: who is calling is known from the headers before any body is read.
+    app.add_middleware(
+        RequireCaller,
+        keys=secrets_of(settings.features_api_key),
+        overrides={
+            ("POST", "/v1/releases"): inbox_transport_keys(settings.inbox_transport_key, settings.exchange_secret)
+        },
+        public_max_body_bytes=settings.public_max_body_bytes,
     )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)

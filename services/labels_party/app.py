@@ -10,12 +10,18 @@ from prometheus_client import CollectorRegistry
 
 from labeldp.service.database import make_session_factory
 from labeldp.service.health import mount_readiness
-from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.http_api import (
+    BodySizeLimit,
+    RequireCaller,
+    bearer_auth,
+    install_error_handlers,
+)
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.openapi import documented_app
 from labeldp.service.settings import Settings, require_secrets
+from labeldp.signing import secrets_of
 
 from . import ledger
 from .context import LabelsContext
@@ -55,6 +61,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = CollectorRegistry()
     app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Outside the size limit: who is calling is known from the headers before any body is read.
+    app.add_middleware(
+        RequireCaller, keys=secrets_of(settings.labels_api_key), public_max_body_bytes=settings.public_max_body_bytes
+    )
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.

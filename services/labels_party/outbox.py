@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.schema import SIGNATURE_HEADER
 from labeldp.service.database import backoff_seconds, is_transient, make_session_factory, retry_transient
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
@@ -111,6 +112,7 @@ def _attempt(
         "content-length": str(store.size(key)),
         SIGNATURE_HEADER: signature,
         REQUEST_ID_HEADER: request_id,
+        **transport_headers(settings),
     }
     status, outcome = "pending", "network"
     error: DeliveryOutcome | None = None
@@ -149,6 +151,12 @@ def _attempt(
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
     log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error.value})" if error else "")
     return status
+
+
+def transport_headers(settings: Settings) -> dict[str, str]:
+    """The credential the inbox checks from the headers before it spools a byte of the body."""
+    key = inbox_transport_keys(settings.inbox_transport_key, settings.exchange_secret)[0]
+    return {"authorization": f"Bearer {key}"}
 
 
 def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:

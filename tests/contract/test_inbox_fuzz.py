@@ -20,7 +20,10 @@ from hypothesis import strategies as st
 from tests.contract.conftest import EXCHANGE_SECRET, LABELS_AUTH, features_app, labels_app
 
 from labeldp.schema import SIGNATURE_HEADER
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp.signing import sign
+
+TRANSPORT_AUTH = {"authorization": f"Bearer {inbox_transport_keys('', EXCHANGE_SECRET)[0]}"}
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -82,7 +85,9 @@ def test_signed_garbage_gets_a_documented_answer(inbox: TestClient, message: dic
         r = inbox.post(
             "/v1/releases",
             content=raw,
-            headers={"content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET)},
+            headers={
+                "content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET), **TRANSPORT_AUTH
+            },
         )
         seen.add(r.status_code)
         assert r.status_code in documented, (r.status_code, r.text)
@@ -97,6 +102,6 @@ def test_the_unmutated_message_is_accepted(features: TestClient, message: dict[s
     # The control: the same message unmutated goes through (on a fresh inbox), so the 422s
     # above come from the mutations, not from a message the inbox could never accept.
     raw = json.dumps(message).encode()
-    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET)}
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, EXCHANGE_SECRET), **TRANSPORT_AUTH}
     r = features.post("/v1/releases", content=raw, headers=headers)
     assert r.status_code == 201 and r.json()["id"] == message["release_id"], r.text

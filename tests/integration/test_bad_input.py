@@ -8,6 +8,7 @@ import time
 import pytest
 
 from labeldp.schema import SIGNATURE_HEADER
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp.signing import sign
 
 from .conftest import MAX_BODY, create_label_set, upload_csv
@@ -118,7 +119,8 @@ def test_inbox_refuses_a_message_with_a_bad_signature(stack):
     body = json.dumps({"release_id": "rel_forged"}).encode()
     with stack.features_client() as features:
         for header in (sign(body, "not-the-secret"), None):
-            headers = {"content-type": "application/json"}
+            transport = inbox_transport_keys("", stack.exchange_secret)[0]
+            headers = {"content-type": "application/json", "authorization": f"Bearer {transport}"}
             if header:
                 headers[SIGNATURE_HEADER] = header
             r = features.post("/v1/releases", content=body, headers=headers)

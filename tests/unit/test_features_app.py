@@ -28,6 +28,7 @@ from labeldp.schema import (
     encode_payload,
     payload_digest,
 )
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp.service.settings import Settings
 from labeldp.signing import sign
 from labeldp.specs.base import LabelDomainSpec
@@ -35,6 +36,7 @@ from labeldp.specs.base import LabelDomainSpec
 API_KEY = "test-features-key"
 SECRET = "test-exchange-secret"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
+TRANSPORT_AUTH = {"Authorization": f"Bearer {inbox_transport_keys('', SECRET)[0]}"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -71,7 +73,7 @@ def release_body(
 
 
 def post_release(client: TestClient, body: bytes, secret: str | None = SECRET):
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **TRANSPORT_AUTH}
     if secret is not None:
         headers[SIGNATURE_HEADER] = sign(body, secret)
     return client.post("/v1/releases", content=body, headers=headers)

@@ -141,29 +141,125 @@ def allowed_methods(request: Request, named: str | None) -> str:
     return ", ".join(sorted(methods))
 
 
+def bearer_matches(header: str, keys: list[bytes]) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer <one of keys>``.
+
+    Keys are compared as bytes in constant time, every one of them (the time taken does not
+    tell which one matched), so a header with non-ASCII characters is simply a wrong key.
+    """
+    scheme, _, token = header.partition(" ")
+    offered = token.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(offered, key)
+    return scheme.lower() == "bearer" and bool(offered) and matched
+
+
 def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
     """A dependency that admits ``Authorization: Bearer <key>`` for any of the comma-separated keys.
 
-    Several keys let a client move to a new key before the old one is removed. Keys are
-    compared as bytes in constant time, so a header with non-ASCII characters is simply a
-    wrong key (401), never an error. An empty key list admits no one.
+    Several keys let a client move to a new key before the old one is removed. An empty key
+    list admits no one. :class:`RequireCaller` has already checked the same header before the
+    body was read; the dependency keeps the check next to the routes (and in their contract).
     """
     keys = [k.encode("utf-8") for k in secrets_of(expected_keys)]
 
     def check(request: Request, _documented: Annotated[Any, Security(BEARER)] = None) -> None:
         # ``BEARER`` only puts the scheme in the OpenAPI contract; the header is read here.
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        offered = token.strip().encode("utf-8", "surrogateescape")
-        matched = False
-        for key in keys:  # every key is compared: the time taken does not tell which one matched
-            matched |= hmac.compare_digest(offered, key)
-        if scheme.lower() != "bearer" or not offered or not matched:
+        if not bearer_matches(request.headers.get("authorization", ""), keys):
             raise Unauthorized(
                 "unauthorized", "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"}
             )
 
     return check
+
+
+TRANSPORT_KEY_CONTEXT = b"labeldp inbox transport key v1"
+
+
+def inbox_transport_keys(transport_key: str, exchange_secret: str) -> list[str]:
+    """The bearer keys the outbox may present to the inbox (the first is the one it sends).
+
+    ``LABELDP_INBOX_TRANSPORT_KEY`` when set, else one key derived from each exchange secret
+    (HMAC-SHA256 under a fixed context): both parties already hold those, so the inbox can tell
+    its sender from anyone else by a header, before a byte of the body is spooled.
+    """
+    if secrets_of(transport_key):
+        return secrets_of(transport_key)
+    return [
+        "ltk_" + hmac.new(secret.encode(), TRANSPORT_KEY_CONTEXT, "sha256").hexdigest()
+        for secret in secrets_of(exchange_secret)
+    ]
+
+
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+PUBLIC_PREFIXES = ("/docs-assets/",)
+"""What anyone may ask without a key: probes, the scrape, the contract and its pages; none reads a body."""
+
+
+class RequireCaller:
+    """ASGI middleware: who is calling is decided from the headers, before any of the body is read.
+
+    Every path but :data:`PUBLIC_PATHS` needs ``Authorization: Bearer <key>``: the API's keys,
+    or for a ``(method, path)`` in ``overrides`` that route's own keys (the inbox: the outbox's
+    transport key). A wrong or missing key gets 401 at once and the body is never received, so
+    an anonymous client's upload costs the server neither memory nor disk nor a worker. A public
+    path takes a body of at most ``public_max_body_bytes`` (it reads none).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: list[str],
+        overrides: dict[tuple[str, str], list[str]] | None = None,
+        public_max_body_bytes: int = 0,
+    ) -> None:
+        self.app = app
+        self.keys = [k.encode("utf-8") for k in keys]
+        self.overrides = {
+            (method.upper(), path): [k.encode("utf-8") for k in route_keys]
+            for (method, path), route_keys in (overrides or {}).items()
+        }
+        self.public = BodySizeLimit(app, public_max_body_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            await self.public(scope, receive, send)
+            return
+        keys = self.overrides.get((scope.get("method", ""), path), self.keys)
+        header = ""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+        if bearer_matches(header, keys):
+            await self.app(scope, receive, send)
+            return
+        await send_error(
+            send, 401, "unauthorized", "missing or wrong API key", {"WWW-Authenticate": "Bearer"}, close=True
+        )
+
+
+async def send_error(
+    send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None, close: bool = False
+) -> None:
+    """An error answer sent straight from a middleware; ``close`` ends the connection after it
+    (the body was not read: the connection cannot carry another request)."""
+    response = error_response(status, code, message)
+    raw = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(response.body)).encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
+    ]
+    if close:
+        raw.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 class BodySizeLimit:
@@ -191,51 +287,49 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope.get("path", ""))
-        if limit != self.max_bytes:
-            await BodySizeLimit(self.app, limit)(scope, receive, send)
-            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared > self.max_bytes or declared < 0:
-                    await self._reject(send)
+                if declared > limit or declared < 0:
+                    await self._reject(send, limit)
                     return
+        # A body without a length (chunked) is counted as it streams: past the limit the read
+        # fails, and whatever the app answers to that failure (FastAPI: "could not parse") is
+        # replaced by the 413, so every route says the same thing about a body that is too large.
         received = 0
-        too_large = False
+        too_large = started = False
 
         async def limited_receive() -> Message:
             nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     too_large = True
                     raise _BodyTooLarge()
             return message
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _BodyTooLarge:
-            await self._reject(send)
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if too_large:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
-    async def _reject(self, send: Send) -> None:
-        response = error_response(
-            413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes"
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(response.body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not too_large:
+                raise
+        if too_large and not started:
+            await self._reject(send, limit)
+
+    async def _reject(self, send: Send, limit: int) -> None:
+        # The rest of the body is never read: the connection closes after the answer.
+        await send_error(send, 413, "payload_too_large", f"request body exceeds {limit} bytes", close=True)
 
 
 class _BodyTooLarge(Exception):

@@ -140,6 +140,18 @@ class Settings(BaseSettings):
         gt=0,
         description="largest release message the inbox accepts (streamed to disk and verified before parsing)",
     )
+    inbox_transport_key: str = Field(
+        "",
+        description="bearer key the outbox presents to the inbox (comma-separated while one is rotated out: the "
+        "outbox sends the first, the inbox accepts any); checked from the headers before a byte of the body is "
+        "spooled. Empty: derived from LABELDP_EXCHANGE_SECRET, which both parties already hold",
+    )
+    public_max_body_bytes: int = Field(
+        1024,
+        ge=0,
+        description="largest body a route that needs no key (/healthz, /readyz, /metrics, the contract) accepts; "
+        "every other route answers 401 from the headers before it reads any of the body",
+    )
     inbox_max_concurrent: int = Field(
         2, ge=1, le=64, description="messages the inbox receives at once; more get 503 inbox_busy with Retry-After"
     )
