@@ -21,6 +21,7 @@ from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
     RequireCaller,
+    ServerErrors,
     bearer_auth,
     inbox_transport_keys,
     install_error_handlers,
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = documented_app("labeldp features party", DESCRIPTION, TAGS, lifespan)
     app.state.ctx = ctx  # what routes.deps hands each handler
+    app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,

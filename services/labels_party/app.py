@@ -13,6 +13,7 @@ from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
     RequireCaller,
+    ServerErrors,
     bearer_auth,
     install_error_handlers,
 )
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     registry = CollectorRegistry()
     app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
+    app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     # Outside the size limit: who is calling is known from the headers before any body is read.
     app.add_middleware(

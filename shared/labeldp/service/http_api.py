@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+import traceback
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp.errors import LabelDPError, Unauthorized
 from labeldp.service.database import is_transient
+from labeldp.service.logs import current_request_id
 from labeldp.service.openapi import BEARER
 from labeldp.signing import secrets_of
 
@@ -117,13 +119,63 @@ def install_error_handlers(app: FastAPI) -> None:
             log.warning("database unavailable: %s", type(exc).__name__)
             return database_unavailable_response()
         log.error("database error: %s", type(exc).__name__)
-        return error_response(500, "internal_error", "internal error")
+        return internal_error_response()
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        # Log the type only: an exception message may carry data values.
+        # Only what escapes the middlewares themselves: a route's error is answered by
+        # ServerErrors, inside the request id, with the connection kept open.
         log.error("unhandled error: %s", type(exc).__name__)
-        return error_response(500, "internal_error", "internal error")
+        return internal_error_response()
+
+
+def internal_error_response() -> JSONResponse:
+    """500 ``internal_error`` carrying the request id (also in ``X-Request-ID``): what to quote
+    to an operator, who finds the request's log lines, stack frames included, under it."""
+    response = error_response(500, "internal_error", "internal error")
+    rid = current_request_id()
+    if rid is not None:
+        response = JSONResponse(
+            status_code=500,
+            content={"code": "internal_error", "message": "internal error", "details": [], "request_id": rid},
+        )
+    return response
+
+
+class ServerErrors:
+    """ASGI middleware, innermost: a route's unexpected exception becomes a 500 right here.
+
+    Starlette answers an unhandled exception in its outermost layer, outside the request-id
+    middleware, and then re-raises it, so the server drops the keep-alive connection and the
+    answer has no ``X-Request-ID``. Answered here instead, the 500 carries the request id (header
+    and body) and the connection serves the next request. Logged by type and stack frames only
+    (a message may quote a value). An exception after the answer started is re-raised: nothing
+    else can be sent on that response.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise
+            stack = [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)]
+            name = type(exc).__name__
+            log.error("unhandled error: %s", name, extra={"error_type": name, "stack": stack})
+            await internal_error_response()(scope, receive, send)
 
 
 def allowed_methods(request: Request, named: str | None) -> str:
