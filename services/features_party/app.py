@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ("POST", "/v1/releases"): inbox_transport_keys(settings.inbox_transport_key, settings.exchange_secret)
         },
         public_max_body_bytes=settings.public_max_body_bytes,
+        openapi=app.openapi,
     )
     install_error_handlers(app)
     mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)

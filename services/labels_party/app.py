@@ -65,7 +65,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     # Outside the size limit: who is calling is known from the headers before any body is read.
     app.add_middleware(
-        RequireCaller, keys=secrets_of(settings.labels_api_key), public_max_body_bytes=settings.public_max_body_bytes
+        RequireCaller,
+        keys=secrets_of(settings.labels_api_key),
+        public_max_body_bytes=settings.public_max_body_bytes,
+        openapi=app.openapi,
     )
     install_error_handlers(app)
     mount_readiness(app, engine, settings.database_connect_timeout_seconds)

@@ -12,6 +12,7 @@ import logging
 import re
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request, Security
@@ -267,8 +268,11 @@ class RequireCaller:
         keys: list[str],
         overrides: dict[tuple[str, str], list[str]] | None = None,
         public_max_body_bytes: int = 0,
+        openapi: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.app = app
+        self.openapi = openapi  # only to name the route a refused request was for (metrics, access log)
+        self._templates: list[tuple[re.Pattern[str], str]] | None = None
         self.keys = [k.encode("utf-8") for k in keys]
         self.overrides = {
             (method.upper(), path): [k.encode("utf-8") for k in route_keys]
@@ -292,9 +296,28 @@ class RequireCaller:
         if bearer_matches(header, keys):
             await self.app(scope, receive, send)
             return
+        template = self._template(path)
+        if template is not None:
+            scope["route"] = _Template(template)
         await send_error(
             send, 401, "unauthorized", "missing or wrong API key", {"WWW-Authenticate": "Bearer"}, close=True
         )
+
+
+    def _template(self, path: str) -> str | None:
+        if self._templates is None:
+            paths = self.openapi()["paths"] if self.openapi is not None else {}
+            self._templates = [
+                (re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(t))), t) for t in paths
+            ]
+        return next((t for pattern, t in self._templates if pattern.fullmatch(path)), None)
+
+
+@dataclass(frozen=True)
+class _Template:
+    """What the metrics and the access log read of a matched route: its template."""
+
+    path: str
 
 
 async def send_error(
