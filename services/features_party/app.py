@@ -89,7 +89,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi=app.openapi,
     )
     install_error_handlers(app)
-    mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
+    mount_readiness(
+        app, ctx.engine, settings.database_connect_timeout_seconds, settings.features_data_dir,
+        settings.min_free_disk_bytes,
+    )
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
     instrument(app, ctx.registry, "features")
     app.add_middleware(RequestContext)

@@ -71,7 +71,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi=app.openapi,
     )
     install_error_handlers(app)
-    mount_readiness(app, engine, settings.database_connect_timeout_seconds)
+    mount_readiness(
+        app, engine, settings.database_connect_timeout_seconds, settings.labels_data_dir, settings.min_free_disk_bytes
+    )
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
     instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
     app.add_middleware(RequestContext)

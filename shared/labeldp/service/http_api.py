@@ -7,6 +7,7 @@ a response, a log line or a trace (docs/architecture.md, privacy invariant 5).
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
 import re
@@ -80,6 +81,7 @@ _STATUS_CODES = {
     415: "unsupported_media_type",
     422: "invalid_request",
     503: "service_unavailable",
+    507: "insufficient_storage",
 }
 
 
@@ -122,12 +124,35 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("database error: %s", type(exc).__name__)
         return internal_error_response()
 
+    @app.exception_handler(OSError)
+    async def _os_error(_: Request, exc: OSError) -> JSONResponse:
+        if exc.errno in DISK_FULL_ERRNOS:
+            # What was being written is removed by its writer (spool, object store: temp, then rename).
+            log.error("disk full: %s", errno.errorcode.get(exc.errno or 0, "?"))
+            return insufficient_storage_response()
+        log.error("unhandled error: %s", type(exc).__name__)
+        return internal_error_response()
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         # Only what escapes the middlewares themselves: a route's error is answered by
         # ServerErrors, inside the request id, with the connection kept open.
         log.error("unhandled error: %s", type(exc).__name__)
         return internal_error_response()
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+STORAGE_RETRY_AFTER_SECONDS = 60
+
+
+def insufficient_storage_response() -> JSONResponse:
+    """507 ``insufficient_storage``: the service's disk is full; nothing was stored, retry later."""
+    return error_response(
+        507,
+        "insufficient_storage",
+        "the service's storage is full; nothing was stored, retry later",
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)},
+    )
 
 
 def internal_error_response() -> JSONResponse:

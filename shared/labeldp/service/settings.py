@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         description="accept the built-in dev keys and secrets shorter than 16 characters: a laptop only, never a "
         "deployment (every service refuses to start with them otherwise)",
     )
+    min_free_disk_bytes: int = Field(
+        256 * 1024**2,
+        ge=0,
+        description="/readyz answers 503 insufficient_storage while the service's data folder has less free (0: "
+        "not checked); a write that finds the disk full answers 507 insufficient_storage and stores nothing",
+    )
     max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
     log_level: str = Field("INFO", description="log level of both services")
     sqlite_busy_timeout_seconds: float = Field(
