@@ -77,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "/v1/releases": settings.inbox_max_body_bytes,
             "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
         },
+        body_timeout_seconds=settings.request_body_timeout_seconds,
+        min_bytes_per_second=settings.request_body_min_bytes_per_second,
     )
     # Outside the size limit: who is calling is known from the headers before any body is read.
     app.add_middleware(

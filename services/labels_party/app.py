@@ -62,7 +62,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = CollectorRegistry()
     app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
     app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.request_body_timeout_seconds,
+        min_bytes_per_second=settings.request_body_min_bytes_per_second,
+    )
     # Outside the size limit: who is calling is known from the headers before any body is read.
     app.add_middleware(
         RequireCaller,

@@ -3,7 +3,9 @@ headers, before a byte of the body is read (docs/architecture.md, "The edge").""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import sqlite3
 import threading
@@ -14,18 +16,28 @@ from pathlib import Path
 import httpx
 import pytest
 
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp_tools.local_stack import LocalStack
 
 from .conftest import MAX_BODY, create_label_set, upload_csv, wait_for_status
 
 MB = 1 << 20
+HEAD_TIMEOUT = 6
+MAX_CONNECTIONS = 300
+BODY_TIMEOUT = 3
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     s = LocalStack(
         tmp_path_factory.mktemp("edge"),
-        extra_env={"LABELDP_MAX_BODY_BYTES": str(MAX_BODY), "LABELDP_DEFAULT_DOMAIN_EPSILON": "1000"},
+        extra_env={
+            "LABELDP_MAX_BODY_BYTES": str(MAX_BODY),
+            "LABELDP_DEFAULT_DOMAIN_EPSILON": "1000",
+            "LABELDP_SERVER_HEADER_TIMEOUT_SECONDS": str(HEAD_TIMEOUT),
+            "LABELDP_SERVER_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+            "LABELDP_REQUEST_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+        },
     )
     s.start(timeout=180)  # a loaded test machine starts slowly
     yield s
@@ -230,3 +242,62 @@ def test_a_500_keeps_the_request_id_and_the_connection(stack: LocalStack) -> Non
         # the same connection serves the next request
         status, fields, _ = _raw_get(sock, "/healthz", {})
         assert status == 200 and fields["x-request-id"].startswith("req_")
+
+
+def test_half_open_connections_are_capped_and_closed(stack: LocalStack) -> None:
+    pid = stack.processes["labels"].pid
+    idle_fds = len(os.listdir(f"/proc/{pid}/fd"))
+    socks = []
+    try:
+        for _ in range(3 * MAX_CONNECTIONS):  # connect, send nothing
+            socks.append(socket.create_connection(("127.0.0.1", stack.labels_port), timeout=30))
+        opened = time.monotonic()
+        # past the cap: closed at once (well before the head timeout closes the rest)
+        while len(os.listdir(f"/proc/{pid}/fd")) >= idle_fds + MAX_CONNECTIONS + 20:
+            assert time.monotonic() - opened < HEAD_TIMEOUT / 2, len(os.listdir(f"/proc/{pid}/fd"))
+            time.sleep(0.1)
+        started = time.monotonic()
+        for sock in socks:  # every one is closed by the server within the head timeout
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(1) == b""
+        assert time.monotonic() - started < HEAD_TIMEOUT + 3
+    finally:
+        for sock in socks:
+            sock.close()
+    started = time.monotonic()
+    assert httpx.get(stack.labels_url + "/healthz", timeout=5).status_code == 200
+    assert time.monotonic() - started < 1.0
+
+
+def test_slow_bodies_with_the_key_get_408_and_free_the_inbox(stack: LocalStack) -> None:
+    # Two holders of the transport key trickling bodies at 1 byte/s hold the two inbox slots
+    # for the body timeout only; a real release waits that out and is delivered.
+    key = inbox_transport_keys("", stack.exchange_secret)[0]
+    slow: list[tuple[int, int, float]] = []
+    stop = threading.Event()
+    clients = [
+        threading.Thread(target=lambda: slow.append(post_raw(
+            stack.features_url, "/v1/releases", 10_000, headers={"Authorization": f"Bearer {key}"}, rate=1, stop=stop
+        )))
+        for _ in range(2)
+    ]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(0.5)
+        with stack.labels_client() as labels:
+            ids = [f"slow{i:03d}" for i in range(20)]
+            ls = create_label_set(labels, ids, 10.0, 10.0)
+            assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
+            r = labels.post(
+                f"/v1/label-sets/{ls['id']}/releases",
+                json={"mechanism": "laplace", "epsilon": 1.0, "feature_table": "clicks"},
+            )
+            assert r.status_code == 202, r.text
+            wait_for_status(labels, r.json()["id"], "delivered", timeout=BODY_TIMEOUT + 20)
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(10)
+    assert [s for s, _, _ in slow] == [408, 408]
+    assert all(seconds < BODY_TIMEOUT + 3 for _, _, seconds in slow)

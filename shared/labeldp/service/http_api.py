@@ -7,6 +7,7 @@ a response, a log line or a trace (docs/architecture.md, privacy invariant 5).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hmac
 import logging
@@ -77,6 +78,7 @@ _STATUS_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
@@ -365,9 +367,19 @@ async def send_error(
 class BodySizeLimit:
     """ASGI middleware: 413 ``payload_too_large`` before a large body is buffered."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, limits: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        limits: dict[str, int] | None = None,
+        body_timeout_seconds: float | None = None,
+        min_bytes_per_second: int = 1,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # A body must arrive by: start + timeout + bytes received / min rate (408 past it).
+        self.body_timeout = body_timeout_seconds
+        self.min_rate = min_bytes_per_second
         # path -> its own limit (the inbox streams large releases to disk); a path may be a route
         # template whose ``{name}`` segments match any one segment
         self.limits = {path: limit for path, limit in (limits or {}).items() if "{" not in path}
@@ -400,21 +412,33 @@ class BodySizeLimit:
         # fails, and whatever the app answers to that failure (FastAPI: "could not parse") is
         # replaced by the 413, so every route says the same thing about a body that is too large.
         received = 0
-        too_large = started = False
+        refused: int | None = None  # 413 or 408, once the body broke a limit
+        started = body_done = False
+        loop = asyncio.get_running_loop()
+        began = loop.time()
 
         async def limited_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
+            nonlocal received, refused, body_done
+            if body_done or self.body_timeout is None:
+                message = await receive()  # after the body: a disconnect, waited for as long as it takes
+            else:
+                left = began + self.body_timeout + received / self.min_rate - loop.time()
+                try:
+                    message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
+                except TimeoutError:
+                    refused = 408
+                    raise _BodyRefused() from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > limit:
-                    too_large = True
-                    raise _BodyTooLarge()
+                    refused = 413
+                    raise _BodyRefused()
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
-            if too_large:
+            if refused is not None:
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -422,15 +446,18 @@ class BodySizeLimit:
         try:
             await self.app(scope, limited_receive, guarded_send)
         except Exception:
-            if not too_large:
+            if refused is None:
                 raise
-        if too_large and not started:
-            await self._reject(send, limit)
+        if refused is not None and not started:
+            if refused == 413:
+                await self._reject(send, limit)
+            else:
+                await send_error(send, 408, "request_timeout", "the request body arrived too slowly", close=True)
 
     async def _reject(self, send: Send, limit: int) -> None:
         # The rest of the body is never read: the connection closes after the answer.
         await send_error(send, 413, "payload_too_large", f"request body exceeds {limit} bytes", close=True)
 
 
-class _BodyTooLarge(Exception):
+class _BodyRefused(Exception):
     pass

@@ -160,6 +160,34 @@ class Settings(BaseSettings):
         description="accept the built-in dev keys and secrets shorter than 16 characters: a laptop only, never a "
         "deployment (every service refuses to start with them otherwise)",
     )
+    server_timeout_keep_alive_seconds: int = Field(
+        5, ge=1, le=600, description="uvicorn: an idle keep-alive connection is closed after this long"
+    )
+    server_header_timeout_seconds: float = Field(
+        10.0, gt=0, le=600,
+        description="a connection that has not sent a whole request head this long after it opened (or after its "
+        "last answer) is closed: half-open and slow-header clients hold no socket for long",
+    )
+    server_max_connections: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="open connections a server keeps; one more is closed at once (keep it under the file descriptor "
+        "limit, `ulimit -n`)",
+    )
+    server_limit_concurrency: int = Field(
+        500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+    )
+    server_max_header_bytes: int = Field(
+        64 * 1024, ge=4096, le=16 * 1024**2,
+        description="uvicorn h11_max_incomplete_event_size: the largest request head (line and headers) buffered",
+    )
+    request_body_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="a body must arrive within this long plus its size at LABELDP_REQUEST_BODY_MIN_BYTES_PER_SECOND; "
+        "a slower one gets 408 request_timeout (a slow client holds no inbox slot or worker)",
+    )
+    request_body_min_bytes_per_second: int = Field(
+        16 * 1024, ge=1, description="the slowest sustained upload rate accepted past the body timeout's grace"
+    )
     min_free_disk_bytes: int = Field(
         256 * 1024**2,
         ge=0,
