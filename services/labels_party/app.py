@@ -4,6 +4,9 @@ routers of :mod:`labels_party.routes` (one module per resource)."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
@@ -27,7 +30,7 @@ from labeldp.signing import secrets_of
 from . import ledger
 from .context import LabelsContext
 from .routes import label_sets, ops, privacy_domains, releases
-from .sweep import sweep_orphans
+from .sweep import SPOOL_MIN_AGE_SECONDS, lease_age, run_sweeper, sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
 
@@ -46,6 +49,23 @@ TAGS = [
 ]
 
 
+def sweeping(ctx: LabelsContext, interval_seconds: float) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: a thread that sweeps a crash's leftovers once their lease expired."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        stop = threading.Event()
+        sweeper = threading.Thread(target=run_sweeper, args=(ctx, stop, interval_seconds), name="sweeper", daemon=True)
+        sweeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            sweeper.join(30)
+
+    return lifespan
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     require_secrets(settings, "labels_api_key")
@@ -53,14 +73,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = open_database(settings.labels_database_url, "labels_party.migrations", settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
     # Files a crash left between writing and committing; young ones may be another replica's.
-    swept = sweep_orphans(ctx, min_age_seconds=max(3600.0, 2 * settings.idempotency_lease_seconds))
+    swept = sweep_orphans(ctx, lease_age(ctx), SPOOL_MIN_AGE_SECONDS)
     if swept:
         log.info("swept %d orphaned files", swept)
     if bucketed := ledger.bucket_legacy_domains(ctx):  # domains from before the bucketed ledger, once
         log.info("bucketed the ledger of %d privacy domains", bucketed)
 
     registry = CollectorRegistry()
-    app = documented_app("labeldp labels party", DESCRIPTION, TAGS)
+    app = documented_app("labeldp labels party", DESCRIPTION, TAGS, sweeping(ctx, settings.sweep_interval_seconds))
     app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
     app.add_middleware(
         BodySizeLimit,

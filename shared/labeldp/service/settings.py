@@ -212,6 +212,12 @@ class Settings(BaseSettings):
         description="how long an API waits at start for its database (then exits for its supervisor to restart "
         "it); the outbox waits as long as it takes",
     )
+    sweep_interval_seconds: float = Field(
+        60.0, gt=0, le=86400,
+        description="labels API: how often it removes what a crashed or refused request left (unreferenced "
+        "message and labels objects and store temporaries older than twice the request lease, spools older than an "
+        "hour)",
+    )
     idempotency_lease_seconds: float = Field(
         120.0,
         gt=0,
