@@ -35,8 +35,9 @@ from labeldp.signing import secrets_of
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
 party's signed release messages, trainings on features × privatized labels, models and predictions.
 
-Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead checks the
-HMAC signature of the labels party's outbox. Every error is `{code, message, details}` with a stable
+Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`) instead takes the labels
+party's outbox transport key in the same header (checked before the body is read) and the HMAC signature of
+the message. Every error is `{code, message, details}` with a stable
 `code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`, `mdl_`); timestamps carry a UTC offset.
 There is no route that reaches the labels party."""
 
