@@ -330,7 +330,6 @@ class RequireCaller:
             send, 401, "unauthorized", "missing or wrong API key", {"WWW-Authenticate": "Bearer"}, close=True
         )
 
-
     def _template(self, path: str) -> str | None:
         if self._templates is None:
             paths = self.openapi()["paths"] if self.openapi is not None else {}
