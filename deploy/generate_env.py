@@ -72,6 +72,7 @@ VARIABLES = {
     "LABELDP_FEATURES_API_KEY": _token,  # publisher systems -> features API
     "LABELDP_SIGNING_KEY": lambda: _PAIR[0],  # the labels outbox signs (Ed25519 private key)
     "LABELDP_SIGNING_PUBLIC_KEYS": lambda: _PAIR[1],  # the features inbox verifies (public key)
+    "LABELDP_INBOX_TRANSPORT_KEY": _token,  # the labels outbox's bearer key at the features inbox (both hold it)
     "POSTGRES_PASSWORD": _token,  # the labels party's ledger database
     "FEATURES_POSTGRES_PASSWORD": _token,  # the features party's database (fleet)
     "MINIO_ROOT_PASSWORD": lambda: secrets.token_hex(16),  # the labels party's MinIO, admin (fleet)

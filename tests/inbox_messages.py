@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from tests.local_settings import TRANSPORT_AUTH
 
 from labeldp.message_shards import MessageLimits, write_message
 from labeldp.schema import SIGNATURE_HEADER, ReleaseMetadata
@@ -58,7 +59,7 @@ def deliver(
     """Deliver ``message`` to the inbox behind ``client`` (a TestClient or an httpx.Client at the
     features party); the first refusal is returned as it came, a complete delivery as :class:`Delivered`."""
     raw = message if isinstance(message, bytes) else message.manifest
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **TRANSPORT_AUTH}
     if signature is not None:
         headers[SIGNATURE_HEADER] = signature
     elif secret is not None:
@@ -72,11 +73,12 @@ def deliver(
         return Delivered(first.status_code, answer, requests)
     release_id = answer["id"]
     for index in answer["missing"]:
-        r = client.put(f"/v1/releases/{release_id}/shards/{index}", content=message.shards[index])
+        r = client.put(f"/v1/releases/{release_id}/shards/{index}", content=message.shards[index],
+                       headers=TRANSPORT_AUTH)
         requests.append(f"shard {index}")
         if r.status_code != 200:
             return r
-    done = client.post(f"/v1/releases/{release_id}/complete")
+    done = client.post(f"/v1/releases/{release_id}/complete", headers=TRANSPORT_AUTH)
     requests.append("complete")
     if done.status_code != 200:
         return done

@@ -18,6 +18,11 @@ def fixed_signing_key(name: str) -> str:
     return "ed25519-sk:" + base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()).decode().rstrip("=")
 
 
+TRANSPORT_KEY = "test-inbox-transport-Qm7rT2vX9kP4wZ8n"
+"""The outbox's bearer key at the inbox in tests (LABELDP_INBOX_TRANSPORT_KEY): both parties hold it."""
+TRANSPORT_AUTH = {"authorization": f"Bearer {TRANSPORT_KEY}"}
+
+
 def both_parties(tmp_path: Path, labels_key: str, features_key: str, signing_key: str, **extra: Any) -> Settings:
     """SQLite catalogues and data folders under ``tmp_path``, the given keys, CPU training.
 
@@ -39,5 +44,5 @@ def both_parties(tmp_path: Path, labels_key: str, features_key: str, signing_key
         signing_key=signing_key,
         signing_public_keys=public_key_of(signing_key),
         device="cpu",
-        **extra,
+        **{"inbox_transport_key": TRANSPORT_KEY, **extra},
     )

@@ -18,21 +18,29 @@ from fastapi.concurrency import run_in_threadpool
 from features_party.context import AppContext, build_context
 from features_party.routes import feature_tables, inbox, models, ops, releases, trainings
 from labeldp.service.health import mount_readiness
-from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers
+from labeldp.service.http_api import (
+    BodySizeLimit,
+    RequireCaller,
+    ServerErrors,
+    bearer_auth,
+    inbox_transport_keys,
+    install_error_handlers,
+)
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import instrument
 from labeldp.service.openapi import documented_app
 from labeldp.service.settings import Settings, require_secrets
+from labeldp.signing import secrets_of
 
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
 party's signed release messages, trainings on features × privatized labels, models and predictions.
 
 Authenticate with `Authorization: Bearer <key>`; the inbox (`POST /v1/releases`, the signed manifest
-of a message, then its shards and `complete`) instead checks the Ed25519 signature of the labels party's
-outbox over the manifest (with its public keys, by kid), and each shard against the digest the manifest
-lists. Every error is
-`{code, message, details}` with a stable `code`. Ids are prefixed by kind (`ft_`, `rel_`, `trn_`,
-`mdl_`); timestamps carry a UTC offset. There is no route that reaches the labels party."""
+of a message, then its shards and `complete`) instead takes the labels party's outbox transport key in
+the same header (checked before the body is read), checks the Ed25519 signature of the labels party over
+the manifest (with its public keys, by kid), and each shard against the digest the manifest lists.
+Every error is `{code, message, details}` with a stable `code`. Ids are prefixed by kind (`ft_`, `rel_`,
+`trn_`, `mdl_`); timestamps carry a UTC offset. There is no route that reaches the labels party."""
 
 TAGS = [
     {"name": "feature tables", "description": "the publisher's features, keyed by example id"},
@@ -57,12 +65,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    require_secrets(settings, "features_api_key", "signing_public_keys")
+    require_secrets(settings, "features_api_key", "inbox_transport_key", "signing_public_keys")
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
 
     app = documented_app("labeldp features party", DESCRIPTION, TAGS, lifespan)
     app.state.ctx = ctx  # what routes.deps hands each handler
+    app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,
@@ -72,9 +81,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "/v1/feature-tables": settings.feature_table_max_body_bytes,
             "/v1/models/{model_id}/predictions": settings.prediction_max_body_bytes,
         },
+        body_timeout_seconds=settings.request_body_timeout_seconds,
+        min_bytes_per_second=settings.request_body_min_bytes_per_second,
+    )
+    # Outside the size limit: who is calling is known from the headers before any body is read.
+    app.add_middleware(
+        RequireCaller,
+        keys=secrets_of(settings.features_api_key),
+        overrides={
+            route: inbox_transport_keys(settings.inbox_transport_key)
+            for route in (
+                ("POST", "/v1/releases"),
+                ("PUT", "/v1/releases/{release_id}/shards/{index}"),
+                ("POST", "/v1/releases/{release_id}/complete"),
+            )
+        },
+        public_max_body_bytes=settings.public_max_body_bytes,
+        openapi=app.openapi,
     )
     install_error_handlers(app)
-    mount_readiness(app, ctx.engine, settings.database_connect_timeout_seconds)
+    mount_readiness(
+        app, ctx.engine, settings.database_connect_timeout_seconds, settings.features_data_dir,
+        settings.min_free_disk_bytes,
+    )
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
     instrument(app, ctx.registry, "features")
     app.add_middleware(RequestContext)

@@ -4,8 +4,9 @@ routers of :mod:`labels_party.routes` (one module per resource)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
@@ -13,18 +14,25 @@ from prometheus_client import CollectorRegistry
 
 from labeldp.service.database import make_session_factory
 from labeldp.service.health import mount_readiness
-from labeldp.service.http_api import BodySizeLimit, bearer_auth, install_error_handlers, require_scope
+from labeldp.service.http_api import (
+    BodySizeLimit,
+    RequireCaller,
+    ServerErrors,
+    bearer_auth,
+    install_error_handlers,
+    require_scope,
+)
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, instrument, labels_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.openapi import documented_app
-from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.settings import Settings, parse_api_keys, require_secrets
 
 from . import ledger
 from .context import LabelsContext
 from .release_worker import ReleaseRunner
 from .routes import audit_events, label_sets, ops, privacy_domains, releases, uploads
-from .sweep import sweep_orphans
+from .sweep import SPOOL_MIN_AGE_SECONDS, lease_age, run_sweeper, sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
 
@@ -46,15 +54,25 @@ TAGS = [
 ]
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The in-process release worker (LABELDP_RELEASE_IN_PROCESS_WORKER) lives as long as the app."""
-    runner: ReleaseRunner = app.state.release_runner
-    await run_in_threadpool(runner.start)
-    try:
-        yield
-    finally:
-        await run_in_threadpool(runner.shutdown)
+def lifespan_of(ctx: LabelsContext, interval_seconds: float) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the in-process release worker (LABELDP_RELEASE_IN_PROCESS_WORKER) and a
+    thread that sweeps a crash's leftovers once their lease expired, as long as the app lives."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runner: ReleaseRunner = app.state.release_runner
+        await run_in_threadpool(runner.start)
+        stop = threading.Event()
+        sweeper = threading.Thread(target=run_sweeper, args=(ctx, stop, interval_seconds), name="sweeper", daemon=True)
+        sweeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            await run_in_threadpool(runner.shutdown)
+            sweeper.join(30)
+
+    return lifespan
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -64,17 +82,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = open_database(settings.labels_database_url, "labels_party.migrations", settings)
     ctx = LabelsContext(make_session_factory(engine), settings.labels_data_dir, settings)
     # Files a crash left between writing and committing; young ones may be another replica's.
-    swept = sweep_orphans(ctx, min_age_seconds=max(3600.0, 2 * settings.idempotency_lease_seconds))
+    swept = sweep_orphans(ctx, lease_age(ctx), SPOOL_MIN_AGE_SECONDS)
     if swept:
         log.info("swept %d orphaned files", swept)
     if bucketed := ledger.bucket_legacy_domains(ctx):  # domains from before the bucketed ledger, once
         log.info("bucketed the ledger of %d privacy domains", bucketed)
 
     registry = CollectorRegistry()
-    app = documented_app("labeldp labels party", DESCRIPTION, TAGS, lifespan)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app = documented_app("labeldp labels party", DESCRIPTION, TAGS, lifespan_of(ctx, settings.sweep_interval_seconds))
+    app.add_middleware(ServerErrors)  # innermost: a route's 500 keeps the request id and the connection
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.request_body_timeout_seconds,
+        min_bytes_per_second=settings.request_body_min_bytes_per_second,
+    )
+    # Outside the size limit: who is calling is known from the headers before any body is read.
+    app.add_middleware(
+        RequireCaller,
+        keys=[key.key for key in parse_api_keys(settings.labels_api_key)],
+        public_max_body_bytes=settings.public_max_body_bytes,
+        openapi=app.openapi,
+    )
     install_error_handlers(app)
-    mount_readiness(app, engine, settings.database_connect_timeout_seconds)
+    mount_readiness(
+        app, engine, settings.database_connect_timeout_seconds, settings.labels_data_dir, settings.min_free_disk_bytes
+    )
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
     instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
     app.add_middleware(RequestContext)

@@ -36,6 +36,7 @@ from labeldp.errors import InvalidInput, PayloadTooLarge
 from labeldp.message_shards import MANIFEST_NAME, parse_manifest, shard_key, write_message
 from labeldp.schema import SIGNATURE_HEADER, LabelRelease, ReleaseMetadata, decode_columns
 from labeldp.service.database import backoff_seconds, is_transient, make_session_factory, retry_transient
+from labeldp.service.http_api import inbox_transport_keys
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
@@ -49,24 +50,42 @@ from .store import ReleaseRow
 
 log = logging.getLogger("labeldp.outbox")
 
+OUTBOX_PASS_RELEASES = 10
+"""Releases one pass pushes (each claimed just before it is sent) before the queue metrics are measured."""
 
-def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int = 10) -> list[str]:
-    """Lease due releases so two senders never push the same one at the same time."""
+
+def claim_due(sessions: sessionmaker[Session], lease_seconds: float, limit: int = 1) -> list[str]:
+    """Lease up to ``limit`` due releases to this sender: no other sender pushes them meanwhile.
+
+    The lease is taken by compare-and-set: the UPDATE repeats the "due and not leased"
+    condition, so of two senders that read the same row only the one whose UPDATE matched
+    holds it (PostgreSQL re-checks the condition on the row a concurrent UPDATE committed;
+    SQLite runs one writer at a time). On PostgreSQL the read also skips rows another sender
+    is claiming (``FOR UPDATE SKIP LOCKED``) instead of waiting for it. The sender claims one
+    release at a time (``deliver_due``): a sender killed mid-pass holds at most the one it was
+    sending, until its lease ends.
+    """
     now = time.time()
+    due = (
+        ReleaseRow.status == "pending",
+        ReleaseRow.next_attempt_at <= now,
+        or_(ReleaseRow.lease_until <= now, ReleaseRow.lease_until.is_(None)),
+    )
     with sessions.begin() as s:
-        ids = s.scalars(
-            select(ReleaseRow.id)
-            .where(
-                ReleaseRow.status == "pending",
-                ReleaseRow.next_attempt_at <= now,
-                or_(ReleaseRow.lease_until <= now, ReleaseRow.lease_until.is_(None)),
-            )
-            .order_by(ReleaseRow.created_at)
-            .limit(limit)
+        query = select(ReleaseRow.id).where(*due).order_by(ReleaseRow.created_at).limit(limit)
+        if s.get_bind().dialect.name == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        ids = s.scalars(query).all()
+        if not ids:
+            return []
+        claimed = s.scalars(
+            update(ReleaseRow)
+            .where(ReleaseRow.id.in_(ids), *due)
+            .values(lease_until=now + lease_seconds)
+            .returning(ReleaseRow.id)
         ).all()
-        if ids:
-            s.execute(update(ReleaseRow).where(ReleaseRow.id.in_(ids)).values(lease_until=now + lease_seconds))
-    return list(ids)
+    order = {release_id: k for k, release_id in enumerate(ids)}
+    return sorted(claimed, key=order.__getitem__)
 
 
 def deliver_one(
@@ -166,7 +185,7 @@ def _transfer(
     raw = store.get_bytes(key)  # the manifest: at most inbox_max_manifest_bytes (1 MiB)
     shard_count = len(parse_manifest(raw).shards)
     base = f"{settings.features_url.rstrip('/')}/v1/releases"
-    headers = {REQUEST_ID_HEADER: request_id}
+    headers = {REQUEST_ID_HEADER: request_id, **transport_headers(settings)}
     response = client.post(
         base,
         content=raw,
@@ -247,6 +266,12 @@ def _renew_lease(sessions: sessionmaker[Session], release_id: str, settings: Set
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(lease_until=until))
 
 
+def transport_headers(settings: Settings) -> dict[str, str]:
+    """The credential the inbox checks from the headers before it spools a byte of the body."""
+    keys = inbox_transport_keys(settings.inbox_transport_key)
+    return {"authorization": f"Bearer {keys[0]}"} if keys else {}
+
+
 def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:
     with store.open_input_stream(key) as f:
         yield from iter(lambda: bytes(f.read(size)), b"")
@@ -261,7 +286,7 @@ def quiet_http_client_logs() -> None:
 
 def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bool = False) -> None:
     """Deliver until ``stop`` is set (or after one pass when ``once``); never exits on a database error."""
-    require_secrets(settings, "signing_key")
+    require_secrets(settings, "signing_key", "inbox_transport_key")
     quiet_http_client_logs()
     stop = stop or threading.Event()
     try:
@@ -355,16 +380,23 @@ def deliver_due(
     heartbeat: OutboxMetricsFile | None = None,
     store: ObjectStore | None = None,
 ) -> list[str]:
-    """One pass: lease due releases (retrying a lock briefly) and push each; returns the ids leased.
+    """One pass: lease a due release (retrying a lock briefly), push it, and the next, up to
+    :data:`OUTBOX_PASS_RELEASES`; returns the ids leased.
 
     A database error ends the pass (the caller backs off); any other error is confined to
     its release, which is tried again when its lease ends. ``heartbeat`` is rewritten between
     releases, so a pass of long deliveries does not read as a dead sender.
     """
-    due = retry_transient(lambda: claim_due(sessions, lease_seconds=settings.outbox_timeout_seconds * 2))
-    if due and store is None:
-        store = open_object_store(settings, settings.labels_data_dir)
-    for release_id in due:
+    lease = settings.outbox_timeout_seconds * 2
+    due: list[str] = []
+    while len(due) < OUTBOX_PASS_RELEASES:
+        claimed = retry_transient(lambda: claim_due(sessions, lease_seconds=lease))
+        if not claimed:
+            break
+        release_id = claimed[0]
+        due.append(release_id)
+        if store is None:
+            store = open_object_store(settings, settings.labels_data_dir)
         try:
             deliver_one(sessions, client, settings, release_id, rng, metrics, store)
         except Exception as exc:

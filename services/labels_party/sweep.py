@@ -7,12 +7,20 @@ labels an upload replaced are left for readers that loaded the row before. They 
 harmless — nothing sends or reads them — but take space. Unfinished writes (the store's
 ``.incoming/`` temporaries) and abandoned request spools (local scratch) are the same.
 Anything is only swept once it is older than ``min_age_seconds``: another replica may be
-between writing it and committing its row right now.
+between writing it and committing its row right now. The labels API sweeps every
+``LABELDP_SWEEP_INTERVAL_SECONDS`` (:func:`run_sweeper`), objects once they are older than
+twice the request lease (``LABELDP_IDEMPOTENCY_LEASE_SECONDS``: the request that wrote one has
+committed or died by then), spools and replaced labels once older than an hour as well (a huge
+upload is parsed from its spool long after its last byte was written; a reader may hold replaced
+labels), so a crash's leftover messages and temporaries go when their lease expires, not at the
+next start-up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 from pathlib import Path
 
@@ -25,27 +33,40 @@ from .label_sets import current_labels_key, is_labels_key
 from .resumable import UPLOADS
 from .store import LabelSetRow, ReleaseRow
 
+log = logging.getLogger("labeldp.labels")
 
-def sweep_orphans(ctx: LabelsContext, min_age_seconds: float) -> int:
+
+SPOOL_MIN_AGE_SECONDS = 3600.0
+
+
+def lease_age(ctx: LabelsContext) -> float:
+    """How old an unreferenced object must be to be swept: twice the request lease."""
+    return 2 * ctx.settings.idempotency_lease_seconds
+
+
+def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seconds: float | None = None) -> int:
     """Delete unreferenced message and labels objects and abandoned upload spools; returns how many."""
     cutoff = time.time() - min_age_seconds
+    spool_cutoff = time.time() - max(min_age_seconds, spool_min_age_seconds or 0.0)
     removed = 0
     with ctx.sessions() as s:
         named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file)) if name is not None}
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.
+    # Replaced labels may still be read by a request that loaded its row before: they wait as
+    # long as spools do; messages are read by nothing before their row commits.
     named_messages = {key.rpartition("/")[0] for key in named if key.count("/") == 2 and key.startswith(MESSAGES)}
-    candidates = ctx.store.list(MESSAGES)
-    candidates += [k for k in ctx.store.list(LABEL_SETS) if is_labels_key(k)]
-    for key in candidates:
+    candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
+    candidates += [(k, spool_cutoff) for k in ctx.store.list(LABEL_SETS) if is_labels_key(k)]
+    for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue
         with contextlib.suppress(NotFound):  # another replica swept it first
-            if ctx.store.modified(key) < cutoff:
+            if ctx.store.modified(key) < older_than:
                 ctx.store.delete(key)
                 removed += 1
-    for path in _old_files(ctx.spool_dir, "body-*", cutoff):
+    for path in _old_files(ctx.spool_dir, "body-*", spool_cutoff):
         path.unlink(missing_ok=True)
         removed += 1
     removed += sweep_uploads(ctx, time.time() - ctx.settings.upload_retention_seconds)
@@ -78,3 +99,15 @@ def _old_files(folder: Path, pattern: str, cutoff: float) -> list[Path]:
     if not folder.exists():
         return []
     return [p for p in folder.glob(pattern) if p.is_file() and p.stat().st_mtime < cutoff]
+
+
+def run_sweeper(ctx: LabelsContext, stop: threading.Event, interval_seconds: float) -> None:
+    """Sweep every ``interval_seconds`` until ``stop`` (a thread of the labels API); never raises."""
+    while not stop.wait(interval_seconds):
+        try:
+            swept = sweep_orphans(ctx, lease_age(ctx), SPOOL_MIN_AGE_SECONDS)
+        except Exception as exc:  # the database or the store away: the next round tries again
+            log.warning("sweep failed (%s)", type(exc).__name__)
+            continue
+        if swept:
+            log.info("swept %d orphaned files", swept)

@@ -117,6 +117,7 @@ ERROR_CODES: dict[str, str] = {
     "database_unavailable": "the database is locked, down or restarting: retry after Retry-After",
     "service_unavailable": "the service cannot answer now: retry after Retry-After",
     "upload_source_unavailable": "the upload's source could not be read now: retry",
+    "insufficient_storage": "the service's disk is full: nothing was written, retry after Retry-After",
     "storage_unavailable": "the object store failed: retry after Retry-After",
     "stored_object_missing": "a stored object the catalogue names is missing (an operator must look)",
     "ledger_contention": "too many concurrent releases touched the same ledger buckets: retry",

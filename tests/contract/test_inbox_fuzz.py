@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.contract.conftest import LABELS_AUTH, SIGNING_KEY, features_app, labels_app
+from tests.local_settings import TRANSPORT_AUTH
 from tests.release_jobs import wait_release
 
 from labeldp.schema import SIGNATURE_HEADER
@@ -99,7 +100,7 @@ def test_the_unmutated_message_is_accepted(features: TestClient, message: dict[s
     # The control: the same message unmutated goes through (on a fresh inbox), so the 422s
     # above come from the mutations, not from a message the inbox could never accept.
     raw = json.dumps(message).encode()
-    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY)}
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY), **TRANSPORT_AUTH}
     r = features.post("/v1/releases", content=raw, headers=headers)
     assert r.status_code == 201 and r.json()["id"] == message["release_id"], r.text
 
@@ -110,7 +111,7 @@ def test_garbage_shards_of_a_signed_manifest_get_a_documented_answer(
     # Past the manifest's signature, every shard is checked against the manifest's digest before
     # it is parsed: random bytes under any index get a documented refusal, never a 500, never stored.
     raw = json.dumps(message).encode()
-    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY)}
+    headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY), **TRANSPORT_AUTH}
     assert features.post("/v1/releases", content=raw, headers=headers).status_code == 201
     path = "/v1/releases/{release_id}/shards/{index}"
     documented = {int(s) for s in features.get("/openapi.json").json()["paths"][path]["put"]["responses"]}
@@ -120,12 +121,13 @@ def test_garbage_shards_of_a_signed_manifest_get_a_documented_answer(
     @settings(max_examples=60, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     def put(body: bytes, index: int) -> None:
-        r = features.put(f"/v1/releases/{message['release_id']}/shards/{index}", content=body)
+        r = features.put(f"/v1/releases/{message['release_id']}/shards/{index}", content=body,
+                         headers=TRANSPORT_AUTH)
         seen.add(r.status_code)
         assert r.status_code in documented and r.status_code >= 400, (r.status_code, r.text)
         assert set(r.json()) == {"code", "message", "details"}, r.text
 
     put()
     assert 422 in seen
-    complete = features.post(f"/v1/releases/{message['release_id']}/complete")
+    complete = features.post(f"/v1/releases/{message['release_id']}/complete", headers=TRANSPORT_AUTH)
     assert complete.status_code == 409 and complete.json()["code"] == "shards_missing"

@@ -118,7 +118,7 @@ def test_inbox_refuses_a_message_with_a_bad_signature(stack):
     body = json.dumps({"release_id": "rel_forged"}).encode()
     with stack.features_client() as features:
         for header in (sign(body, generate_keypair()[0]), None):  # a key the inbox does not trust
-            headers = {"content-type": "application/json"}
+            headers = {"content-type": "application/json", "authorization": f"Bearer {stack.transport_key}"}
             if header:
                 headers[SIGNATURE_HEADER] = header
             r = features.post("/v1/releases", content=body, headers=headers)

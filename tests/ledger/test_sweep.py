@@ -56,3 +56,34 @@ def test_replaced_labels_are_swept_once_old_and_current_ones_never(tmp_path: Pat
     assert sweep_orphans(ctx, min_age_seconds=3600) == 1
     assert ctx.store.list(f"label_sets/{ls}/labels") == [current]
     assert read_labels(ctx, load_label_set(ctx.sessions(), ls)).tolist() == [1.0, 1.0, 2.0, 2.0]
+
+
+def test_a_running_api_sweeps_leftovers_once_their_lease_expired(tmp_path: Path) -> None:
+    # What a kill -9 leaves: a message object no release names and a store temporary. The API
+    # sweeps them once older than twice the request lease, not at its next start-up; a
+    # spool (an upload may still be parsed from it) waits an hour.
+    from fastapi.testclient import TestClient
+    from tests.local_settings import both_parties, fixed_signing_key
+
+    from labeldp.storage import INCOMING
+    from labels_party.app import create_app
+
+    settings = both_parties(
+        tmp_path, "labels-key-0123456789abcdef", "features-key-0123456789abcdef", fixed_signing_key("sweep"),
+        idempotency_lease_seconds=5, sweep_interval_seconds=0.2,
+    )
+    data = settings.labels_data_dir
+    with TestClient(create_app(settings)):
+        orphan, temporary = data / "messages" / "rel_crashed.json", data / INCOMING / "abc123"
+        spool, fresh = data / "spool" / "body-still-parsing", data / "messages" / "rel_being_committed.json"
+        for p in (orphan, temporary, spool, fresh):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(b"x")
+        past = time.time() - 30
+        for p in (orphan, temporary, spool):
+            os.utime(p, (past, past))
+        deadline = time.monotonic() + 8
+        while orphan.exists() or temporary.exists():
+            assert time.monotonic() < deadline, "the leftovers were not swept while the API ran"
+            time.sleep(0.1)
+        assert spool.exists() and fresh.exists()

@@ -145,7 +145,7 @@ def test_every_secret_comes_from_env_and_compose_refuses_to_start_without_it():
     assert not list(ROOT.glob("deploy/*.env.example"))  # no change-me values left to copy
     assert _required_variables() == {
         "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_KEY", "LABELDP_SIGNING_PUBLIC_KEYS",
-        "POSTGRES_PASSWORD",
+        "LABELDP_INBOX_TRANSPORT_KEY", "POSTGRES_PASSWORD",
     }
 
 
@@ -156,9 +156,12 @@ def test_each_container_gets_only_the_secrets_it_uses():
         return {k for k in services[name].get("environment", {}) if SECRET_NAME.search(k)}
 
     assert secrets_of("labels-party-api") == {"LABELDP_LABELS_API_KEY"}
-    assert secrets_of("labels-party-outbox") == {"LABELDP_SIGNING_KEY"}  # signs; needs no API key
+    # signs; presents the transport key at the inbox; needs no API key
+    assert secrets_of("labels-party-outbox") == {"LABELDP_SIGNING_KEY", "LABELDP_INBOX_TRANSPORT_KEY"}
     # the features party holds the advertiser's public key only: it can verify, never sign
-    assert secrets_of("features-party") == {"LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_PUBLIC_KEYS"}
+    assert secrets_of("features-party") == {
+        "LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_PUBLIC_KEYS", "LABELDP_INBOX_TRANSPORT_KEY"
+    }
 
 
 def test_the_documented_generator_writes_every_required_secret_and_each_passes_the_services_checks():
@@ -173,8 +176,11 @@ def test_the_documented_generator_writes_every_required_secret_and_each_passes_t
         features_api_key=values["LABELDP_FEATURES_API_KEY"],
         signing_key=values["LABELDP_SIGNING_KEY"],
         signing_public_keys=values["LABELDP_SIGNING_PUBLIC_KEYS"],
+        inbox_transport_key=values["LABELDP_INBOX_TRANSPORT_KEY"],
     )
-    require_secrets(settings, "labels_api_key", "features_api_key", "signing_key", "signing_public_keys")
+    require_secrets(
+        settings, "labels_api_key", "features_api_key", "inbox_transport_key", "signing_key", "signing_public_keys"
+    )
     # the stdlib derivation of the public key is the one `cryptography` makes
     assert public_key_of(values["LABELDP_SIGNING_KEY"]) == values.pop("LABELDP_SIGNING_PUBLIC_KEYS")
     assert values.pop("LABELDP_SIGNING_KEY").startswith("ed25519-sk:")

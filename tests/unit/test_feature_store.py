@@ -17,7 +17,7 @@ import torch
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 from tests.inbox_messages import Message, deliver, write
-from tests.local_settings import fixed_signing_key
+from tests.local_settings import TRANSPORT_KEY, fixed_signing_key
 from tests.s3_server import S3Server
 
 from features_party import checkpoints, feature_tables, store
@@ -53,7 +53,8 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
 def _settings(tmp_path: Path, storage: dict[str, str], **extra: object) -> Settings:
     return Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}", features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY, signing_public_keys=public_key_of(SIGNING_KEY), device="cpu", training_threads=1,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY, signing_public_keys=public_key_of(SIGNING_KEY),
+        device="cpu", training_threads=1,
         **storage, **extra,  # type: ignore[arg-type]
     )
 

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from tests.inbox_messages import Message, deliver, write
+from tests.local_settings import TRANSPORT_AUTH, TRANSPORT_KEY
 
 from features_party import store
 from features_party.app import create_app
@@ -120,7 +121,7 @@ def settings(tmp_path: Path) -> Settings:
     return Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY,
         signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend
@@ -332,7 +333,7 @@ def test_inbox_refuses_a_tampered_shard(client: TestClient, small_table: list[st
     assert response.json()["code"] == "digest_mismatch"
     assert shard_count(client) == 0
     assert client.get("/v1/releases/rel-1", headers=AUTH).status_code == 404  # not complete, not readable
-    assert client.post("/v1/releases/rel-1/complete").json()["code"] == "shards_missing"
+    assert client.post("/v1/releases/rel-1/complete", headers=TRANSPORT_AUTH).json()["code"] == "shards_missing"
     assert post_release(client, honest).status_code == 200  # the honest shard completes it
     assert client.get("/v1/releases/rel-1/labels", headers=AUTH).json()["labels"] == [1.0, 2.0, 3.0]
 
@@ -344,7 +345,7 @@ def test_inbox_refuses_a_tampered_manifest(client: TestClient, small_table: list
     assert response.status_code == 401 and response.json()["code"] == "bad_signature"
     assert release_count(client) == 0
     # A shard is refused before its manifest: nothing is stored for an unknown release.
-    r = client.put("/v1/releases/rel-1/shards/0", content=honest.shards[0])
+    r = client.put("/v1/releases/rel-1/shards/0", content=honest.shards[0], headers=TRANSPORT_AUTH)
     assert r.status_code == 404 and r.json()["code"] == "manifest_unknown"
     assert shard_count(client) == 0
 

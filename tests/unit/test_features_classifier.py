@@ -19,6 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
+from tests.local_settings import TRANSPORT_KEY
 
 from features_party import jobs, store
 from features_party.app import create_app
@@ -237,7 +238,7 @@ def client(tmp_path: Path, request: pytest.FixtureRequest):
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY,
         signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,  # a shared CPU: more threads only contend

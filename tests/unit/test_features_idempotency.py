@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from tests.local_settings import TRANSPORT_KEY
 from tests.unit.test_features_app import API_KEY, AUTH, PUBLIC_KEY, SMALL_CSV, post_release, release_body, upload
 
 from features_party import store
@@ -26,7 +27,7 @@ def client(tmp_path: Path):
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'features.db'}",
         features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY,
         signing_public_keys=PUBLIC_KEY,
         device="cpu",
         training_threads=1,

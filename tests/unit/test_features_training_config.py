@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from tests.local_settings import TRANSPORT_KEY
 from tests.unit.test_features_app import API_KEY, AUTH, PUBLIC_KEY, SMALL_CSV, post_release, release_body, upload
 
 from features_party import store
@@ -35,7 +36,8 @@ def benchmark_default(seed: int) -> tuple[TrainingConfig, LearningConfig]:
 def test_post_trainings_with_no_options_runs_the_benchmarks_default_recipe(tmp_path: Path) -> None:
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'f.db'}", features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY, signing_public_keys=PUBLIC_KEY, device="cpu", training_threads=1,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY, signing_public_keys=PUBLIC_KEY, device="cpu",
+        training_threads=1,
     )
     with TestClient(create_app(settings)) as client:
         assert upload(client, "clicks", SMALL_CSV).status_code == 201

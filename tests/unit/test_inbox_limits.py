@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
+from tests.local_settings import TRANSPORT_AUTH, TRANSPORT_KEY
 from tests.unit.test_features_app import (
     API_KEY,
     PUBLIC_KEY,
@@ -27,7 +28,8 @@ from labeldp.service.settings import Settings
 def client(tmp_path: Path):  # type: ignore[no-untyped-def]
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'f.db'}", features_data_dir=tmp_path / "data",
-        features_api_key=API_KEY, signing_public_keys=PUBLIC_KEY, device="cpu", training_threads=1,
+        features_api_key=API_KEY, inbox_transport_key=TRANSPORT_KEY, signing_public_keys=PUBLIC_KEY, device="cpu",
+        training_threads=1,
         max_body_bytes=2_000, inbox_max_body_bytes=200_000, inbox_max_manifest_bytes=20_000,
         feature_table_max_body_bytes=2_000,
     )
@@ -47,8 +49,9 @@ def test_unsigned_bytes_are_refused_without_being_kept(client: TestClient, tmp_p
     body = b'{"release_id": "forged", "payload": "' + b"x" * 15_000 + b'"}'
     assert post_release(client, body, secret=UNTRUSTED).status_code == 401
     assert post_release(client, b"y" * 25_000).status_code == 413  # over the manifest limit
-    assert client.put("/v1/releases/forged/shards/0", content=b"z" * 150_000).json()["code"] == "manifest_unknown"
-    assert client.put("/v1/releases/forged/shards/0", content=b"z" * 250_000).status_code == 413
+    unknown = client.put("/v1/releases/forged/shards/0", content=b"z" * 150_000, headers=TRANSPORT_AUTH)
+    assert unknown.json()["code"] == "manifest_unknown"
+    assert client.put("/v1/releases/forged/shards/0", content=b"z" * 250_000, headers=TRANSPORT_AUTH).status_code == 413
     spool = tmp_path / "data" / "spool"
     assert not spool.exists() or not any(spool.iterdir())
     assert release_count(client) == 0

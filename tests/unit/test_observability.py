@@ -128,7 +128,7 @@ def test_http_metrics_are_per_route_template_with_error_codes(labels: TestClient
         missing = labels.get(f"/v1/label-sets/{name}", headers=auth)
         assert missing.status_code == 404
     assert labels.get("/v1/label-sets").status_code == 401
-    assert labels.get("/no/such/path").status_code == 404
+    assert labels.get("/no/such/path", headers=auth).status_code == 404
     text = labels.get("/metrics").text
     samples = _samples(text)
     route = "/v1/label-sets/{label_set_id}"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.local_settings import TRANSPORT_AUTH, TRANSPORT_KEY
 
 from labeldp.service.settings import InsecureSettings, Settings, require_secrets
 from labeldp.signing import (
@@ -82,9 +83,10 @@ def test_a_message_signed_by_a_key_the_receiver_does_not_trust_is_refused(tmp_pa
     settings = Settings(
         features_database_url=f"sqlite:///{tmp_path / 'f.db'}", features_data_dir=tmp_path / "f",
         features_api_key="features-key-Vb8nM3qZ7xK1", signing_public_keys=trusted_pub, device="cpu",
+        inbox_transport_key=TRANSPORT_KEY,
     )
     body = b'{"release_id": "rel_x"}'
-    with TestClient(features_app(settings)) as client:
+    with TestClient(features_app(settings), headers=TRANSPORT_AUTH) as client:
         r = client.post("/v1/releases", content=body,
                         headers={"content-type": "application/json", SIGNATURE_HEADER: sign(body, stranger)})
         assert (r.status_code, r.json()["code"]) == (401, "bad_signature")

@@ -39,6 +39,7 @@ class LocalStack:
         self.features_port = free_port()
         self.labels_key = secrets.token_hex(16)
         self.features_key = secrets.token_hex(16)
+        self.transport_key = secrets.token_hex(16)  # the outbox's bearer key at the inbox
         # a fresh advertiser key pair: the outbox signs with the private key, the inbox trusts the public one
         self.signing_key, self.public_key = generate_keypair()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -51,6 +52,7 @@ class LocalStack:
             "LABELDP_LABELS_DATA_DIR": str(self.workdir / "labels-data"),
             "LABELDP_LABELS_API_KEY": f"admin+release:{self.labels_key}",  # the demo creates a domain
             "LABELDP_FEATURES_API_KEY": self.features_key,
+            "LABELDP_INBOX_TRANSPORT_KEY": self.transport_key,
             "LABELDP_SIGNING_KEY": self.signing_key,
             "LABELDP_SIGNING_PUBLIC_KEYS": self.public_key,
             "LABELDP_FEATURES_URL": self.features_url,

@@ -7,10 +7,14 @@ a response, a log line or a trace (docs/architecture.md, privacy invariant 5).
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import hmac
 import logging
 import re
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request, Security
@@ -22,8 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labeldp.errors import Forbidden, LabelDPError, Unauthorized
 from labeldp.service.database import is_transient
+from labeldp.service.logs import current_request_id
 from labeldp.service.openapi import BEARER
 from labeldp.service.settings import ApiKey, parse_api_keys
+from labeldp.signing import secrets_of
 
 log = logging.getLogger("labeldp.http")
 
@@ -73,10 +79,12 @@ _STATUS_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
     503: "service_unavailable",
+    507: "insufficient_storage",
 }
 
 
@@ -117,13 +125,86 @@ def install_error_handlers(app: FastAPI) -> None:
             log.warning("database unavailable: %s", type(exc).__name__)
             return database_unavailable_response()
         log.error("database error: %s", type(exc).__name__)
-        return error_response(500, "internal_error", "internal error")
+        return internal_error_response()
+
+    @app.exception_handler(OSError)
+    async def _os_error(_: Request, exc: OSError) -> JSONResponse:
+        if exc.errno in DISK_FULL_ERRNOS:
+            # What was being written is removed by its writer (spool, object store: temp, then rename).
+            log.error("disk full: %s", errno.errorcode.get(exc.errno or 0, "?"))
+            return insufficient_storage_response()
+        log.error("unhandled error: %s", type(exc).__name__)
+        return internal_error_response()
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        # Log the type only: an exception message may carry data values.
+        # Only what escapes the middlewares themselves: a route's error is answered by
+        # ServerErrors, inside the request id, with the connection kept open.
         log.error("unhandled error: %s", type(exc).__name__)
-        return error_response(500, "internal_error", "internal error")
+        return internal_error_response()
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+STORAGE_RETRY_AFTER_SECONDS = 60
+
+
+def insufficient_storage_response() -> JSONResponse:
+    """507 ``insufficient_storage``: the service's disk is full; nothing was stored, retry later."""
+    return error_response(
+        507,
+        "insufficient_storage",
+        "the service's storage is full; nothing was stored, retry later",
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)},
+    )
+
+
+def internal_error_response() -> JSONResponse:
+    """500 ``internal_error`` carrying the request id (also in ``X-Request-ID``): what to quote
+    to an operator, who finds the request's log lines, stack frames included, under it."""
+    response = error_response(500, "internal_error", "internal error")
+    rid = current_request_id()
+    if rid is not None:
+        response = JSONResponse(
+            status_code=500,
+            content={"code": "internal_error", "message": "internal error", "details": [], "request_id": rid},
+        )
+    return response
+
+
+class ServerErrors:
+    """ASGI middleware, innermost: a route's unexpected exception becomes a 500 right here.
+
+    Starlette answers an unhandled exception in its outermost layer, outside the request-id
+    middleware, and then re-raises it, so the server drops the keep-alive connection and the
+    answer has no ``X-Request-ID``. Answered here instead, the 500 carries the request id (header
+    and body) and the connection serves the next request. Logged by type and stack frames only
+    (a message may quote a value). An exception after the answer started is re-raised: nothing
+    else can be sent on that response.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise
+            stack = [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)]
+            name = type(exc).__name__
+            log.error("unhandled error: %s", name, extra={"error_type": name, "stack": stack})
+            await internal_error_response()(scope, receive, send)
 
 
 def allowed_methods(request: Request, named: str | None) -> str:
@@ -139,6 +220,20 @@ def allowed_methods(request: Request, named: str | None) -> str:
         if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), path):
             methods |= {m.upper() for m in item}
     return ", ".join(sorted(methods))
+
+
+def bearer_matches(header: str, keys: list[bytes]) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer <one of keys>``.
+
+    Keys are compared as bytes in constant time, every one of them (the time taken does not
+    tell which one matched), so a header with non-ASCII characters is simply a wrong key.
+    """
+    scheme, _, token = header.partition(" ")
+    offered = token.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(offered, key)
+    return scheme.lower() == "bearer" and bool(offered) and matched
 
 
 def bearer_auth(expected_keys: str) -> Callable[[Request], None]:
@@ -187,12 +282,129 @@ def require_scope(scope: str) -> Callable[[Request], ApiKey]:
     return check
 
 
+def inbox_transport_keys(transport_key: str) -> list[str]:
+    """The bearer keys the outbox may present to the inbox (``LABELDP_INBOX_TRANSPORT_KEY``,
+    comma-separated while one is rotated out; the outbox sends the first).
+
+    A secret both parties hold, apart from the signing keys (which only the advertiser holds):
+    it lets the inbox tell its sender from anyone else by a header, before a byte is spooled.
+    """
+    return secrets_of(transport_key)
+
+
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+PUBLIC_PREFIXES = ("/docs-assets/",)
+"""What anyone may ask without a key: probes, the scrape, the contract and its pages; none reads a body."""
+
+
+class RequireCaller:
+    """ASGI middleware: who is calling is decided from the headers, before any of the body is read.
+
+    Every path but :data:`PUBLIC_PATHS` needs ``Authorization: Bearer <key>``: the API's keys,
+    or for a ``(method, path or route template)`` in ``overrides`` that route's own keys (the
+    inbox's manifest, shard and complete routes: the outbox's transport key). A wrong or
+    missing key gets 401 at once and the body is never received, so
+    an anonymous client's upload costs the server neither memory nor disk nor a worker. A public
+    path takes a body of at most ``public_max_body_bytes`` (it reads none).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: list[str],
+        overrides: dict[tuple[str, str], list[str]] | None = None,
+        public_max_body_bytes: int = 0,
+        openapi: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.app = app
+        self.openapi = openapi  # only to name the route a refused request was for (metrics, access log)
+        self._templates: list[tuple[re.Pattern[str], str]] | None = None
+        self.keys = [k.encode("utf-8") for k in keys]
+        self.overrides = {
+            (method.upper(), path): [k.encode("utf-8") for k in route_keys]
+            for (method, path), route_keys in (overrides or {}).items()
+        }
+        self.public = BodySizeLimit(app, public_max_body_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            await self.public(scope, receive, send)
+            return
+        method = scope.get("method", "")
+        keys = self.overrides.get((method, path))
+        if keys is None and self.overrides:  # a templated route of its own (the inbox's shards)
+            keys = self.overrides.get((method, self._template(path) or path))
+        if keys is None:
+            keys = self.keys
+        header = ""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+        if bearer_matches(header, keys):
+            await self.app(scope, receive, send)
+            return
+        template = self._template(path)
+        if template is not None:
+            scope["route"] = _Template(template)
+        await send_error(
+            send, 401, "unauthorized", "missing or wrong API key", {"WWW-Authenticate": "Bearer"}, close=True
+        )
+
+    def _template(self, path: str) -> str | None:
+        if self._templates is None:
+            paths = self.openapi()["paths"] if self.openapi is not None else {}
+            self._templates = [
+                (re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(t))), t) for t in paths
+            ]
+        return next((t for pattern, t in self._templates if pattern.fullmatch(path)), None)
+
+
+@dataclass(frozen=True)
+class _Template:
+    """What the metrics and the access log read of a matched route: its template."""
+
+    path: str
+
+
+async def send_error(
+    send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None, close: bool = False
+) -> None:
+    """An error answer sent straight from a middleware; ``close`` ends the connection after it
+    (the body was not read: the connection cannot carry another request)."""
+    response = error_response(status, code, message)
+    raw = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(response.body)).encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
+    ]
+    if close:
+        raw.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": response.body})
+
+
 class BodySizeLimit:
     """ASGI middleware: 413 ``payload_too_large`` before a large body is buffered."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, limits: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        limits: dict[str, int] | None = None,
+        body_timeout_seconds: float | None = None,
+        min_bytes_per_second: int = 1,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # A body must arrive by: start + timeout + bytes received / min rate (408 past it).
+        self.body_timeout = body_timeout_seconds
+        self.min_rate = min_bytes_per_second
         # path -> its own limit (the inbox streams large releases to disk); a path may be a route
         # template whose ``{name}`` segments match any one segment
         self.limits = {path: limit for path, limit in (limits or {}).items() if "{" not in path}
@@ -212,52 +424,65 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope.get("path", ""))
-        if limit != self.max_bytes:
-            await BodySizeLimit(self.app, limit)(scope, receive, send)
-            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared > self.max_bytes or declared < 0:
-                    await self._reject(send)
+                if declared > limit or declared < 0:
+                    await self._reject(send, limit)
                     return
+        # A body without a length (chunked) is counted as it streams: past the limit the read
+        # fails, and whatever the app answers to that failure (FastAPI: "could not parse") is
+        # replaced by the 413, so every route says the same thing about a body that is too large.
         received = 0
-        too_large = False
+        refused: int | None = None  # 413 or 408, once the body broke a limit
+        started = body_done = False
+        loop = asyncio.get_running_loop()
+        began = loop.time()
 
         async def limited_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
+            nonlocal received, refused, body_done
+            if body_done or self.body_timeout is None:
+                message = await receive()  # after the body: a disconnect, waited for as long as it takes
+            else:
+                left = began + self.body_timeout + received / self.min_rate - loop.time()
+                try:
+                    message = await asyncio.wait_for(receive(), timeout=max(left, 0.0))
+                except TimeoutError:
+                    refused = 408
+                    raise _BodyRefused() from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    too_large = True
-                    raise _BodyTooLarge()
+                body_done = not message.get("more_body", False)
+                if received > limit:
+                    refused = 413
+                    raise _BodyRefused()
             return message
 
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused is not None:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, limited_receive, send)
-        except _BodyTooLarge:
-            await self._reject(send)
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if refused is None:
+                raise
+        if refused is not None and not started:
+            if refused == 413:
+                await self._reject(send, limit)
+            else:
+                await send_error(send, 408, "request_timeout", "the request body arrived too slowly", close=True)
 
-    async def _reject(self, send: Send) -> None:
-        response = error_response(
-            413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes"
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(response.body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
+    async def _reject(self, send: Send, limit: int) -> None:
+        # The rest of the body is never read: the connection closes after the answer.
+        await send_error(send, 413, "payload_too_large", f"request body exceeds {limit} bytes", close=True)
 
 
-class _BodyTooLarge(Exception):
+class _BodyRefused(Exception):
     pass

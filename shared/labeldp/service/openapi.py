@@ -73,6 +73,10 @@ class ErrorBody(BaseModel):
     details: list[dict[str, Any]] = Field(
         description="per-field or per-row facts (`loc`, `row` numbered from 1, `id`, `code`); never a label value"
     )
+    request_id: str | None = Field(
+        None, description="on a 500 `internal_error` only: the request's id (as in `X-Request-ID`), to quote to an "
+        "operator"
+    )
 
 
 _ERRORS: dict[int, tuple[str, str, str]] = {

@@ -34,7 +34,8 @@ DEV_SIGNING_KEY = "ed25519-sk:" + base64.urlsafe_b64encode(
 """The built-in development key pair (``labeldp serve`` on a laptop): everyone can sign with it, so
 a service refuses it unless ``LABELDP_ALLOW_DEV_SECRETS``; ``make demo`` generates its own pair."""
 DEV_PUBLIC_KEY = public_key_of(DEV_SIGNING_KEY)
-DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", DEV_SIGNING_KEY, DEV_PUBLIC_KEY})
+DEV_TRANSPORT_KEY = "dev-inbox-transport-key"
+DEV_SECRETS = frozenset({"dev-labels-key", "dev-features-key", DEV_TRANSPORT_KEY, DEV_SIGNING_KEY, DEV_PUBLIC_KEY})
 MIN_SECRET_LENGTH = 16
 SECRET_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
@@ -287,6 +288,19 @@ class Settings(BaseSettings):
         description="rows per shard of a release message (fewer where the ids are long: a shard always fits "
         "inbox_max_body_bytes); the inbox's memory per message is about one shard",
     )
+    inbox_transport_key: str = Field(
+        DEV_TRANSPORT_KEY,
+        description="bearer key the labels outbox presents to the features inbox, a secret both parties hold "
+        "(comma-separated while one is rotated out: the outbox sends the first, the inbox accepts any); checked "
+        "from the headers before a byte of the body is spooled. The signature, not this key, says who wrote a "
+        "message; this key only keeps anonymous clients off the inbox",
+    )
+    public_max_body_bytes: int = Field(
+        1024,
+        ge=0,
+        description="largest body a route that needs no key (/healthz, /readyz, /metrics, the contract) accepts; "
+        "every other route answers 401 from the headers before it reads any of the body",
+    )
     inbox_max_concurrent: int = Field(
         2, ge=1, le=64, description="shards the inbox receives at once; more get 503 inbox_busy with Retry-After"
     )
@@ -294,6 +308,40 @@ class Settings(BaseSettings):
         False,
         description="accept the built-in dev keys and secrets shorter than 16 characters: a laptop only, never a "
         "deployment (every service refuses to start with them otherwise)",
+    )
+    server_timeout_keep_alive_seconds: int = Field(
+        5, ge=1, le=600, description="uvicorn: an idle keep-alive connection is closed after this long"
+    )
+    server_header_timeout_seconds: float = Field(
+        10.0, gt=0, le=600,
+        description="a connection that has not sent a whole request head this long after it opened (or after its "
+        "last answer) is closed: half-open and slow-header clients hold no socket for long",
+    )
+    server_max_connections: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="open connections a server keeps; one more is closed at once (keep it under the file descriptor "
+        "limit, `ulimit -n`)",
+    )
+    server_limit_concurrency: int = Field(
+        500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+    )
+    server_max_header_bytes: int = Field(
+        64 * 1024, ge=4096, le=16 * 1024**2,
+        description="uvicorn h11_max_incomplete_event_size: the largest request head (line and headers) buffered",
+    )
+    request_body_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="a body must arrive within this long plus its size at LABELDP_REQUEST_BODY_MIN_BYTES_PER_SECOND; "
+        "a slower one gets 408 request_timeout (a slow client holds no inbox slot or worker)",
+    )
+    request_body_min_bytes_per_second: int = Field(
+        16 * 1024, ge=1, description="the slowest sustained upload rate accepted past the body timeout's grace"
+    )
+    min_free_disk_bytes: int = Field(
+        256 * 1024**2,
+        ge=0,
+        description="/readyz answers 503 insufficient_storage while the service's data folder has less free (0: "
+        "not checked); a write that finds the disk full answers 507 insufficient_storage and stores nothing",
     )
     max_body_bytes: int = Field(256 * 1024 * 1024, description="largest accepted request body")
     log_level: str = Field("INFO", description="log level of both services")
@@ -312,6 +360,12 @@ class Settings(BaseSettings):
         ge=0,
         description="how long an API waits at start for its database (then exits for its supervisor to restart "
         "it); the outbox waits as long as it takes",
+    )
+    sweep_interval_seconds: float = Field(
+        60.0, gt=0, le=86400,
+        description="labels API: how often it removes what a crashed or refused request left (unreferenced "
+        "message and labels objects and store temporaries older than twice the request lease, spools older than an "
+        "hour)",
     )
     idempotency_lease_seconds: float = Field(
         120.0,
