@@ -39,7 +39,7 @@ from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, 
 from labeldp.schema import LabelRelease, decode_columns
 from labeldp.service.pagination import keyset_page
 from labeldp.service.timestamps import iso
-from labeldp.signing import signature_key_id, verify
+from labeldp.signing import header_key_id, verify
 from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
@@ -216,7 +216,7 @@ def describe_release(row: store.Release) -> dict[str, Any]:
         "created_at": iso(row.created_at),
         "received_at": iso(row.received_at),
         "message_sha256": row.body_sha256,
-        "signing_key_id": signature_key_id(row.signature),
+        "signing_key_id": header_key_id(row.signature),
     }
 
 

@@ -178,12 +178,6 @@ def _parse_header(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
-def signature_key_id(header: str | None) -> str | None:
-    """The kid a signature header names (which advertiser key signed), or None if it is not one."""
-    parsed = _parse_header(header)
-    return None if parsed is None else parsed[0]
-
-
 def _verify_digest(digest: bytes, key_setting: str, header: str | None) -> bool:
     keys = load_public_keys(key_setting)  # a misconfigured setting raises, never "just" refuses
     parsed = _parse_header(header)

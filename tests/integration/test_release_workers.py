@@ -34,7 +34,8 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_that_charges_once(tmp_path
     stack.start("labels")
     try:
         with stack.labels_client() as labels:
-            assert labels.post("/v1/privacy-domains", json={"name": "jobs", "id_source": "jobs", "epsilon": 5}).status_code == 201
+            domain = {"name": "jobs", "id_source": "jobs", "epsilon": 5}
+            assert labels.post("/v1/privacy-domains", json=domain).status_code == 201
             ids = [f"j{i:07d}" for i in range(N)]
             r = labels.post("/v1/label-sets", json={"name": "jobs", "domain": {"low": 0, "high": 1},
                                                     "privacy_domain": "jobs", "ids": ids})

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from features_party import inbox, responses
 from labeldp.service.openapi import errors, ok
 from labeldp.service.pagination import DEFAULT_LIMIT
-from labeldp.signing import signature_key_id
+from labeldp.signing import header_key_id
 
 from .deps import Context, Cursor, Limit
 
@@ -67,7 +67,7 @@ def get_release_manifest(release_id: str, ctx: Context) -> responses.SignedManif
         raw, signature = inbox.signed_manifest(inbox.get_release(session, release_id))
     return responses.SignedManifest(
         release_id=release_id, manifest=raw.decode("utf-8"), signature=signature,
-        signing_key_id=signature_key_id(signature),
+        signing_key_id=header_key_id(signature),
     )
 
 
