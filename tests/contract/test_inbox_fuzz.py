@@ -85,7 +85,7 @@ def test_signed_garbage_gets_a_documented_answer(inbox: TestClient, message: dic
         r = inbox.post(
             "/v1/releases",
             content=raw,
-            headers={"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY)},
+            headers={"content-type": "application/json", SIGNATURE_HEADER: sign(raw, SIGNING_KEY), **TRANSPORT_AUTH},
         )
         seen.add(r.status_code)
         assert r.status_code in documented, (r.status_code, r.text)
