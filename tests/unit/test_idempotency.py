@@ -119,7 +119,8 @@ def test_a_concurrent_duplicate_gets_409_while_the_first_runs(sessions: sessionm
     with pytest.raises(LabelDPError) as exc:
         keys.execute("POST /x", "k1", "fp", work)
     assert exc.value.status_code == 409 and exc.value.code == "idempotency_in_progress"
-    assert exc.value.headers and "Retry-After" in exc.value.headers
+    # it has run for well under a second: ask again in a second or two, not after the 120 s lease
+    assert exc.value.headers is not None and int(exc.value.headers["Retry-After"]) <= 2
     finish.set()
     t.join()
     assert keys.execute("POST /x", "k1", "fp", work).replayed
@@ -161,23 +162,3 @@ def test_retry_after_follows_how_long_the_first_request_has_run() -> None:
     assert retry_after(3.4, 116.6) == 4
     assert retry_after(50.0, 5.0) == 6  # the lease ends first: then the key can be taken over
     assert retry_after(500.0, 600.0) == 60
-
-
-def test_a_duplicate_of_a_young_request_is_told_to_come_back_soon(sessions: sessionmaker[Session]) -> None:
-    keys = IdempotencyKeys(KEYS, sessions, lease_seconds=120.0)
-    started, finish = threading.Event(), threading.Event()
-    work = make_work(sessions)
-
-    def slow(claim: Claim | None) -> StoredResponse:
-        started.set()
-        finish.wait(10)
-        return work(claim)
-
-    t = threading.Thread(target=keys.execute, args=("POST /x", "k2", "fp", slow))
-    t.start()
-    assert started.wait(10)
-    with pytest.raises(LabelDPError) as exc:
-        keys.execute("POST /x", "k2", "fp", work)
-    finish.set()
-    t.join()
-    assert exc.value.headers is not None and int(exc.value.headers["Retry-After"]) <= 2
