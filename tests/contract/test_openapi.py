@@ -24,8 +24,9 @@ UPLOAD_TYPES = {"application/json", "application/octet-stream"}  # a file's form
 PUBLIC = {("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics")}
 SIGNED = {("post", "/v1/releases")}  # the features party's inbox: a release's signed manifest
 DIGESTED = {("put", "/v1/releases/{release_id}/shards/{index}"), ("post", "/v1/releases/{release_id}/complete")}
-"""The inbox's other steps: no credential; a shard is taken only if its digest is one its signed manifest
-lists, and complete only completes a release whose every such shard is held."""
+"""The inbox's other steps: only the outbox's transport key (checked before the body); a shard is
+taken only if its digest is one its signed manifest lists, and complete only completes a release
+whose every such shard is held."""
 
 
 @pytest.fixture(scope="module", params=["labels", "features"])

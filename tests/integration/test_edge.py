@@ -219,7 +219,7 @@ def _raw_get(sock: socket.socket, path: str, headers: dict[str, str]) -> tuple[i
 
 
 def test_a_500_keeps_the_request_id_and_the_connection(stack: LocalStack) -> None:
-    # A real fault: a stored message whose bytes were damaged on disk (not through the API).
+    # A real fault: a release row whose stored JSON was damaged on disk (not through the API).
     with stack.features_client() as features:
         received = features.get("/v1/releases", params={"limit": 1}).json()["items"]
     if not received:  # this module's own release, when run alone
@@ -228,10 +228,10 @@ def test_a_500_keeps_the_request_id_and_the_connection(stack: LocalStack) -> Non
             received = features.get("/v1/releases", params={"limit": 1}).json()["items"]
     release_id = received[0]["id"]
     with sqlite3.connect(stack.workdir / "features.db") as db:
-        db.execute("UPDATE releases SET body = ? WHERE release_id = ?", (b"{not a message", release_id))
+        db.execute("UPDATE releases SET mechanism = ? WHERE release_id = ?", ("{not json", release_id))
     auth = {"Authorization": f"Bearer {stack.features_key}"}
     with socket.create_connection(("127.0.0.1", stack.features_port), timeout=30) as sock:
-        status, fields, body = _raw_get(sock, f"/v1/releases/{release_id}/labels", {**auth, "X-Request-ID": "edge-500"})
+        status, fields, body = _raw_get(sock, f"/v1/releases/{release_id}", {**auth, "X-Request-ID": "edge-500"})
         assert status == 500, body
         assert fields["x-request-id"] == "edge-500"
         assert json.loads(body) == {

@@ -32,7 +32,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def shared_only(tmp_path: Path, postgres_server: PostgresServer, s3_server: S3Server) -> Iterator[tuple[Fleet, dict]]:
     name = postgres_server.create_database()
+    # The stack's features API receives the release: its shards must be in the shared store too.
+    storage = s3_server.env(s3_server.url())
     fleet = Fleet(tmp_path, {
+        **storage,
         "LABELDP_FEATURES_DATABASE_URL": postgres_server.url(name),
         "LABELDP_TRAINING_IN_PROCESS_WORKER": "false",
         "LABELDP_TRAINING_LEASE_SECONDS": str(LEASE_SECONDS),
@@ -40,7 +43,6 @@ def shared_only(tmp_path: Path, postgres_server: PostgresServer, s3_server: S3Se
         "LABELDP_TRAINING_PROGRESS_SECONDS": "0.3",
         "LABELDP_TRAINING_THREADS": "1",
     })
-    storage = s3_server.env(s3_server.url())
     try:
         fleet.start()
         yield fleet, storage

@@ -71,6 +71,7 @@ def test_four_senders_send_each_release_once(tmp_path: Path, postgres_server: Po
                 for proc in senders:
                     proc.wait(15)
             counts = _inbox_counts(features.get("/metrics").text)
-            assert counts.get("accepted") == RELEASES, counts
-            assert counts.get("duplicate", 0) == 0, counts  # no release was sent twice
+            assert counts.get("manifest_new") == counts.get("complete") == RELEASES, counts
+            # no release was sent twice: no manifest arrived again, no shard was a duplicate
+            assert counts.get("manifest_complete", 0) == counts.get("shard_duplicate", 0) == 0, counts
             assert {r["id"] for r in listed} == set(released)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 SHARED = (
     "LABELDP_LABELS_DATABASE_URL", "LABELDP_LABELS_API_KEY", "LABELDP_FEATURES_API_KEY", "LABELDP_SIGNING_KEY",
-    "LABELDP_SIGNING_PUBLIC_KEYS",
+    "LABELDP_SIGNING_PUBLIC_KEYS", "LABELDP_INBOX_TRANSPORT_KEY",
     "LABELDP_FEATURES_URL",
 )
 
@@ -38,6 +38,7 @@ def replicas(tmp_path: Path, database_url: str, storage_env: dict[str, str]) -> 
         b.env[name] = a.env[name]
     b.labels_key, b.features_key = a.labels_key, a.features_key
     b.signing_key, b.public_key = a.signing_key, a.public_key
+    b.transport_key = a.transport_key
     return a, b
 
 

@@ -42,15 +42,15 @@ MATRIX = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]
 
 PINNED = {
     "plain_in_memory": "8fabc8b500969acc194649c4cbdfe9200667213288211edea0d6a28139cf2944",
-    "private_in_memory": "6fac15c31e90d3054765e7cfa070e30b126e4221c08277e73b174cfb5241a9c1",
-    "private_in_memory_resumed": "b105a6446babf7152ff5012c571631e1552c84507fee64e04dda4e20bd4cce52",
-    "private_streamed": "0db2ca6ddc4a762467446f39213ffc2ec800628b7590618502b033c074865a14",
-    "private_streamed_resumed": "bcbd081e9f302e444202c1aa9eaa48ede0a10c9b8acee8685c56bba79d8b83fd",
+    "private_in_memory": "eb73cb81acaae85e110a7e3c1f5cf21240aee186c6a028a7a1c9498279a469d9",
+    "private_in_memory_resumed": "534c0bcd264ba4284db074d7ee8b9f1f3fb55a14df0fa988cf8c8ebff09921db",
+    "private_streamed": "b4be1ebb14d1c8c3a0cf3552c8bc738cf91aebd1612c2e90a5f1cf583159fe25",
+    "private_streamed_resumed": "dc9f2b3dfb6473a487f65cef09e45be76d7d971831e4fa902e358c99e3023ab8",
     "classifier_in_memory": "4b87aa971ff1b663e5af379456c7cde40068f4794844e695196e4b86af031e8b",
     "classifier_in_memory_resumed": "7c643e22f69ffc6174122474d0eea497dec18d54952c65eda2ece3cea04a63ce",
     "classifier_streamed": "2446722ea77922e66facbdc862ef026ce0080bb83db504f2e523db67e411b2ad",
     "classifier_streamed_fp16": "da06dccfd1a33739e53388e50d6b046e10a72e651dc75c88a84e59185d58ac32",
-    "private_torchrun_2": "f2b0b07e87af7b4028b85666ad298aa07c3012005f645533a4e52bdfb522cf92",
+    "private_torchrun_2": "1f330c6d8c45dceb8521228060a3b78ad7a89745c6cf15098fbf2549fa0f6d90",
 }
 
 

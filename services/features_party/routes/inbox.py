@@ -75,7 +75,7 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
     "labels finite) and it is stored as an object. A shard already held answers `duplicate`.",
     responses={
         **ok(responses.EXAMPLE_SHARD, "stored (or already held)"),
-        **errors(404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
+        **errors(401, 404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
     },
     openapi_extra=request_body(
         {OCTET_STREAM: ({**BINARY, "description": "a Parquet file: the shard's exact bytes"}, None)},
@@ -113,7 +113,7 @@ async def receive_shard(
     "Idempotent; 409 `shards_missing` while a shard is still missing.",
     responses={
         **ok(responses.EXAMPLE_COMPLETE, "complete"),
-        **errors(404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
+        **errors(401, 404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
     },
 )
 def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
