@@ -117,6 +117,19 @@ def healthz_times(url: str, stop: threading.Event, out: list[float]) -> None:
             time.sleep(0.05)
 
 
+def _release(labels: httpx.Client, prefix: str) -> str:
+    """A 20-id label set, labelled, and a release of it queued (202); the release id."""
+    ids = [f"{prefix}{i:03d}" for i in range(20)]
+    ls = create_label_set(labels, ids, 10.0, 10.0)
+    assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
+    r = labels.post(
+        f"/v1/label-sets/{ls['id']}/releases",
+        json={"mechanism": "laplace", "epsilon": 1.0, "feature_table": "clicks"},
+    )
+    assert r.status_code == 202, r.text
+    return str(r.json()["id"])
+
+
 @pytest.mark.parametrize(
     ("party", "path"),
     [("labels", "/v1/label-sets"), ("labels", "/v1/privacy-domains"), ("features", "/v1/trainings"),
@@ -185,16 +198,9 @@ def test_slow_anonymous_inbox_bodies_hold_no_slot(stack: LocalStack) -> None:
         t.start()
     try:
         with stack.labels_client() as labels:
-            ids = [f"edge{i:03d}" for i in range(20)]
-            ls = create_label_set(labels, ids, 10.0, 10.0)
-            assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
-            r = labels.post(
-                f"/v1/label-sets/{ls['id']}/releases",
-                json={"mechanism": "laplace", "epsilon": 1.0, "feature_table": "clicks"},
-            )
-            assert r.status_code == 202, r.text
+            release_id = _release(labels, "edge")
             started = time.monotonic()
-            released = wait_for_status(labels, r.json()["id"], "delivered", timeout=30)
+            released = wait_for_status(labels, release_id, "delivered", timeout=30)
             assert released["attempts"] == 1 and time.monotonic() - started < 10
     finally:
         stop.set()
@@ -285,15 +291,7 @@ def test_slow_bodies_with_the_key_get_408_and_free_the_inbox(stack: LocalStack) 
     try:
         time.sleep(0.5)
         with stack.labels_client() as labels:
-            ids = [f"slow{i:03d}" for i in range(20)]
-            ls = create_label_set(labels, ids, 10.0, 10.0)
-            assert upload_csv(labels, ls["id"], [(i, 1.0) for i in ids]).status_code == 200
-            r = labels.post(
-                f"/v1/label-sets/{ls['id']}/releases",
-                json={"mechanism": "laplace", "epsilon": 1.0, "feature_table": "clicks"},
-            )
-            assert r.status_code == 202, r.text
-            wait_for_status(labels, r.json()["id"], "delivered", timeout=BODY_TIMEOUT + 20)
+            wait_for_status(labels, _release(labels, "slow"), "delivered", timeout=BODY_TIMEOUT + 20)
     finally:
         stop.set()
         for t in clients:
