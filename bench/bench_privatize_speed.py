@@ -267,11 +267,7 @@ def _streams(args: argparse.Namespace, argv: list[str] | None, info: list[str], 
             "",
         ]
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
+    return _write(Path(args.out), text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
     )
-    out = Path(args.out)
+    return _write(Path(args.out), text)
+
+
+def _write(out: Path, text: str) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}")
