@@ -73,3 +73,13 @@ def test_two_gpu_torchrun_job_with_nccl(tmp_path: Path) -> None:
     two = fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, CONFIG, tmp_path / "two", PLAIN, workers=2)
     assert two.config_["workers"] == 2
     assert abs(mse(two, features, y) - mse(one, features, y)) <= 0.25 * mse(one, features, y)
+
+
+def test_adam_is_the_fused_kernel_on_cuda() -> None:
+    # Decision 0019: one launch for all parameters; CPU keeps the default kernels (its pinned bits).
+    from labeldp.learning.loop import make_optimizer
+    from labeldp.learning.networks import MLPRegressor
+
+    model = MLPRegressor(2, [3])
+    assert not make_optimizer(model, CONFIG).defaults["fused"]
+    assert make_optimizer(model.to("cuda"), CONFIG).defaults["fused"] is True

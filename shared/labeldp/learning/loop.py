@@ -47,9 +47,14 @@ def learning_rate_at(config: TrainingConfig, epoch: int, step: int, steps_per_ep
 
 
 def make_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+    """The configured optimizer. On CUDA, Adam is the fused kernel: a small MLP's step is bound by
+    kernel launches there, and one launch for all parameters makes a step faster
+    (docs/decisions/0019-fused-adam-on-cuda.md). CPU keeps the default kernels, and its pinned bits."""
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    return torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay,
+                            fused=fused or None)
 
 
 
@@ -315,6 +320,7 @@ def train(
         started = time.perf_counter()
         trained.train()
         total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, rows, correct (classifiers)
+        rows_seen = 0  # counted on the host: one kernel launch less per step on a GPU
         for step, parts in enumerate(data.steps(epoch)):
             lr = learning_rate_at(config, epoch, step, steps_per_epoch)
             if lr != current_lr:
@@ -332,12 +338,13 @@ def train(
                     loss, loss_sum = data.reduce(objective.loss(out.float(), y), step)
                     amp.backward(loss)
                 total[0] += loss_sum
-                total[1] += len(y)
+                rows_seen += len(y)
                 if objective.accuracy:
                     total[2] += (out.detach().argmax(dim=1) == y).sum()
             amp.update(optimizer)
             if on_batch is not None:
                 on_batch(epoch, step + 1, steps_per_epoch)
+        total[1] = rows_seen
         if workers.world > 1:
             torch.distributed.all_reduce(total)
         meter.add(data.n_train, time.perf_counter() - started)
