@@ -39,6 +39,11 @@ class FeatureTable(_Body):
     created_at: Timestamp | None
 
 
+class Deleted(_Body):
+    id: str = Field(description="the deleted resource's id")
+    deleted: Literal[True]
+
+
 class InboxReceipt(_Body):
     """The inbox's answer to a manifest, and to ``complete``."""
 
@@ -232,6 +237,7 @@ EXAMPLE_MODEL = {
     "runtime": {"device": "cpu", "precision": "fp32", "workers": 1, "rows_per_second": 152000.0},
 }
 EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}
+EXAMPLE_DELETED = {"id": EXAMPLE_TABLE["id"], "deleted": True}
 EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
 EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_TRAINING], "next_cursor": None}

@@ -120,6 +120,24 @@ def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
     return out
 
 
+@router.delete(
+    "/label-sets/{label_set_id}",
+    response_model=responses.Deleted,
+    summary="Delete a label set",
+    description="A set no release was made from (a mistaken upload, a test): its row, ids and labels go; the "
+    "privacy domain's per-id ledger is untouched. A set with any release is 409 `label_set_in_use` (delete its "
+    "raw labels instead).",
+    responses={
+        **ok(responses.EXAMPLE_DELETED, "deleted"),
+        **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found", e409="label_set_in_use"),
+    },
+)
+def delete_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
+    label_sets.delete_label_set(ctx, label_set_id)
+    log.info("label set %s deleted", label_set_id)
+    return {"id": label_set_id, "deleted": True}
+
+
 @router.get(
     "/label-sets/{label_set_id}",
     response_model=responses.LabelSet,
