@@ -57,7 +57,7 @@ from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_m
 from labeldp.learning.true_scale import noise_variance, true_scale_error
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import keyset_page, list_page
 from labeldp.service.settings import Settings, open_object_store
 from labeldp.service.timestamps import iso, utcnow
 from labeldp.storage import ObjectStore
@@ -450,6 +450,11 @@ def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoa
     progress = body["progress"]
     key = (body["status"], progress["epoch"], progress["batch"], body["queue_position"])
     return Snapshot(body, body["status"] in TERMINAL, key)
+
+
+def training_history(session: Session, training_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of a training's per-epoch history, first epoch first (the history only grows at its end)."""
+    return list_page(list(get_training(session, training_id).history or []), limit, cursor)
 
 
 def list_trainings(

@@ -35,7 +35,8 @@ router = APIRouter(prefix="/v1", tags=["label sets"])
 
 _LABEL_SET = {"label_set_id": "$response.body#/id"}
 _LINKS = dict.fromkeys(
-    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases"), _LABEL_SET
+    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases",
+     "list_label_set_releases", "delete_label_set"), _LABEL_SET
 )
 _IDS_JSON = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": ["string", "integer"]}}},
              "required": ["ids"]}
