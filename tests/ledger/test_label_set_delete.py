@@ -15,8 +15,10 @@ from labels_party.sweep import sweep_orphans
 from .test_ledger import labeled_set, make_ctx, new_domain, release, spent_per_id
 
 
-def test_an_unreleased_set_is_deleted_with_its_objects_and_a_released_one_never(tmp_path: Path) -> None:
-    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+def test_an_unreleased_set_is_deleted_with_its_objects_and_a_released_one_never(
+    database_url: str, tmp_path: Path
+) -> None:
+    ctx = make_ctx(database_url, tmp_path)
     new_domain(ctx, "d", 5)
     spent = labeled_set(ctx, tmp_path, "d", ["a", "b"])
     release(ctx, spent, 1)

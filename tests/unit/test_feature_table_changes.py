@@ -21,8 +21,9 @@ from labeldp.storage import ObjectStore
 
 
 @pytest.fixture
-def tables(tmp_path: Path) -> tuple[sessionmaker[Session], ObjectStore]:
-    settings = Settings(features_database_url=f"sqlite:///{tmp_path / 'f.db'}")
+def tables(tmp_path: Path, database_url: str) -> tuple[sessionmaker[Session], ObjectStore]:
+    """SQLite and PostgreSQL: the row locks of replace, delete and a training's insert are real on the latter."""
+    settings = Settings(features_database_url=database_url)
     engine = open_database(settings.features_database_url, "features_party.migrations", settings)
     sessions = make_session_factory(engine)
     return sessions, ObjectStore.from_url(str(tmp_path / "objects"))
