@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -368,20 +368,10 @@ def create_feature_table(
     row and the stored answer (``claim``) commit together.
     """
     check_table_name(name)
-    if source.fmt is not None and source.fmt not in FORMATS:
-        raise InvalidInput("invalid_format", f"format must be one of {', '.join(FORMATS)}")
     with session_factory() as session:
         if session.get(store.FeatureTable, name) is not None:
             raise _exists(name)
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as work:
-        local = Path(work) / "table.parquet"
-        with source.open() as reader:
-            fmt = source.fmt or sniff(reader.read(8))
-            reader.seek(0)
-            parsed = convert(reader, fmt, local, id_column, categorical, numeric, partition_rows)
-        key = f"{TABLES_DIR}/{uuid.uuid4().hex}.parquet"
-        objects.put_file(key, local)
+    key, parsed, fmt = _store_source(objects, scratch, source, id_column, categorical, numeric, partition_rows)
     try:
         row = store.FeatureTable(
             name=name,
@@ -406,6 +396,111 @@ def create_feature_table(
         raise
     log.info("feature table %s stored (%s): %d rows, %d columns", name, fmt, row.n_rows, len(row.columns))
     return response
+
+
+def _store_source(
+    objects: ObjectStore, scratch: Path, source: TableSource, id_column: str, categorical: Sequence[str],
+    numeric: Sequence[str], partition_rows: int,
+) -> tuple[str, ParsedTable, str]:
+    """Convert and check ``source`` in a scratch file, then put it in the store: (its key, what it holds,
+    its format). Nothing is stored when a check fails; the caller deletes the object if its row is not
+    written."""
+    if source.fmt is not None and source.fmt not in FORMATS:
+        raise InvalidInput("invalid_format", f"format must be one of {', '.join(FORMATS)}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as work:
+        local = Path(work) / "table.parquet"
+        with source.open() as reader:
+            fmt = source.fmt or sniff(reader.read(8))
+            reader.seek(0)
+            parsed = convert(reader, fmt, local, id_column, categorical, numeric, partition_rows)
+        key = f"{TABLES_DIR}/{uuid.uuid4().hex}.parquet"
+        objects.put_file(key, local)
+    return key, parsed, fmt
+
+
+ACTIVE_TRAININGS = (store.QUEUED, store.RUNNING, store.CANCELLING)
+"""The training states that will read a feature table (a worker reads it by name when it starts)."""
+
+
+def _lock_unused(session: Session, name: str) -> store.FeatureTable:
+    """The table's row, locked until the transaction ends; 409 ``feature_table_in_use`` while a training
+    that has not finished names it (a worker reads the table by name when it starts)."""
+    row = session.execute(
+        select(store.FeatureTable).where(store.FeatureTable.name == name).with_for_update()
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound("feature_table_not_found", "no such feature table")
+    busy = session.scalar(
+        select(func.count()).select_from(store.Training)
+        .where(store.Training.feature_table == name, store.Training.status.in_(ACTIVE_TRAININGS))
+    )
+    if busy:
+        raise Conflict(
+            "feature_table_in_use", f"{busy} trainings that have not finished read this table: wait or cancel them",
+            [{"trainings": int(busy)}],
+        )
+    return row
+
+
+def replace_feature_table(
+    session_factory: sessionmaker[Session],
+    objects: ObjectStore,
+    scratch: Path,
+    name: str,
+    source: TableSource,
+    id_column: str = "id",
+    categorical: Sequence[str] = (),
+    numeric: Sequence[str] = (),
+    claim: Claim | None = None,
+    partition_rows: int = PARTITION_ROWS,
+) -> StoredResponse:
+    """Replace the rows of the table ``name`` by a new upload, checked exactly as a new table.
+
+    The new object is written first; the row then moves to it in one transaction (which refuses
+    while a training that has not finished names the table, ``feature_table_in_use``), so the
+    table is the old one or the new one, never a mix; on any failure the new object is deleted.
+    The table gets a new ``ft_`` id (an id names one content); finished trainings and their
+    models are untouched (a model holds what it learned). The old object goes after the commit.
+    """
+    with session_factory() as session:
+        get_feature_table(session, name)  # 404 before reading the body
+    key, parsed, fmt = _store_source(objects, scratch, source, id_column, categorical, numeric, partition_rows)
+    try:
+        with session_factory.begin() as session:
+            row = _lock_unused(session, name)
+            old = row.path
+            row.path, row.id_column, row.n_rows, row.columns = key, id_column, parsed.n_rows, parsed.columns
+            response = StoredResponse(200, describe(row))
+            if claim is not None:
+                claim.complete(session, response)
+    except BaseException:
+        objects.delete(key)
+        raise
+    _delete_object(objects, old)
+    log.info("feature table %s replaced (%s): %d rows, %d columns", name, fmt, parsed.n_rows, len(parsed.columns))
+    return response
+
+
+def delete_feature_table(session_factory: sessionmaker[Session], objects: ObjectStore, name: str) -> dict[str, Any]:
+    """Delete the table ``name``: its row (409 ``feature_table_in_use`` while a training that has not
+    finished names it), then its object. Models trained on it keep working: what they need travels
+    in their own files; predictions by id then need another table."""
+    with session_factory.begin() as session:
+        row = _lock_unused(session, name)
+        path, table = row.path, table_id(row)
+        session.delete(row)
+    _delete_object(objects, path)
+    log.info("feature table %s deleted", name)
+    return {"id": table, "deleted": True}
+
+
+def _delete_object(objects: ObjectStore, key: str) -> None:
+    """Remove an object no row names any more; a failure is logged (the row is already right)."""
+    try:
+        objects.delete(key)
+    except Exception as exc:  # the catalogue committed: the table is already deleted or replaced
+        log.warning("feature table object %s could not be deleted: %s", key, type(exc).__name__)
 
 
 def reference_source(url: str, allowed: str, fmt: str | None = None, **options: Any) -> TableSource:

@@ -57,7 +57,7 @@ from labeldp.learning.tasks import CLASSIFICATION, LabelTask, check_transition_m
 from labeldp.learning.true_scale import noise_variance, true_scale_error
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import keyset_page, list_page
 from labeldp.service.settings import Settings, open_object_store
 from labeldp.service.timestamps import iso, utcnow
 from labeldp.storage import ObjectStore
@@ -177,6 +177,7 @@ def create_training(
     )
     with session_factory.begin() as session:
         _check_queue(session, queue_max, retry_after, lock=True)
+        _check_table_unchanged(session, table_row)
         session.add(
             store.Training(
                 training_id=training_id,
@@ -193,6 +194,19 @@ def create_training(
             claim.complete(session, response)
     log.info("training %s queued for release %s on table %s", training_id, release_id, table_row.name)
     return response
+
+
+def _check_table_unchanged(session: Session, checked: store.FeatureTable) -> None:
+    """The table the join was checked against is still the table of that name, locked until the training's
+    row commits: a delete or replace (``feature_tables._lock_unused``) then sees the training and refuses."""
+    row = session.execute(
+        select(store.FeatureTable).where(store.FeatureTable.name == checked.name).with_for_update()
+    ).scalar_one_or_none()
+    if row is None:
+        raise InvalidInput("unknown_feature_table", f"no feature table {checked.name!r} is held here")
+    if row.path != checked.path:
+        raise Conflict("feature_table_replaced", "the feature table was replaced while the training was checked; "
+                       "retry")
 
 
 def _check_queue(
@@ -436,6 +450,11 @@ def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoa
     progress = body["progress"]
     key = (body["status"], progress["epoch"], progress["batch"], body["queue_position"])
     return Snapshot(body, body["status"] in TERMINAL, key)
+
+
+def training_history(session: Session, training_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of a training's per-epoch history, first epoch first (the history only grows at its end)."""
+    return list_page(list(get_training(session, training_id).history or []), limit, cursor)
 
 
 def list_trainings(

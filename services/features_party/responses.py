@@ -39,6 +39,11 @@ class FeatureTable(_Body):
     created_at: Timestamp | None
 
 
+class Deleted(_Body):
+    id: str = Field(description="the deleted resource's id")
+    deleted: Literal[True]
+
+
 class InboxReceipt(_Body):
     """The inbox's answer to a manifest, and to ``complete``."""
 
@@ -169,6 +174,11 @@ class TrainingPage(_Body):
     next_cursor: str | None
 
 
+class HistoryPage(_Body):
+    items: list[dict[str, Any]] = Field(description="epochs in order: losses (and accuracies for classifiers)")
+    next_cursor: str | None
+
+
 class ModelPage(_Body):
     items: list[ModelCard]
     next_cursor: str | None
@@ -232,8 +242,10 @@ EXAMPLE_MODEL = {
     "runtime": {"device": "cpu", "precision": "fp32", "workers": 1, "rows_per_second": 152000.0},
 }
 EXAMPLE_PREDICTIONS = {"predictions": [3.1, 0.4]}
+EXAMPLE_DELETED = {"id": EXAMPLE_TABLE["id"], "deleted": True}
 EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
+EXAMPLE_HISTORY_PAGE = {"items": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}], "next_cursor": None}
 EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_TRAINING], "next_cursor": None}
 EXAMPLE_MODEL_PAGE = {"items": [EXAMPLE_MODEL], "next_cursor": None}
 EXAMPLE_CANCELLING = {

@@ -71,6 +71,8 @@ def lifespan_of(ctx: LabelsContext, interval_seconds: float) -> Callable[[FastAP
             stop.set()
             await run_in_threadpool(runner.shutdown)
             sweeper.join(30)
+            if app.state.outbox_files is not None:
+                app.state.outbox_files.close()  # another replica serves the outbox's metrics from its next scrape
 
     return lifespan
 
@@ -109,7 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app, engine, settings.database_connect_timeout_seconds, settings.labels_data_dir, settings.min_free_disk_bytes
     )
     # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
-    instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
+    app.state.outbox_files = instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
     app.add_middleware(RequestContext)
     app.state.settings = settings
     app.state.ctx = ctx  # what routes.deps hands each handler

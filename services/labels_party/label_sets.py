@@ -8,6 +8,7 @@ that earlier label sets already spent on starts from what it has spent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import uuid
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pa_compute
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, exact_micro, from_delta_units, from_micro
@@ -382,3 +383,31 @@ def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         if is_labels_key(key):
             ctx.store.delete(key)
     return out
+
+
+def delete_label_set(ctx: LabelsContext, label_set_id: str) -> None:
+    """Delete a label set that no release used: its row, then its objects (ids, labels).
+
+    A set with any release — even a failed job, which charged nothing — is 409 ``label_set_in_use``:
+    a release's row names its set, and what was spent stays in the per-id ledger either way (the
+    ledger is the domain's, never the set's: nothing here touches spent budget). To drop raw labels
+    that were released, delete only the labels (:func:`delete_labels`).
+
+    The row goes in one transaction that holds the set's row lock, which a release takes before it
+    inserts its row (``releases.py``), so a release and a delete never both succeed. The objects
+    go after the commit: a failure there leaves objects no row names, which the sweep removes
+    (``sweep.py``); the set itself is gone or whole, never half.
+    """
+    with ctx.sessions.begin() as s:
+        load_label_set(s, label_set_id, for_update=True)
+        used = s.scalar(select(func.count()).select_from(ReleaseRow).where(ReleaseRow.label_set_id == label_set_id))
+        if used:
+            raise Conflict(
+                "label_set_in_use",
+                f"{used} releases were made from this label set: it cannot be deleted (its raw labels can)",
+                [{"releases": int(used)}],
+            )
+        s.execute(delete(LabelSetRow).where(LabelSetRow.id == label_set_id))
+    for key in ctx.store.list(label_set_prefix(label_set_id)):
+        with contextlib.suppress(NotFound):
+            ctx.store.delete(key)

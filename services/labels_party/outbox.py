@@ -152,6 +152,7 @@ def _attempt(
         "last_error": None if error is None else error.value,
         "lease_until": 0.0,
     }
+    wait = 0.0
     if status == "delivered":
         values["delivered_at"] = datetime.now(UTC)
     elif status == "pending":
@@ -161,8 +162,23 @@ def _attempt(
         values["next_attempt_at"] = time.time() + wait
     with sessions.begin() as s:
         s.execute(update(ReleaseRow).where(ReleaseRow.id == release_id).values(**values))
-    log.info("release %s attempt %d -> %s%s", release_id, attempts, status, f" ({error.value})" if error else "")
+    if error is None:
+        log.info("release %s attempt %d -> delivered", release_id, attempts)
+    else:
+        log_failed_attempt(release_id, attempts, status, error, wait)
     return status
+
+
+def log_failed_attempt(release_id: str, attempt: int, status: str, error: DeliveryOutcome, wait: float) -> None:
+    """A failed attempt at WARNING (an operator acts on a release that does not arrive), with the error
+    envelope ``{code, message, details}`` as a field: ``code`` one of the fixed outcomes, never the
+    receiver's text."""
+    then = "rejected: not retried until redelivered" if status == "rejected" else f"retried in {wait:.1f} s"
+    log.warning(
+        "release %s attempt %d -> %s (%s); %s", release_id, attempt, status, error.value, then,
+        extra={"release_id": release_id, "attempt": attempt,
+               "error": {"code": error.value, "message": f"delivery attempt {attempt} failed; {then}", "details": []}},
+    )
 
 
 def _transfer(

@@ -448,10 +448,21 @@ def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
     return Snapshot(body, body["status"] in FINAL_STATES, (body["stage"], body["attempts"], body["job_attempts"]))
 
 
-def list_releases(ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
-    """A page of releases, oldest first, optionally of one label set; never reads message bytes."""
+def list_releases(
+    ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None,
+    privacy_domain: str | None = None, *, known_set: bool = False,
+) -> dict[str, Any]:
+    """A page of releases, oldest first, optionally of one label set or of one privacy domain (by name);
+    never reads message bytes. ``known_set``: the set must exist (404 ``label_set_not_found``, the
+    sub-collection ``/label-sets/{id}/releases``); a filter that matches nothing is an empty page."""
     stmt = select(ReleaseRow)
     if label_set_id is not None:
         stmt = stmt.where(ReleaseRow.label_set_id == label_set_id)
+    if privacy_domain is not None:
+        stmt = stmt.join(LabelSetRow, LabelSetRow.id == ReleaseRow.label_set_id).join(
+            PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
+        ).where(PrivacyDomainRow.name == privacy_domain)
     with ctx.sessions() as s:
+        if known_set and label_set_id is not None:
+            load_label_set(s, label_set_id)
         return keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe)

@@ -132,6 +132,11 @@ class LabelSetPage(_Body):
     next_cursor: str | None = Field(description="pass back as `cursor` for the next page; null on the last")
 
 
+class Deleted(_Body):
+    id: str = Field(description="the deleted resource's id")
+    deleted: Literal[True]
+
+
 class LabelsUploaded(_Body):
     label_set_id: str
     validate_only: bool
@@ -263,6 +268,7 @@ EXAMPLE_LABEL_SET_PAGE = {
     }],
     "next_cursor": None,
 }
+EXAMPLE_DELETED = {"id": LS, "deleted": True}
 EXAMPLE_UPLOADED = {"label_set_id": LS, "validate_only": False, "accepted_rows": 1000, "labeled": 1000, "missing": 0}
 UP = "up_0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 EXAMPLE_UPLOAD = {

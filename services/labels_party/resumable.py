@@ -46,6 +46,10 @@ class UploadCreate(BaseModel):
         description="the format of the whole file the parts make when joined in order"
     )
     validate_only: bool = Field(False, description="labels: check every row at completion without storing")
+    id_column: str | None = Field(None, min_length=1, max_length=200,
+                                  description="the file's column holding the ids, if not `id`")
+    label_column: str | None = Field(None, min_length=1, max_length=200,
+                                     description="labels: the file's column holding the labels, if not `label`")
 
 
 class UploadComplete(BaseModel):
@@ -110,10 +114,12 @@ def create_upload(ctx: LabelsContext, label_set_id: str, body: UploadCreate) -> 
         load_label_set(s, label_set_id)  # 404 before anything is written
     if body.validate_only and body.target == "ids":
         raise InvalidInput("invalid_request", "validate_only is for labels uploads")
+    uploads.Columns.of(body.id_column, body.label_column)  # 422 before anything is written
     upload_id = "up_" + uuid.uuid4().hex
     session = {
         "label_set_id": label_set_id, "target": body.target, "format": body.format,
         "validate_only": body.validate_only, "created_at": datetime.now(UTC).isoformat(),
+        "id_column": body.id_column, "label_column": body.label_column,
     }
     ctx.store.put_bytes(f"{_prefix(upload_id)}/session.json", json.dumps(session).encode())
     return _describe(ctx, upload_id, session)
@@ -160,12 +166,13 @@ def complete_upload(
     source = PartsSource(ctx.store, [(_part_key(upload_id, n), parts[n]) for n in range(1, body.parts + 1)])
     kind = FORMATS[session["format"]]
     label_set_id = session["label_set_id"]
+    names = uploads.Columns.of(session.get("id_column"), session.get("label_column"))  # older sessions: none
     if session["target"] == "ids":
-        done = uploads.upload_ids(ctx, label_set_id, source, kind, None)
+        done = uploads.upload_ids(ctx, label_set_id, source, kind, None, names)
         answer = {"upload_id": upload_id, "target": "ids", "label_set": done.body, "labels": None}
     else:
         done = uploads.upload_labels(
-            ctx, label_set_id, source, kind, validate_only=bool(session["validate_only"]), claim=None
+            ctx, label_set_id, source, kind, validate_only=bool(session["validate_only"]), claim=None, names=names
         )
         answer = {"upload_id": upload_id, "target": "labels", "label_set": None, "labels": done.body}
     out = StoredResponse(200, answer)

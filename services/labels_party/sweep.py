@@ -45,7 +45,8 @@ def lease_age(ctx: LabelsContext) -> float:
 
 
 def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seconds: float | None = None) -> int:
-    """Delete unreferenced message and labels objects and abandoned upload spools; returns how many."""
+    """Delete unreferenced message and labels objects, the objects of label sets no row names (a
+    deleted set's, when deleting them failed) and abandoned upload spools; returns how many."""
     cutoff = time.time() - min_age_seconds
     spool_cutoff = time.time() - max(min_age_seconds, spool_min_age_seconds or 0.0)
     removed = 0
@@ -53,12 +54,17 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
         named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file)) if name is not None}
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
+        sets = set(s.scalars(select(LabelSetRow.id)))
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.
     # Replaced labels may still be read by a request that loaded its row before: they wait as
     # long as spools do; messages are read by nothing before their row commits.
     named_messages = {key.rpartition("/")[0] for key in named if key.count("/") == 2 and key.startswith(MESSAGES)}
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
-    candidates += [(k, spool_cutoff) for k in ctx.store.list(LABEL_SETS) if is_labels_key(k)]
+    for k in ctx.store.list(LABEL_SETS):
+        if k.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
+            candidates.append((k, cutoff))
+        elif is_labels_key(k):
+            candidates.append((k, spool_cutoff))
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue

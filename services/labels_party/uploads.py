@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import update
 
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, UnsupportedMediaType
-from labeldp.parquet_batches import check_column_type, check_unicode, open_for_batches, utf8_text
+from labeldp.parquet_batches import check_column_type, check_unicode, is_unicode, open_for_batches, utf8_text
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.storage import ObjectStore
 
@@ -91,8 +91,58 @@ def media_type(content_type: str) -> str:
     return kind
 
 
-def read_batches(path: Body, kind: str, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
-    """The body's ``columns`` (lower-case names), a chunk at a time.
+@dataclass(frozen=True)
+class Columns:
+    """Which of an upload's columns hold the ids and the labels (``?id_column=&label_column=``).
+
+    An integrator's own file keeps its names (``order_id``, ``conversion_value``): nothing is
+    renamed before the upload. Names match case-insensitively, blanks around them ignored.
+    A column the request names that the file lacks is 422 ``unknown_column``; without
+    names, the defaults ``id`` and ``label`` are required as before.
+    """
+
+    id: str = "id"
+    label: str = "label"
+    named: bool = False
+    """Whether the request named the columns (a missing one is then ``unknown_column``)."""
+
+    @classmethod
+    def of(cls, id_column: str | None = None, label_column: str | None = None) -> Columns:
+        named = id_column is not None or label_column is not None
+        out = cls((id_column or "id").strip(), (label_column or "label").strip(), named)
+        for name in (out.id, out.label):
+            if not name or len(name) > MAX_COLUMN_NAME or not is_unicode(name):
+                raise InvalidInput("invalid_request", f"a column name is 1 to {MAX_COLUMN_NAME} characters",
+                                   [{"loc": ["query", "id_column" if name == out.id else "label_column"]}])
+        if out.id.lower() == out.label.lower():
+            raise InvalidInput("invalid_column_declaration", "id_column and label_column name the same column",
+                               [{"column": out.id}])
+        return out
+
+    def source(self, column: str) -> str:
+        """The file's name (lower-case) for the canonical ``column`` (``id`` or ``label``)."""
+        return (self.id if column == "id" else self.label).lower()
+
+    def missing(self, columns: tuple[str, ...], names: list[str], kind: str, what: str) -> None:
+        """Raise when the file's ``names`` (lower-case) lack one of ``columns``."""
+        absent = [c for c in columns if self.source(c) not in names]
+        if not absent:
+            return
+        if self.named:
+            given = [self.id if c == "id" else self.label for c in absent]
+            raise InvalidInput("unknown_column", f"the {what} has no column {', '.join(map(repr, given))}",
+                               [{"column": c[:MAX_COLUMN_NAME]} for c in given])
+        raise InvalidInput(f"invalid_{kind}", f"the {what} must have columns {' and '.join(columns)}")
+
+
+DEFAULT_COLUMNS = Columns()
+MAX_COLUMN_NAME = 200
+
+
+def read_batches(
+    path: Body, kind: str, columns: tuple[str, ...], names: Columns = DEFAULT_COLUMNS
+) -> Iterator[dict[str, pa.Array]]:
+    """The body's ``columns`` (``id``, ``label``; found under ``names``), a chunk at a time.
 
     ``path`` is a spooled local file or an object of an allowed upload source
     (:class:`.sources.RemoteObject`, read through pyarrow.fs) or a resumable upload's parts
@@ -104,20 +154,20 @@ def read_batches(path: Body, kind: str, columns: tuple[str, ...]) -> Iterator[di
             "unsupported_media_type", "an upload by reference is CSV, Parquet or Arrow IPC (not JSON)"
         )
     if kind in CSV_TYPES:
-        yield from _csv_batches(path, columns)
+        yield from _csv_batches(path, columns, names)
     elif kind in PARQUET_TYPES:
-        yield from _parquet_batches(path, columns)
+        yield from _parquet_batches(path, columns, names)
     elif kind in ARROW_TYPES:
-        yield from _arrow_batches(path, columns)
+        yield from _arrow_batches(path, columns, names)
     else:
-        yield _json_columns(path, columns)
+        yield _json_columns(path, columns, names)
 
 
 def _open_stream(path: Body) -> Any:
     return open(path, "rb") if isinstance(path, Path) else path.open_stream()
 
 
-def _csv_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+def _csv_batches(path: Body, columns: tuple[str, ...], cols: Columns) -> Iterator[dict[str, pa.Array]]:
     with _open_stream(path) as f:
         first = f.read(1 << 16).split(b"\n", 1)[0]
     try:
@@ -131,11 +181,9 @@ def _csv_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
     if not header:
         raise InvalidInput("invalid_csv", "empty CSV")
     names = [h.strip().lower() for h in header]
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise InvalidInput("invalid_csv", f"CSV header must have columns {' and '.join(columns)}")
+    cols.missing(columns, names, "csv", "CSV header")
     generated = [f"c{i}" for i in range(len(names))]
-    wanted = {c: f"c{names.index(c)}" for c in columns}
+    wanted = {c: f"c{names.index(cols.source(c))}" for c in columns}
     source: Any = path if isinstance(path, Path) else path.open_stream()
     try:
         reader = pa_csv.open_csv(
@@ -161,23 +209,22 @@ def _csv_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.
             source.close()
 
 
-def _pick(schema: pa.Schema, columns: tuple[str, ...], kind: str) -> list[str]:
+def _pick(schema: pa.Schema, columns: tuple[str, ...], kind: str, cols: Columns) -> list[str]:
     """The file's names for ``columns``; 422 ``unsupported_column_type`` for a nested or other odd type."""
     lower = {n.strip().lower(): n for n in schema.names}
-    if any(c not in lower for c in columns):
-        raise InvalidInput(f"invalid_{kind}", f"the {kind} file must have columns {' and '.join(columns)}")
-    picked = [lower[c] for c in columns]
+    cols.missing(columns, list(lower), kind, f"{kind} file")
+    picked = [lower[cols.source(c)] for c in columns]
     for name in picked:
         check_column_type(name, schema.field(name).type)
     return picked
 
 
-def _parquet_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+def _parquet_batches(path: Body, columns: tuple[str, ...], cols: Columns) -> Iterator[dict[str, pa.Array]]:
     source = None if isinstance(path, Path) else path.open_file()
     try:
         # pre-buffering off: memory bounded by a batch, not the file
         pf = pq.ParquetFile(source, pre_buffer=False) if source is not None else open_for_batches(str(path))
-        picked = _pick(pf.schema_arrow, columns, "parquet")
+        picked = _pick(pf.schema_arrow, columns, "parquet", cols)
         for batch in pf.iter_batches(batch_size=1 << 18, columns=picked):
             yield {c: batch.column(name) for c, name in zip(columns, picked)}
     except LabelDPError:
@@ -189,7 +236,7 @@ def _parquet_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str,
             source.close()
 
 
-def _arrow_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+def _arrow_batches(path: Body, columns: tuple[str, ...], cols: Columns) -> Iterator[dict[str, pa.Array]]:
     try:
         with pa.memory_map(str(path), "r") if isinstance(path, Path) else path.open_file() as source:
             try:
@@ -199,7 +246,7 @@ def _arrow_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, p
                 source.seek(0)
                 reader = ipc.open_stream(source)
                 batches = iter(reader)
-            picked = _pick(reader.schema, columns, "arrow")
+            picked = _pick(reader.schema, columns, "arrow", cols)
             for batch in batches:
                 yield {c: batch.column(name) for c, name in zip(columns, picked)}
     except LabelDPError:
@@ -208,7 +255,7 @@ def _arrow_batches(path: Body, columns: tuple[str, ...]) -> Iterator[dict[str, p
         raise InvalidInput("invalid_arrow", "body is not a readable Arrow IPC file or stream") from None
 
 
-def _json_columns(path: Body, columns: tuple[str, ...]) -> dict[str, pa.Array]:
+def _json_columns(path: Body, columns: tuple[str, ...], cols: Columns) -> dict[str, pa.Array]:
     try:
         doc = json.loads(path.read_bytes()) if isinstance(path, Path) else None
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -216,7 +263,13 @@ def _json_columns(path: Body, columns: tuple[str, ...]) -> dict[str, pa.Array]:
     plural = {"id": "ids", "label": "labels"}
     if isinstance(doc, dict) and isinstance(doc.get("rows"), list):
         rows = [r if isinstance(r, dict) else {} for r in doc["rows"]]
-        values = {c: [r.get(c) for r in rows] for c in columns}
+        keys = {c: cols.id if c == "id" else cols.label for c in columns}  # the rows' keys, exactly
+        if cols.named and rows:
+            absent = [k for k in keys.values() if not any(k in r for r in rows)]
+            if absent:
+                raise InvalidInput("unknown_column", f"no row has the key {', '.join(map(repr, absent))}",
+                                   [{"column": k[:MAX_COLUMN_NAME]} for k in absent])
+        values = {c: [r.get(keys[c]) for r in rows] for c in columns}
     elif isinstance(doc, dict) and all(isinstance(doc.get(plural[c]), list) for c in columns):
         values = {c: doc[plural[c]] for c in columns}
         if len({len(v) for v in values.values()}) != 1:
@@ -321,10 +374,10 @@ class ParsedUpload:
     codes: np.ndarray  # value codes (VALUE_CODES)
 
 
-def parse_label_upload(path: Body, kind: str, rules: LabelRules) -> ParsedUpload:
+def parse_label_upload(path: Body, kind: str, rules: LabelRules, names: Columns = DEFAULT_COLUMNS) -> ParsedUpload:
     ids, values, codes = [], [], []
     row = 1
-    for batch in read_batches(path, kind, ("id", "label")):
+    for batch in read_batches(path, kind, ("id", "label"), names):
         ident = utf8_text(batch["id"], code="invalid_id", what="id", first_row=row)
         ids.append(_trimmed(ident) if kind in CSV_TYPES else ident)
         v, c = parse_labels(batch["label"], rules, row)
@@ -395,7 +448,8 @@ def rules_of(row: LabelSetRow) -> LabelRules:
 
 
 def upload_labels(
-    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, *, validate_only: bool, claim: Claim | None
+    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, *, validate_only: bool, claim: Claim | None,
+    names: Columns = DEFAULT_COLUMNS,
 ) -> StoredResponse:
     """Validate and (unless ``validate_only``) store labels; all rows or none."""
     kind = media_type(content_type)
@@ -404,7 +458,7 @@ def upload_labels(
     if not row.ids_ready:
         raise Conflict("ids_missing", "upload the label set's ids first")
     labels = read_labels(ctx, row)  # 409 labels_deleted before any parsing
-    upload = parse_label_upload(body, kind, rules_of(row))
+    upload = parse_label_upload(body, kind, rules_of(row), names)
     if len(upload.ids) == 0:
         raise InvalidInput("empty_upload", "upload has no rows")
     positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
@@ -451,11 +505,12 @@ def upload_labels(
 
 
 def upload_ids(
-    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, claim: Claim | None
+    ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, claim: Claim | None,
+    names: Columns = DEFAULT_COLUMNS,
 ) -> StoredResponse:
     kind = media_type(content_type)
     chunks, row = [], 1
-    for batch in read_batches(body, kind, ("id",)):
+    for batch in read_batches(body, kind, ("id",), names):
         chunks.append(utf8_text(batch["id"], code="invalid_id", what="id", first_row=row))
         row += len(chunks[-1])
     if kind in CSV_TYPES:

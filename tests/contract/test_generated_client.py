@@ -222,6 +222,9 @@ def test_the_whole_flow_runs_through_both_generated_clients_in_every_upload_form
     ctx = labels.app.state.ctx  # type: ignore[attr-defined]
     settings = ctx.settings.model_copy(update={"features_url": str(features.base_url)})
     assert outbox.deliver_one(ctx.sessions, features, settings, release.id, random.Random(0)) == "delivered"
+    labels_file = op("features_client", "releases.download_release_labels").sync(release.id, client=fc)
+    assert isinstance(labels_file, ftypes.File), labels_file  # Parquet by default, read as bytes
+    assert pq.read_table(io.BytesIO(labels_file.payload.read())).column("id").to_pylist() == sorted(IDS)
     training = op("features_client", "trainings.start_training").sync(
         client=fc, body=fm.TrainingRequest.from_dict({"release_id": release.id, "epochs": 1, "batch_size": 16})
     )

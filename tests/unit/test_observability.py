@@ -168,6 +168,7 @@ def test_the_labels_api_serves_each_live_outbox_file_labelled_by_sender(settings
         out.path = folder / f"outbox-host-{delivered}.prom"  # two senders in one test process
         out.write()
         files.append(out)
+    os.utime(files[0].path, (time.time() - 10,) * 2)  # host-3 wrote before host-5
     gone = folder / "outbox-host-999.prom"
     gone.write_text(files[0].path.read_text())
     os.utime(gone, (time.time() - OUTBOX_STALE_SECONDS - 5,) * 2)
@@ -178,7 +179,8 @@ def test_the_labels_api_serves_each_live_outbox_file_labelled_by_sender(settings
     samples = _samples(text)
     assert samples[("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-3"))] == 3
     assert samples[("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-5"))] == 5
-    assert samples[("labeldp_outbox_queue_depth", _key(sender="host-5"))] == 2
+    assert samples[("labeldp_outbox_queue_depth", ())] == 2  # the newest file's: one queue, served once
+    assert not any(k[0] == "labeldp_outbox_queue_depth" and k[1] for k in samples)
     assert samples[("labeldp_outbox_attempt_duration_seconds_count", _key(outcome="delivered", sender="host-3"))] == 1
     assert not any(dict(k[1]).get("sender") == "host-999" for k in samples)  # a stale file is not served
     services = sorted(dict(k[1])["service"] for k in samples if k[0] == "labeldp_build_info")
@@ -190,6 +192,65 @@ def test_the_labels_api_serves_each_live_outbox_file_labelled_by_sender(settings
     assert ("labeldp_outbox_attempts_total", _key(outcome="delivered", sender="host-3")) not in _samples(
         labels.get("/metrics").text
     )
+
+
+def _sum(text: str, name: str) -> float:
+    return sum(value for (metric, _), value in _samples(text).items() if metric == name)
+
+
+def test_replicas_and_senders_together_count_each_attempt_and_the_queue_once(settings: Settings) -> None:
+    """Two labels API replicas on one data folder and two senders: summed over every scrape, each
+    delivery attempt counts once and the one queue's depth once (it was 2x and 4x)."""
+    folder = settings.labels_data_dir / OUTBOX_METRICS_DIR
+    for sender, delivered in (("host-1", 3), ("host-2", 5)):
+        metrics = outbox_metrics()
+        metrics.attempts.labels("delivered").inc(delivered)
+        metrics.attempts.labels("retry").inc()  # one retried attempt per sender
+        metrics.queue_depth.set(2)  # both measured the same shared queue
+        out = OutboxMetricsFile(folder, metrics)
+        out.path = folder / f"outbox-{sender}.prom"
+        out.write()
+    with TestClient(create_labels_app(settings)) as first, TestClient(create_labels_app(settings)) as second:
+        scrapes = [first.get("/metrics").text, second.get("/metrics").text]
+        assert sum(_sum(t, "labeldp_outbox_attempts_total") for t in scrapes) == 3 + 5 + 2
+        assert sum(_sum(t, "labeldp_outbox_queue_depth") for t in scrapes) == 2
+        assert all(_sum(t, "labeldp_http_request_duration_seconds_count") >= 0 for t in scrapes)
+        assert [_sum(t, "labeldp_outbox_attempts_total") for t in scrapes] == [10, 0]  # the first serves
+    with TestClient(create_labels_app(settings)) as replica:  # the server stopped: another takes over
+        assert _sum(replica.get("/metrics").text, "labeldp_outbox_attempts_total") == 10
+
+
+def test_a_failed_attempt_is_a_warning_with_its_code_and_counted_once(
+    settings: Settings, labels: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A release whose features party refuses connections (a closed port, no fault injected)."""
+    import random
+
+    import httpx
+    from tests.release_jobs import wait_release
+
+    from labels_party import outbox
+
+    auth = {"Authorization": f"Bearer {LABELS_KEY}"}
+    ls = labels.post("/v1/label-sets", headers=auth, json={
+        "name": "w", "domain": {"low": 0.0, "high": 1.0}, "ids": ["a", "b"]}).json()["id"]
+    labels.post(f"/v1/label-sets/{ls}/labels", json={"ids": ["a", "b"], "labels": [0, 1]}, headers=auth)
+    release = labels.post(f"/v1/label-sets/{ls}/releases", headers=auth, json={"mechanism": "laplace", "epsilon": 1})
+    release_id = wait_release(labels, release.json()["id"], "pending", headers=auth)["id"]
+    ctx = labels.app.state.ctx
+    closed = ctx.settings.model_copy(update={"features_url": "http://127.0.0.1:9", "outbox_timeout_seconds": 2})
+    metrics = outbox_metrics()
+    with caplog.at_level(logging.DEBUG, logger="labeldp.outbox"), httpx.Client(timeout=2) as client:
+        assert outbox.deliver_one(ctx.sessions, client, closed, release_id, random.Random(0), metrics) == "pending"
+    failed = [r for r in caplog.records if r.name == "labeldp.outbox" and "attempt 1" in r.getMessage()]
+    assert [r.levelno for r in failed] == [logging.WARNING], [(r.levelname, r.getMessage()) for r in failed]
+    line = _format(failed[0])
+    assert line["error"]["code"] == "connection_error" and set(line["error"]) == {"code", "message", "details"}
+    assert line["release_id"] == release_id and line["attempt"] == 1
+    value = metrics.registry.get_sample_value
+    assert value("labeldp_outbox_attempts_total", {"outcome": "network"}) == 1
+    assert sum(value("labeldp_outbox_attempts_total", {"outcome": o}) or 0
+               for o in ("delivered", "rejected", "retry", "network")) == 1
 
 
 def test_a_torn_outbox_file_is_skipped_not_a_failed_scrape(settings: Settings, labels: TestClient) -> None:

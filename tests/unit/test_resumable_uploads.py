@@ -57,9 +57,14 @@ def test_a_client_that_died_resumes_on_another_replica_with_only_the_missing_par
     a, b, store = replicas
     ls = _label_set(a, IDS)
     sink = io.BytesIO()
-    pq.write_table(pa.table({"id": IDS[::-1], "label": [float(i % 10) for i in range(len(IDS))]}), sink)
+    # the integrator's own column names (issue 26), kept from creation to completion on another replica
+    pq.write_table(pa.table({"order_id": IDS[::-1], "value": [float(i % 10) for i in range(len(IDS))]}), sink)
     parts = _split(sink.getvalue(), 3)
-    created = a.post(f"/v1/label-sets/{ls}/uploads", json={"target": "labels", "format": "parquet"}, headers=AUTH)
+    clash = {"target": "labels", "format": "parquet", "id_column": "value", "label_column": "Value"}
+    refused = a.post(f"/v1/label-sets/{ls}/uploads", json=clash, headers=AUTH)
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_column_declaration"
+    created = a.post(f"/v1/label-sets/{ls}/uploads", headers=AUTH, json={
+        "target": "labels", "format": "parquet", "id_column": "order_id", "label_column": "value"})
     assert created.status_code == 201, created.text
     up = created.json()["id"]
     for number in (1, 3):  # then the client dies

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from labeldp.errors import LabelDPError
-from labels_party.uploads import LabelRules, media_type, parse_label_upload, read_batches, row_errors
+from labels_party.uploads import Columns, LabelRules, media_type, parse_label_upload, read_batches, row_errors
 
 REAL = LabelRules("real", 0.0, 10.0)
 JSON, PARQUET, ARROW = "application/json", "application/vnd.apache.parquet", "application/vnd.apache.arrow.file"
@@ -253,3 +253,52 @@ def test_a_file_upload_is_read_as_its_format_query_value() -> None:
     for content_type, fmt in (("application/octet-stream", None), ("text/csv", UploadFormat.parquet)):
         with pytest.raises(UnsupportedMediaType):
             upload_media_type(content_type, fmt)
+
+
+def test_an_integrators_own_column_names_are_read_in_every_format(tmp_path: Path) -> None:
+    names = Columns.of("Order_ID", "conversion_value")
+    table = pa.table({"order_id": ["a", "b"], "other": [9, 9], "conversion_value": [1.5, 2.0]})
+    pq.write_table(table, tmp_path / "own.parquet")
+    with open(tmp_path / "own.arrow", "wb") as f, ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+    bodies = [
+        (_write(tmp_path, "own.csv", b"order_id,other,conversion_value\na,9,1.5\nb,9,2\n"), "text/csv"),
+        (_write(tmp_path, "own.json", b'{"rows": [{"Order_ID": "a", "conversion_value": 1.5},'
+                                      b' {"Order_ID": "b", "conversion_value": 2}]}'), JSON),
+        (tmp_path / "own.parquet", PARQUET),
+        (tmp_path / "own.arrow", ARROW),
+    ]
+    for path, kind in bodies:
+        upload = parse_label_upload(path, kind, REAL, names)
+        assert upload.ids.to_pylist() == ["a", "b"] and upload.values.tolist() == [1.5, 2.0], kind
+        if kind != JSON:  # (JSON rows without the keys are rows without an id: named by row_errors)
+            with pytest.raises(LabelDPError) as default_names:  # without the mapping: refused as before
+                parse_label_upload(path, kind, REAL)
+            assert default_names.value.code in {"invalid_csv", "invalid_parquet", "invalid_arrow"}, kind
+            ids = next(read_batches(path, kind, ("id",), Columns.of("order_id")))["id"]
+            assert ids.to_pylist() in (["a", "b"], [b"a", b"b"]), kind
+
+
+@pytest.mark.parametrize("kind", ["text/csv", JSON, PARQUET, ARROW])
+def test_a_named_column_the_file_lacks_is_unknown_column(tmp_path: Path, kind: str) -> None:
+    table = pa.table({"id": ["a"], "label": [1.0]})
+    path = {
+        "text/csv": lambda: _write(tmp_path, "u.csv", b"id,label\na,1\n"),
+        JSON: lambda: _write(tmp_path, "u.json", b'{"rows": [{"id": "a", "label": 1}]}'),
+        PARQUET: lambda: _parquet(tmp_path, ["a"], [1.0]),
+        ARROW: lambda: _arrow(tmp_path, table.column("id"), table.column("label"), stream=False),
+    }[kind]()
+    with pytest.raises(LabelDPError) as refused:
+        parse_label_upload(path, kind, REAL, Columns.of(label_column="conversion_value"))
+    assert refused.value.code == "unknown_column" and refused.value.status_code == 422
+    assert refused.value.details == [{"column": "conversion_value"}]
+
+
+def test_column_names_that_clash_or_are_empty_are_refused() -> None:
+    with pytest.raises(LabelDPError) as same:
+        Columns.of("value", "VALUE")
+    assert same.value.code == "invalid_column_declaration"
+    with pytest.raises(LabelDPError) as blank:
+        Columns.of("  ")
+    assert blank.value.code == "invalid_request"
+    assert Columns.of() == Columns("id", "label", named=False) and Columns.of("id").named

@@ -33,6 +33,18 @@ FORMAT_OF = {
 }
 
 
+_BODY = request_body(
+    file_body(("csv", "parquet", "arrow"), "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
+    "the table as CSV (header first), Parquet or Arrow IPC (file or stream), sent as "
+    "`application/octet-stream` (`format` or its first bytes tell which), `text/csv`, "
+    "`application/vnd.apache.parquet` or `application/vnd.apache.arrow.stream`; empty with `source`",
+)
+_ID_COLUMN = Query("id", min_length=1, max_length=256,
+                   description="the file's column holding the ids (a column it lacks: 422 `missing_id_column`)")
+_SOURCE = Query(None, max_length=2048, description="an object URL to read the table from")
+_FORMAT = Query(None, alias="format", description="csv, parquet or arrow (default: from the content type or the bytes)")
+
+
 @router.post(
     "/feature-tables",
     status_code=201,
@@ -47,12 +59,7 @@ FORMAT_OF = {
              {"get_feature_table": {"name": "$response.body#/name"}}),
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
-    openapi_extra=request_body(
-        file_body(("csv", "parquet", "arrow"), "id,age,city\nu001,31,paris\nu002,45,lyon\n"),
-        "the table as CSV (header first), Parquet or Arrow IPC (file or stream), sent as "
-        "`application/octet-stream` (`format` or its first bytes tell which), `text/csv`, "
-        "`application/vnd.apache.parquet` or `application/vnd.apache.arrow.stream`; empty with `source`",
-    ),
+    openapi_extra=_BODY,
 )
 async def upload_feature_table(
     request: Request,
@@ -60,13 +67,50 @@ async def upload_feature_table(
     response: Response,
     key: IdempotencyKey,
     name: str = Query(...),
-    id_column: str = Query("id"),
+    id_column: str = _ID_COLUMN,
     categorical: str | None = Query(None),
     numeric: str | None = Query(None),
-    source: str | None = Query(None, max_length=2048, description="an object URL to read the table from"),
-    format_: str | None = Query(
-        None, alias="format", description="csv, parquet or arrow (default: from the content type or the bytes)"
-    ),
+    source: str | None = _SOURCE,
+    format_: str | None = _FORMAT,
+) -> dict[str, Any]:
+    return await _upload(request, ctx, response, key, name, id_column, categorical, numeric, source, format_,
+                         replace=False)
+
+
+@router.put(
+    "/feature-tables/{name}",
+    response_model=responses.FeatureTable,
+    summary="Replace a feature table",
+    description="The same upload as `POST /v1/feature-tables` (body or `source`, the same checks), put in place of "
+    "the table's rows in one step: readers see the old table or the new one. The table gets a new `ft_` id; "
+    "models already trained keep working. 409 `feature_table_in_use` while a training that has not finished "
+    "reads it.",
+    responses={
+        **ok(responses.EXAMPLE_TABLE, "replaced", links={"get_feature_table": {"name": "$response.body#/name"}}),
+        **errors(401, 404, 409, 413, 415, 422, 503, e404="feature_table_not_found", e409="feature_table_in_use",
+                 e422="invalid_csv"),
+    },
+    openapi_extra=_BODY,
+)
+async def replace_feature_table(
+    name: str,
+    request: Request,
+    ctx: Context,
+    response: Response,
+    key: IdempotencyKey,
+    id_column: str = _ID_COLUMN,
+    categorical: str | None = Query(None),
+    numeric: str | None = Query(None),
+    source: str | None = _SOURCE,
+    format_: str | None = _FORMAT,
+) -> dict[str, Any]:
+    return await _upload(request, ctx, response, key, name, id_column, categorical, numeric, source, format_,
+                         replace=True)
+
+
+async def _upload(
+    request: Request, ctx: Context, response: Response, key: str | None, name: str, id_column: str,
+    categorical: str | None, numeric: str | None, source: str | None, format_: str | None, *, replace: bool,
 ) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in FORMAT_OF and content_type not in SNIFFED_TYPES:
@@ -77,7 +121,7 @@ async def upload_feature_table(
     if fmt is not None and fmt not in feature_tables.FORMATS:
         raise InvalidInput("invalid_format", f"format must be one of {', '.join(feature_tables.FORMATS)}")
     cats, nums = feature_tables.split_names(categorical), feature_tables.split_names(numeric)
-    scope = "POST /v1/feature-tables"
+    scope = f"PUT /v1/feature-tables/{name}" if replace else "POST /v1/feature-tables"
     query = json.dumps({"name": name, "id_column": id_column, "categorical": cats, "numeric": nums,
                         "source": source, "format": fmt})
     settings = ctx.settings
@@ -94,13 +138,14 @@ async def upload_feature_table(
     else:
         body = await spool_body(request, ctx.data_dir / "spool")
         table, digest = feature_tables.local_source(body.path, fmt), body.sha256
+    write = feature_tables.replace_feature_table if replace else feature_tables.create_feature_table
     try:
         stored = await run_in_threadpool(
             ctx.idempotency.execute,
             scope,
             key,
             request_fingerprint(scope, query, digest),
-            lambda claim: feature_tables.create_feature_table(
+            lambda claim: write(
                 ctx.sessions, ctx.store, ctx.data_dir / "spool", name, table, id_column, cats, nums, claim,
                 settings.training_join_partition_rows,
             ),
@@ -109,6 +154,22 @@ async def upload_feature_table(
         if body is not None:
             body.discard()
     return stored.answer(response)
+
+
+@router.delete(
+    "/feature-tables/{name}",
+    response_model=responses.Deleted,
+    summary="Delete a feature table",
+    description="Its row and its stored rows. Models already trained on it keep working (they hold what they "
+    "learned); predictions by id then need another table. 409 `feature_table_in_use` while a training that has "
+    "not finished reads it.",
+    responses={
+        **ok(responses.EXAMPLE_DELETED, "deleted"),
+        **errors(401, 404, 409, 422, 503, e404="feature_table_not_found", e409="feature_table_in_use"),
+    },
+)
+def delete_feature_table(name: str, ctx: Context) -> dict[str, Any]:
+    return feature_tables.delete_feature_table(ctx.sessions, ctx.store, name)
 
 
 @router.get(

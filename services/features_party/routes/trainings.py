@@ -79,6 +79,24 @@ def get_training(training_id: str, ctx: Context) -> dict[str, Any]:
 
 
 @router.get(
+    "/trainings/{training_id}/history",
+    response_model=responses.HistoryPage,
+    summary="Page through a training's history",
+    description="Its per-epoch losses, first epoch first, a page at a time (pass `next_cursor` back as `cursor`): "
+    "what the training's `history` shows, for trainings with many epochs.",
+    responses={
+        **ok(responses.EXAMPLE_HISTORY_PAGE, "a page"),
+        **errors(401, 404, 422, 503, e404="training_not_found", e422="invalid_cursor"),
+    },
+)
+def training_history(
+    training_id: str, ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> dict[str, Any]:
+    with ctx.sessions() as session:
+        return jobs.training_history(session, training_id, limit, cursor)
+
+
+@router.get(
     "/trainings",
     response_model=responses.TrainingPage,
     summary="List trainings",

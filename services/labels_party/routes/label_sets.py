@@ -35,7 +35,8 @@ router = APIRouter(prefix="/v1", tags=["label sets"])
 
 _LABEL_SET = {"label_set_id": "$response.body#/id"}
 _LINKS = dict.fromkeys(
-    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases"), _LABEL_SET
+    ("get_label_set", "upload_ids", "upload_labels", "create_release", "delete_labels", "list_releases",
+     "list_label_set_releases", "delete_label_set"), _LABEL_SET
 )
 _IDS_JSON = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": ["string", "integer"]}}},
              "required": ["ids"]}
@@ -49,6 +50,10 @@ _LABELS_JSON = {
 }
 _FORMATS = ("csv", "parquet", "arrow")
 _FORMAT = Query(None, alias="format", description=format_query(_FORMATS))
+_ID_COLUMN = Query(None, min_length=1, max_length=uploads.MAX_COLUMN_NAME,
+                   description="the column (or JSON rows' key) holding the ids, if not `id`")
+_LABEL_COLUMN = Query(None, min_length=1, max_length=uploads.MAX_COLUMN_NAME,
+                      description="the column (or JSON rows' key) holding the labels, if not `label`")
 
 
 @router.post(
@@ -116,6 +121,24 @@ def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
     return out
 
 
+@router.delete(
+    "/label-sets/{label_set_id}",
+    response_model=responses.Deleted,
+    summary="Delete a label set",
+    description="A set no release was made from (a mistaken upload, a test): its row, ids and labels go; the "
+    "privacy domain's per-id ledger is untouched. A set with any release is 409 `label_set_in_use` (delete its "
+    "raw labels instead).",
+    responses={
+        **ok(responses.EXAMPLE_DELETED, "deleted"),
+        **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found", e409="label_set_in_use"),
+    },
+)
+def delete_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
+    label_sets.delete_label_set(ctx, label_set_id)
+    log.info("label set %s deleted", label_set_id)
+    return {"id": label_set_id, "deleted": True}
+
+
 @router.get(
     "/label-sets/{label_set_id}",
     response_model=responses.LabelSet,
@@ -135,7 +158,8 @@ def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
     response_model=responses.LabelSet,
     summary="Upload a label set's ids",
     description="Once, for a set created without ids (up to 10⁹): an `id` column as CSV, Parquet or Arrow IPC, "
-    "or JSON `{\"ids\": [...]}`. Streamed to disk, sorted once (the release order).",
+    "or JSON `{\"ids\": [...]}`; `id_column` names another column. Streamed to disk, sorted once (the release "
+    "order).",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET, "ids stored"),
         **errors(401, 403, 404, 409, 413, 415, 422, 503, e409="ids_already_set", e422="duplicate_ids"),
@@ -155,9 +179,11 @@ async def upload_ids(
     response: Response,
     key: IdempotencyKey,
     upload_format: UploadFormat | None = _FORMAT,
+    id_column: str | None = _ID_COLUMN,
 ) -> dict[str, Any]:
     content_type = upload_media_type(request.headers.get("content-type", ""), upload_format)
     uploads.media_type(content_type)  # 415 before reading the body
+    names = uploads.Columns.of(id_column)
     body = await spool_body(request, ctx.spool_dir)
     try:
         scope = f"POST /v1/label-sets/{label_set_id}/ids"
@@ -165,8 +191,8 @@ async def upload_ids(
             ctx.idempotency.execute,
             scope,
             key,
-            request_fingerprint(scope, content_type, body.sha256),
-            lambda claim: uploads.upload_ids(ctx, label_set_id, body.path, content_type, claim),
+            request_fingerprint(scope, content_type, body.sha256, *_named(id_column)),
+            lambda claim: uploads.upload_ids(ctx, label_set_id, body.path, content_type, claim, names),
         )
     finally:
         body.discard()
@@ -178,7 +204,8 @@ async def upload_ids(
     response_model=responses.LabelsUploaded,
     summary="Upload labels",
     description="All rows or none: every row is validated against the set's ids and rules; errors name the "
-    "row (from 1) and the id, never the value. `validate_only=true` checks without storing.",
+    "row (from 1) and the id, never the value. `validate_only=true` checks without storing. `id_column` and "
+    "`label_column` name the file's own columns (a named column it lacks: 422 `unknown_column`).",
     responses={
         **ok(responses.EXAMPLE_UPLOADED, "labels stored (or validated)"),
         **errors(401, 403, 404, 409, 413, 415, 422, 503, e409="ids_missing", e422="invalid_labels"),
@@ -188,7 +215,8 @@ async def upload_ids(
             "application/json": (_LABELS_JSON, {"ids": ["u001", "u002"], "labels": [3.5, 0]}),
             **file_body(_FORMATS, "id,label\nu001,3.5\nu002,0\n"),
         },
-        "columns `id` and `label`; JSON also as `{\"rows\": [{\"id\", \"label\"}]}`",
+        "columns `id` and `label` (or as `id_column`/`label_column` name them); JSON also as "
+        "`{\"rows\": [{\"id\", \"label\"}]}`",
     ),
 )
 async def upload_labels(
@@ -200,9 +228,12 @@ async def upload_labels(
     key: IdempotencyKey,
     validate_only: bool = Query(False),
     upload_format: UploadFormat | None = _FORMAT,
+    id_column: str | None = _ID_COLUMN,
+    label_column: str | None = _LABEL_COLUMN,
 ) -> dict[str, Any]:
     content_type = upload_media_type(request.headers.get("content-type", ""), upload_format)
     uploads.media_type(content_type)  # 415 before reading the body
+    names = uploads.Columns.of(id_column, label_column)
     body = await spool_body(request, ctx.spool_dir)
     try:
         scope = f"POST /v1/label-sets/{label_set_id}/labels"
@@ -210,9 +241,10 @@ async def upload_labels(
             ctx.idempotency.execute,
             scope,
             key,
-            request_fingerprint(scope, content_type, str(validate_only), body.sha256),
+            request_fingerprint(scope, content_type, str(validate_only), body.sha256,
+                                *_named(id_column, label_column)),
             lambda claim: uploads.upload_labels(
-                ctx, label_set_id, body.path, content_type, validate_only=validate_only, claim=claim
+                ctx, label_set_id, body.path, content_type, validate_only=validate_only, claim=claim, names=names
             ),
         )
     finally:
@@ -237,15 +269,17 @@ async def upload_labels(
     openapi_extra=json_example({"url": "s3://advertiser-exports/conversions/ids.parquet", "format": "parquet"}),
 )
 def upload_ids_from_url(
-    label_set_id: str, body: sources.SourceIn, ctx: Context, response: Response, key: IdempotencyKey
+    label_set_id: str, body: sources.SourceIn, ctx: Context, response: Response, key: IdempotencyKey,
+    id_column: str | None = _ID_COLUMN,
 ) -> dict[str, Any]:
     scope = f"POST /v1/label-sets/{label_set_id}/ids/from-url"
+    names = uploads.Columns.of(id_column)
     stored = ctx.idempotency.execute(
         scope,
         key,
-        request_fingerprint(scope, body.model_dump_json()),
+        request_fingerprint(scope, body.model_dump_json(), *_named(id_column)),
         lambda claim: uploads.upload_ids(
-            ctx, label_set_id, sources.open_source(ctx.settings, body.url), body.media_type, claim
+            ctx, label_set_id, sources.open_source(ctx.settings, body.url), body.media_type, claim, names
         ),
     )
     return stored.answer(response)
@@ -272,18 +306,26 @@ def upload_labels_from_url(
     response: Response,
     key: IdempotencyKey,
     validate_only: bool = Query(False),
+    id_column: str | None = _ID_COLUMN,
+    label_column: str | None = _LABEL_COLUMN,
 ) -> dict[str, Any]:
     scope = f"POST /v1/label-sets/{label_set_id}/labels/from-url"
+    names = uploads.Columns.of(id_column, label_column)
     stored = ctx.idempotency.execute(
         scope,
         key,
-        request_fingerprint(scope, str(validate_only), body.model_dump_json()),
+        request_fingerprint(scope, str(validate_only), body.model_dump_json(), *_named(id_column, label_column)),
         lambda claim: uploads.upload_labels(
             ctx, label_set_id, sources.open_source(ctx.settings, body.url), body.media_type,
-            validate_only=validate_only, claim=claim,
+            validate_only=validate_only, claim=claim, names=names,
         ),
     )
     if not stored.replayed and not validate_only:
         metrics.uploaded_labels.inc(stored.body["accepted_rows"])
         log.info("label set %s: %d labels stored (by reference)", label_set_id, stored.body["accepted_rows"])
     return stored.answer(response)
+
+
+def _named(*columns: str | None) -> list[str]:
+    """The column names a request gave, for its idempotency fingerprint (none: the fingerprint is as before)."""
+    return [] if all(c is None for c in columns) else ["columns", *(c or "" for c in columns)]

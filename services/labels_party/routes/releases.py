@@ -36,7 +36,8 @@ def mechanism_label(name: str) -> str:
     "/releases",
     response_model=responses.ReleasePage,
     summary="List releases",
-    description="Oldest first, optionally of one label set; never reads message bytes.",
+    description="Oldest first, a page at a time (pass `next_cursor` back as `cursor`), optionally of one label "
+    "set or of one privacy domain; never reads message bytes.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
         **errors(401, 403, 422, 503, e422="invalid_cursor"),
@@ -45,10 +46,31 @@ def mechanism_label(name: str) -> str:
 def list_releases(
     ctx: Context,
     label_set_id: str | None = Query(None, max_length=40),
+    privacy_domain: str | None = Query(None, max_length=200, description="only the releases of this domain's sets"),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
 ) -> dict[str, Any]:
-    return releases.list_releases(ctx, label_set_id, limit, cursor)
+    return releases.list_releases(ctx, label_set_id, limit, cursor, privacy_domain)
+
+
+@router.get(
+    "/label-sets/{label_set_id}/releases",
+    response_model=responses.ReleasePage,
+    summary="List a label set's releases",
+    description="The set's releases, oldest first, a page at a time (pass `next_cursor` back as `cursor`): what "
+    "the set's `releases` shows, without growing with it.",
+    responses={
+        **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
+        **errors(401, 403, 404, 422, 503, e404="label_set_not_found", e422="invalid_cursor"),
+    },
+)
+def list_label_set_releases(
+    label_set_id: str,
+    ctx: Context,
+    limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(None, max_length=400),
+) -> dict[str, Any]:
+    return releases.list_releases(ctx, label_set_id, limit, cursor, known_set=True)
 
 
 @router.post(

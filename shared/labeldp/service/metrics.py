@@ -156,14 +156,20 @@ class HttpInstrumentation:
                 self.metrics.errors.labels(method, route, str(status), code).inc()
 
 
-def instrument(app: FastAPI, registry: CollectorRegistry, service: str, senders: Path | None = None) -> None:
-    """Build info, HTTP metrics and ``GET /metrics`` for one app; ``senders``: the outbox metrics folder to serve."""
+def instrument(
+    app: FastAPI, registry: CollectorRegistry, service: str, senders: Path | None = None
+) -> OutboxFiles | None:
+    """Build info, HTTP metrics and ``GET /metrics`` for one app; ``senders``: the outbox metrics folder to
+    serve (the collector is returned: the app closes it when it stops, handing the serving over)."""
+    files = None
     if senders is None:
         build_info(registry, service)
     else:
-        registry.register(OutboxFiles(senders, service))
+        files = OutboxFiles(senders, service)
+        registry.register(files)
     app.add_middleware(HttpInstrumentation, metrics=http_metrics(registry))
     mount_metrics(app, registry)
+    return files
 
 
 def mount_metrics(app: FastAPI, registry: CollectorRegistry) -> None:
@@ -439,17 +445,61 @@ if __name__ == "__main__":
     raise SystemExit(_main())
 
 
+QUEUE_FAMILIES = frozenset({"labeldp_outbox_queue_depth", "labeldp_outbox_oldest_pending_seconds", "labeldp_releases"})
+"""Gauges of the one delivery queue in the shared catalogue, not of a sender: every sender measures
+the same numbers, so they are served once (from the newest file), without a ``sender`` label."""
+SERVING_LOCK = ".served.lock"
+
+
 class OutboxFiles:
     """A collector that serves every live sender's file, merged by metric and labelled ``sender``.
 
     Registered on the labels API's registry (the API and the outbox share the data
     directory). It also yields the API's own ``labeldp_build_info`` sample: each metric
     family may appear once in a scrape, and the senders report theirs under that name too.
+
+    Counted once: of the API processes that share the folder (replicas, ``--workers``), only
+    the one holding its lock (``SERVING_LOCK``, an ``flock`` kept while the process lives; the
+    next scrape of another replica takes it over once the holder is gone) serves the senders'
+    files, so summing ``/metrics`` over replicas counts each attempt once; and the queue gauges
+    (:data:`QUEUE_FAMILIES`) are served once, not once per sender.
     """
 
     def __init__(self, directory: Path, service: str) -> None:
         self.directory = directory
         self.service = service
+        self._lock: int | None = None
+        self._guard = threading.Lock()
+
+    def serving(self) -> bool:
+        """Whether this process serves the senders' files (it holds, or now takes, the folder's lock)."""
+        import fcntl
+
+        with self._guard:
+            if self._lock is not None:
+                return True
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.directory / SERVING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._lock = fd
+            return True
+
+    def close(self) -> None:
+        """Give up serving (the app stops): another replica's next scrape takes over."""
+        with self._guard:
+            if self._lock is not None:
+                os.close(self._lock)  # closing the descriptor releases the flock
+                self._lock = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def collect(self) -> Iterator[Metric]:
         info = Metric("labeldp_build_info", BUILD_INFO_HELP, "gauge")
@@ -459,25 +509,36 @@ class OutboxFiles:
             1.0,
         )
         merged: dict[str, Metric] = {info.name: info}
-        for sender, text in self._files():
+        queue: dict[str, Metric] = {}
+        if not self.serving():
+            yield info
+            return
+        # Oldest written first: the newest file's queue gauges are the ones kept.
+        for sender, text, _ in sorted(self._files(), key=lambda f: f[2]):
             try:
                 families = list(text_string_to_metric_families(text))
             except ValueError:  # a file cut short by a full disk: skip it this scrape
                 continue
             for family in families:
+                if family.name in QUEUE_FAMILIES:
+                    queue[family.name] = family
+                    continue
                 out = merged.get(family.name)
                 if out is None:
                     out = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
                 for sample in family.samples:
                     out.add_sample(sample.name, {**sample.labels, "sender": sender}, sample.value, sample.timestamp)
         yield from merged.values()
+        yield from queue.values()
 
-    def _files(self) -> Iterable[tuple[str, str]]:
+    def _files(self) -> Iterable[tuple[str, str, float]]:
+        """(sender, the file's text, when it was written) of every live sender."""
         now = time.time()
         for path in sorted(self.directory.glob("outbox-*.prom")):
             try:
-                if now - path.stat().st_mtime > OUTBOX_STALE_SECONDS:
+                written = path.stat().st_mtime
+                if now - written > OUTBOX_STALE_SECONDS:
                     continue
-                yield path.stem.removeprefix("outbox-"), path.read_text()
+                yield path.stem.removeprefix("outbox-"), path.read_text(), written
             except OSError:
                 continue

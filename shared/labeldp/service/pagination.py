@@ -76,3 +76,30 @@ def keyset_page(
         "items": [describe(row) for row in rows[:limit]],
         "next_cursor": encode_cursor(getattr(last, created_col.key), getattr(last, id_col.key)) if last else None,
     }
+
+
+def list_page(items: list[Any], limit: int, cursor: str | None) -> dict[str, Any]:
+    """One page of an append-only list (a training's epoch history), as ``{"items", "next_cursor"}``.
+
+    Such a list only grows at its end, so a position is a stable cursor: nothing is skipped or
+    repeated while items are appended. The cursor is opaque like the keyset ones.
+    """
+    limit = check_limit(limit)
+    start = 0 if cursor is None else _decode_position(cursor)
+    page = items[start:start + limit]
+    end = start + len(page)
+    more = end < len(items)
+    raw = json.dumps(["pos", end], separators=(",", ":")).encode()
+    return {"items": page, "next_cursor": base64.urlsafe_b64encode(raw).decode().rstrip("=") if more else None}
+
+
+def _decode_position(cursor: str) -> int:
+    try:
+        if len(cursor) > 400:
+            raise ValueError
+        kind, position = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if kind != "pos" or not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            raise ValueError
+        return position
+    except (ValueError, TypeError):
+        raise InvalidInput("invalid_cursor", "cursor is not one this API returned") from None
