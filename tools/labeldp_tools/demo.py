@@ -256,21 +256,21 @@ def run_demo(
 
 
 def _nonprivate_test_mse(data, train_idx: np.ndarray, test_idx: np.ndarray, epochs: int | None) -> float:
+    """The same model, options and default learning (epoch and weight chosen on its validation rows)
+    trained on the true labels: the features alone, not the id column."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from labeldp.learning.config import TrainingConfig
-    from labeldp.learning.regression import fit_regressor
+    from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
+    from labeldp.learning.regression import fit_private_regressor
 
     table = pacsv.read_csv(
         io.BytesIO(data.to_csv()),
         convert_options=pacsv.ConvertOptions(column_types={"id": pa.string()}),
-    )
-    model = fit_regressor(
-        table.take(pa.array(train_idx)),
-        data.labels[train_idx],
-        TrainingConfig() if epochs is None else TrainingConfig(epochs=epochs),
-    )
+    ).drop(["id"])
+    config = TrainingConfig() if epochs is None else TrainingConfig(epochs=epochs)
+    train = table.take(pa.array(train_idx))
+    model = fit_private_regressor(train, data.labels[train_idx], None, config, DEFAULT_LEARNING)
     pred = model.predict(table.take(pa.array(test_idx)))
     return float(np.mean((pred - data.labels[test_idx]) ** 2))
 
