@@ -787,7 +787,7 @@ class _Job:
         if _streaming(ctx) and task.task != CLASSIFICATION:  # docs/architecture.md
             return streamed.fit_in_work_dir(
                 Path(ctx.data_dir), table_path, id_column, ids, labels, spec, config,
-                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, **hooks,
+                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, prior=prior, **hooks,
             )
         if _streaming(ctx):  # a classifier, streamed
             indices, matrix = classifier_targets(task, labels, self.forward_correction)

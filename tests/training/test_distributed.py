@@ -99,7 +99,7 @@ def test_two_torchrun_workers_match_one_process_within_tolerance(tmp_path: Path)
     assert not list((tmp_path / "two").glob("*.tmp"))
 
 
-def _service_state(tmp_path: Path, labels: np.ndarray, ids: list[str]) -> Any:
+def _service_state(tmp_path: Path, labels: np.ndarray, ids: list[str], prior: Any = None) -> Any:
     engine = make_engine(f"sqlite:///{tmp_path / 'f.db'}")
     store.create_all(engine)
     sessions = make_session_factory(engine)
@@ -113,7 +113,7 @@ def _service_state(tmp_path: Path, labels: np.ndarray, ids: list[str]) -> Any:
         s.add(store.FeatureTable(name="t", id_column="id", n_rows=len(ids), columns=[], path="tables/t.parquet"))
         s.add(store.Release(
             release_id="rel", label_set_id="ls", feature_table="t", mechanism_name="laplace",
-            mechanism=SPEC.model_dump(mode="json"), prior=None, accounting=message.accounting.model_dump(mode="json"),
+            mechanism=SPEC.model_dump(mode="json"), prior=prior, accounting=message.accounting.model_dump(mode="json"),
             total_epsilon_micro=4_000_000, row_count=len(ids), created_at=message.created_at,
             body=message.model_dump_json().encode(), body_sha256="x",
         ))
@@ -130,7 +130,11 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
     (tmp_path / "tables").mkdir()
     ids, y, _ = write_table(tmp_path / "tables" / "t.parquet", 2000)
     labels = privatized(y)
-    engine, sessions = _service_state(tmp_path, labels, ids.to_pylist())
+    # A histogram prior of the labels (as a release's ε₁ would buy): its mean joins the anchor on both paths.
+    grid = np.linspace(-12, 12, 25)
+    counts = np.bincount(np.abs(np.clip(y, -12, 12)[:, None] - grid).argmin(axis=1), minlength=grid.size)
+    prior = {"source": "laplace_histogram", "grid": grid.tolist(), "probs": (counts / y.size).tolist(), "epsilon": 2}
+    engine, sessions = _service_state(tmp_path, labels, ids.to_pylist(), prior)
     for name, workers in (("memory", 1), ("torchrun", 2)):
         ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", workers=workers)
         jobs.run_training(ctx, name, threading.Event())
@@ -147,6 +151,10 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
     assert cards["torchrun"]["runtime"]["device"] == "cpu" and cards["torchrun"]["runtime"]["precision"] == "fp32"
     assert cards["torchrun"]["learning"]["selected_epoch"] is not None
     assert cards["torchrun"]["n_validation"] == cards["memory"]["n_validation"] == 200
+    # The release's prior reached the torchrun job's anchor as it reached the in-memory one (planted once:
+    # jobs not passing it to the streamed path).
+    anchors = [cards[name]["learning"]["private_mean"] for name in ("memory", "torchrun")]
+    assert anchors[0] is not None and anchors[1] == pytest.approx(anchors[0], rel=1e-9)
     assert not list((tmp_path / "work").iterdir())  # the scratch folder is removed after the job
     assert pq.read_metadata(tmp_path / "tables" / "t.parquet").num_rows == 2000
     engine.dispose()

@@ -120,10 +120,10 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from labeldp_tools.demo import run_demo
+    from labeldp_tools.demo import DEFAULT_ROWS, run_demo
 
     return run_demo(
-        n_rows=args.rows,
+        n_rows=args.rows or DEFAULT_ROWS,
         epsilons=[float(e) for e in args.epsilons.split(",")],
         epochs=args.epochs,
         keep=args.keep,
@@ -362,9 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate a Criteo-like synthetic data set, start both parties and the sender on "
         "loopback with SQLite in a temporary folder, run releases and trainings over HTTP, print a table.",
     )
-    demo.add_argument("--rows", type=int, default=100_000, help="synthetic clicks (default 100000)")
+    demo.add_argument("--rows", type=int, default=None, help="synthetic clicks (default: the demo's DEFAULT_ROWS)")
     demo.add_argument("--epsilons", default="0.5,2,8", help="comma-separated ε values (default 0.5,2,8)")
-    demo.add_argument("--epochs", type=int, default=5, help="training epochs per model (default 5)")
+    demo.add_argument(
+        "--epochs", type=int, default=None, help="training epochs per model (default: the service's default options)"
+    )
     demo.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, databases)")
     demo.set_defaults(func=_demo)
 

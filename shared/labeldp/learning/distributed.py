@@ -156,12 +156,15 @@ def run_torchrun(
     work_dir: Path,
     on_epoch: Callable[[EpochReport], None] | None = None,
     hosts: Hosts | None = None,
+    *,
+    prior: Any = None,
 ) -> TrainedRegressor:
     """Train ``staged`` with ``workers`` processes (on each of ``hosts``); relay progress; return the lead's model.
 
     ``spec`` (the release's mechanism spec, JSON) rebuilds the law exactly in every
-    worker; ``None`` sends ``law`` as its plain dict. ``config.seed`` must be set (the
-    split of the stage was drawn from it). If ``on_epoch`` raises (a stop request), the
+    worker; ``None`` sends ``law`` as its plain dict. ``prior`` (the release's DP prior, spec or
+    JSON dict) travels as JSON to the lead, whose selection puts its mean in the anchor as in memory.
+    ``config.seed`` must be set (the split of the stage was drawn from it). If ``on_epoch`` raises (a stop request), the
     job's processes are terminated and the exception goes on.
     """
     job = {
@@ -169,6 +172,7 @@ def run_torchrun(
         "spec": spec,
         "law": law.to_dict() if spec is None else None,
         "learning": learning.to_dict(),
+        "prior": prior.model_dump(mode="json") if hasattr(prior, "model_dump") else prior,
     }
     model = _launch(staged, job, config, workers, work_dir, on_epoch, hosts)
     return TrainedRegressor.load(model, device=config.device)
@@ -524,7 +528,7 @@ def worker(job_path: str | Path) -> None:
             law = label_law(job["spec"]) if job["spec"] is not None else law_from_dict(job["law"])
             trained = fit_staged_regressor(
                 staged, law, run, plan, LearningConfig(**job["learning"]),
-                on_epoch if main else None, workers, checkpoint if main else None, resume,
+                on_epoch if main else None, workers, checkpoint if main else None, resume, job.get("prior"),
             )
         if main:
             trained.device_ = config.device

@@ -108,7 +108,8 @@ def mean_and_se(gains: np.ndarray) -> tuple[float, float]:
 GUARD_RAMP = 2.0
 """The guard is a ramp, not a step: the model keeps the share :func:`evidence_weight` of its weight, 0 up to
 a gain of ``MEAN_FALLBACK_Z − GUARD_RAMP`` SEs, all of it from ``MEAN_FALLBACK_Z`` on, smooth between
-(0 is the old all-or-nothing guard). Decided in docs/decisions/0018-continuous-guard.md."""
+(0 is the old all-or-nothing guard). Decided in docs/decisions/0018-continuous-guard.md; cross-fitted
+evidence measured and not adopted: docs/decisions/0020-crossfit-guard-evidence.md."""
 
 
 def evidence_weight(gain: float, se: float, detectable: float = math.inf) -> float:

@@ -59,6 +59,7 @@ def fit_release_streamed(
     hosts: Hosts | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> TrainedRegressor:
     """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` under ``work_dir``
     and train a regressor on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers``
@@ -67,7 +68,9 @@ def fit_release_streamed(
     The split is drawn from the seed over release positions as in memory
     (:func:`~labeldp.learning.loop.make_plan`); ``work_dir`` is the caller's to remove.
     ``checkpoint``/``resume``: as :func:`~labeldp.learning.loop.fit_streamed` takes them, in this
-    process only (a torchrun job checkpoints in its own work folder).
+    process only (a torchrun job checkpoints in its own work folder). ``prior``: the release's DP
+    prior (spec or JSON dict), whose mean joins the private mean as in memory
+    (:class:`~labeldp.learning.regression.Selection`, the one place the anchor is computed).
     """
     labels = check_targets(labels, len(ids), "privatized_labels")
     law = law_for(spec)
@@ -83,11 +86,11 @@ def fit_release_streamed(
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
-        return fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume)
+        return fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume, prior)
     from labeldp.learning.distributed import run_torchrun
 
     law_source = spec if not isinstance(spec, LabelLaw) and law.name != "identity" else None
-    return run_torchrun(staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch, hosts)
+    return run_torchrun(staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch, hosts, prior=prior)
 
 
 def fit_classifier_streamed(
@@ -162,10 +165,11 @@ def fit_in_work_dir(
     hosts: Hosts | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    prior: Any = None,
 ) -> TrainedRegressor:
     """:func:`fit_release_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
     with scratch_dir(data_dir) as work_dir:
         return fit_release_streamed(
             feature_path, id_column, pa.array(ids, pa.string()), labels, spec, config, work_dir, learning,
-            on_epoch, workers=workers, hosts=hosts, checkpoint=checkpoint, resume=resume,
+            on_epoch, workers=workers, hosts=hosts, checkpoint=checkpoint, resume=resume, prior=prior,
         )

@@ -1,0 +1,37 @@
+"""The demo's per-ε table (issues 26, 27): the default's choice, its test MSE against the best other
+mechanism's, its rank, and a trade-off line wherever another mechanism won — computed from the run's
+rows, never written in. Planted once: ranking by mechanism MSE instead of test MSE (red)."""
+
+from __future__ import annotations
+
+from labeldp_tools.demo import Row, default_table, detail_table
+
+ROWS = [
+    Row(0.5, "auto", "rp_with_prior", 100.0, 64.7),
+    Row(0.5, "rr_on_bins", "rr_on_bins", 67.0, 60.6),
+    Row(0.5, "laplace", "laplace", 290.0, 46.1),
+    Row(2.0, "auto", "rp_with_prior", 30.0, 40.0),
+    Row(2.0, "rr_on_bins", "rr_on_bins", 35.0, 42.0),
+    Row(2.0, "laplace", "laplace", 25.0, 44.0),
+]
+
+
+def test_the_per_epsilon_table_ranks_the_default_by_test_mse_and_names_the_trade_off() -> None:
+    lines = default_table(ROWS)
+    at_half = next(line for line in lines if line.strip().startswith("0.5 |"))
+    assert "rp_with_prior" in at_half and "64.700" in at_half and "laplace" in at_half and "46.100" in at_half
+    assert at_half.rstrip().endswith("3 of 3")
+    at_two = next(line for line in lines if line.strip().startswith("2 |"))
+    assert "rr_on_bins" in at_two and at_two.rstrip().endswith("1 of 3")  # the best other is the next best
+    notes = [line for line in lines if line.startswith("at ε")]
+    assert notes == [
+        'at ε = 0.5 laplace gave 29% lower test MSE than the default (rp_with_prior) on this data: '
+        'the advertiser asks for it with "mechanism": "laplace"'
+    ]
+
+
+def test_the_detail_table_shows_each_release_with_its_rank() -> None:
+    lines = detail_table(ROWS, nonprivate=20.0)
+    auto = next(line for line in lines if "auto→rp_with_prior" in line and line.strip().startswith("0.5"))
+    assert auto.rstrip().endswith("3")
+    assert lines[-1].endswith("test MSE 20.000")
