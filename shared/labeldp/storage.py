@@ -280,14 +280,16 @@ class _Upload(io.RawIOBase):
         return self._position
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
+        view = (view if view.c_contiguous else memoryview(view.tobytes())).cast("B")
         n = view.nbytes
-        if self._stream is None:
-            self._held.append(bytes(view))  # a copy: the caller may reuse its buffer
+        if self._stream is None and self._held_bytes + n < S3_PART_BYTES:
+            self._held.append(bytes(view))  # a copy (the caller may reuse its buffer), below one part
             self._held_bytes += n
-            if self._held_bytes >= S3_PART_BYTES:
+        else:  # a part's worth: from here on, pyarrow's stream (a large write is never copied here)
+            if self._stream is None:
                 self._open()
-        else:
+            assert self._stream is not None
             with _storage_errors(f"write object {self._key!r}"):
                 self._stream.write(view)
         self._position += n
