@@ -105,12 +105,12 @@ def test_concurrent_releases_on_two_replicas_and_two_workers_one_killed(
                 t.join(60)
 
             accepted = {k: r.json()["id"] for k, r in answers.items() if r.status_code == 202}
-            refused = {k: r for k, r in answers.items() if r.status_code != 202}
-            assert all(r.status_code == 409 and r.json()["code"] == "budget_exhausted" for r in refused.values())
+            refused = [r for r in answers.values() if r.status_code != 202]
+            assert all(r.status_code == 409 and r.json()["code"] == "budget_exhausted" for r in refused)
             ended = {k: wait_for_status(on_b, rid, *CHARGED, "failed", timeout=60) for k, rid in accepted.items()}
             charged = {k for k, r in ended.items() if r["status"] in CHARGED}
-            for r in ended.values():
-                assert r["status"] in CHARGED or r["error"]["code"] == "budget_exhausted", r
+            for job in ended.values():
+                assert job["status"] in CHARGED or job["error"]["code"] == "budget_exhausted", job
             # every key names one release, as it stands: a replay never queues another
             for k, rid in accepted.items():
                 again = (on_a, on_b)[int(k.split("-")[1]) % 2].post(
