@@ -3,8 +3,9 @@
 A domain's ids are split into ``n_buckets`` hash buckets (a stable hash of the id's UTF-8
 bytes, fixed when the domain is created). A bucket's state is an immutable **base** — its
 ids sorted, with the µε and δ units each has spent — plus a short **chain** of the charges
-made since (the in-bucket positions each charged). Bases and charges are rows of immutable,
-content-addressed objects; the catalogue row of a bucket (:class:`LedgerBucketRow`) names
+made since (the in-bucket positions each charged). Bases and charges are rows of immutable
+objects, each under a key only its writer uses (a fresh random name, never a content digest:
+see "Collection" below); the catalogue row of a bucket (:class:`LedgerBucketRow`) names
 its current base and chain and carries a version.
 
 A release costs what it touches, never the domain: it computes the next version of only the
@@ -15,13 +16,25 @@ the version the computation read, and swaps them (compare-and-swap); a bucket an
 commit moved meanwhile is recomputed and the commit retried. Check and charge are exact:
 a committed version was checked against exactly the state it replaces. A crash before the
 commit leaves only unreferenced objects.
+
+Collection. A swap records, in its own transaction, the objects the swapped rows stopped
+naming (:class:`LedgerGarbageRow`); the sweep (:func:`collect_garbage`, from the labels API's
+sweeper and every release worker's) deletes one once its last supersession is older than
+``LABELDP_LEDGER_GRACE_SECONDS`` — longer than any lease, so a reader that loaded the old
+version before the swap still reads it — and no row names it any more (an object may hold
+several buckets). That check is final because keys are never reused: a row only ever gains a
+key that its own writer just wrote or that the row it replaces already named, so a key no row
+names can never be named again (a content digest could: a later release writing the same
+bytes would name an object the sweep is deleting). Objects no row ever named — a plan that
+lost its swap or died before it — go once older than the grace period too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,15 +45,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pa_compute
 import pyarrow.ipc as ipc
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from labeldp.errors import Unavailable
+from labeldp.errors import NotFound, Unavailable
 
 from . import id_lookup
 from .columnar import read_array, read_table
 from .context import LabelsContext
-from .store import LedgerBucketRow, PrivacyDomainRow
+from .store import LedgerBucketRow, LedgerGarbageRow, PrivacyDomainRow
 
 pc: Any = pa_compute
 
@@ -82,13 +95,12 @@ def _prefix(domain_id: str) -> str:
 
 
 def _put_batches(ctx: LabelsContext, domain_id: str, schema: pa.Schema, batches: list[pa.RecordBatch]) -> str:
-    """One immutable, content-addressed object (Arrow IPC file) holding ``batches``; its key."""
+    """One immutable object (Arrow IPC file) holding ``batches``, under a fresh key; its key."""
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    data = sink.getvalue().to_pybytes()
-    return ctx.store.put_bytes(ctx.store.content_key(_prefix(domain_id), data), data)
+    return ctx.store.put_bytes(f"{_prefix(domain_id)}/base-{secrets.token_hex(16)}", sink.getvalue().to_pybytes())
 
 
 def object_keys(ctx: LabelsContext, domain_id: str) -> list[str]:
@@ -195,7 +207,7 @@ def _states(s: Session, domain_id: str, buckets: Iterable[int]) -> dict[int, _St
 class _Cache:
     """A process-wide LRU of decoded ledger objects, bounded in bytes.
 
-    An object never changes once written (its key is its content's digest), so a cached
+    An object never changes once written (and its key is never reused), so a cached
     copy is never stale: a release re-reads only the buckets and charges that are new
     since this process last saw them. Only the catalogue says which version is current.
     """
@@ -335,11 +347,10 @@ def _swap(s: Session, domain_id: str, nexts: dict[int, _Next]) -> None:
     """
     wanted = sorted(nexts)
     rows = s.execute(
-        select(LedgerBucketRow.bucket, LedgerBucketRow.version).where(
-            LedgerBucketRow.domain_id == domain_id, LedgerBucketRow.bucket.in_(wanted)
-        )
-    )
-    current = {int(b): int(v) for b, v in rows}
+        select(LedgerBucketRow.bucket, LedgerBucketRow.version, LedgerBucketRow.object_key, LedgerBucketRow.chain_json)
+        .where(LedgerBucketRow.domain_id == domain_id, LedgerBucketRow.bucket.in_(wanted))
+    ).all()
+    current = {int(r.bucket): int(r.version) for r in rows}
     stale = {b for b in wanted if current.get(b, 0) != nexts[b].read.version}
     if stale:
         raise StaleBuckets(stale)
@@ -363,6 +374,21 @@ def _swap(s: Session, domain_id: str, nexts: dict[int, _Next]) -> None:
             f"UPDATE {table.name} SET {assignments} WHERE domain_id = {mark} AND bucket = {mark} AND version = {mark}",
             updates,
         )
+    superseded: set[str] = set()
+    for r in rows:
+        superseded |= _named(domain_id, r.object_key, r.chain_json) - _named(
+            domain_id, nexts[r.bucket].values["object_key"], nexts[r.bucket].values["chain_json"]
+        )
+    if superseded:
+        now = time.time()
+        s.execute(insert(cast(Any, LedgerGarbageRow.__table__)), [
+            {"domain_id": domain_id, "object_key": key, "superseded_at": now} for key in sorted(superseded)
+        ])
+
+
+def _named(domain_id: str, object_key: str, chain_json: str) -> set[str]:
+    """The objects one bucket version reads: its base and its chain's charges."""
+    return {object_key, *(_charge_key(domain_id, name) for name in json.loads(chain_json))}
 
 
 _SWAPPED = ("object_key", "object_batch", "chain_json", "chain_ids", "n_ids", "max_epsilon_micro", "ids_exhausted")
@@ -475,8 +501,8 @@ def _write_charge(ctx: LabelsContext, plan: ChargePlan, chained: list[tuple[_Sta
     """One object of the charged in-bucket positions of every chained bucket; returns its name.
 
     What it paid and where each bucket's positions lie are the object's metadata, so a bucket
-    row's chain is a list of short names (80 bits of the content's sha256): the catalogue
-    row a release rewrites stays small.
+    row's chain is a list of short names (80 random bits, never reused: see "Collection"):
+    the catalogue row a release rewrites stays small.
     """
     index, at = [], 0
     for st, pos in chained:
@@ -488,9 +514,8 @@ def _write_charge(ctx: LabelsContext, plan: ChargePlan, chained: list[tuple[_Sta
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, schema) as writer:
         writer.write_batch(pa.record_batch([positions], schema=schema))
-    data = sink.getvalue().to_pybytes()
-    name = hashlib.sha256(data).hexdigest()[:20]
-    ctx.store.put_bytes(_charge_key(plan.domain_id, name), data)
+    name = secrets.token_hex(10)
+    ctx.store.put_bytes(_charge_key(plan.domain_id, name), sink.getvalue().to_pybytes())
     return name
 
 
@@ -690,3 +715,84 @@ def bucket_legacy_domains(ctx: LabelsContext) -> int:
     for domain_id in legacy:
         ensure_bucketed(ctx, domain_id)
     return len(legacy)
+
+
+# --------------------------------------------------------------------------- collection
+
+_COLLECT_BATCH = 1000
+
+
+def _named_by_rows(s: Session, domain_ids: Iterable[str]) -> set[str]:
+    """Every object the current bucket rows of these domains name."""
+    named: set[str] = set()
+    rows = s.execute(
+        select(LedgerBucketRow.domain_id, LedgerBucketRow.object_key, LedgerBucketRow.chain_json)
+        .where(LedgerBucketRow.domain_id.in_(sorted(set(domain_ids))))
+    )
+    for domain_id, object_key, chain_json in rows:
+        named |= _named(domain_id, object_key, chain_json)
+    return named
+
+
+def collect_garbage(ctx: LabelsContext, grace_seconds: float, now: float | None = None) -> int:
+    """Delete the ledger objects superseded more than ``grace_seconds`` ago that no bucket row names,
+    and those no row ever named once as old; returns how many (module docstring, "Collection").
+
+    Safe beside releases and other collectors: a key no row names is never named again, and
+    deleting an object twice is no error. The objects go before their records, so a collector
+    that stops halfway leaves records that the next one finishes.
+    """
+    now = time.time() if now is None else now
+    cutoff = now - grace_seconds
+    removed = 0
+    while True:
+        with ctx.sessions() as s:
+            due = s.execute(
+                select(LedgerGarbageRow.id, LedgerGarbageRow.domain_id, LedgerGarbageRow.object_key)
+                .where(LedgerGarbageRow.superseded_at < cutoff)
+                .order_by(LedgerGarbageRow.id)
+                .limit(_COLLECT_BATCH)
+            ).all()
+            if not due:
+                break
+            keys = {r.object_key for r in due}
+            # superseded again since (a key several buckets named): the later record decides
+            recent = set(s.scalars(select(LedgerGarbageRow.object_key).where(
+                LedgerGarbageRow.object_key.in_(sorted(keys)), LedgerGarbageRow.superseded_at >= cutoff
+            )))
+            named = _named_by_rows(s, {r.domain_id for r in due})
+        for key in sorted(keys - recent - named):
+            ctx.store.delete(key)
+            removed += 1
+        with ctx.sessions.begin() as s:
+            s.execute(delete(LedgerGarbageRow).where(LedgerGarbageRow.id.in_([r.id for r in due])))
+        if len(due) < _COLLECT_BATCH:
+            break
+    return removed + _collect_never_named(ctx, cutoff)
+
+
+def _collect_never_named(ctx: LabelsContext, cutoff: float) -> int:
+    """Ledger objects no row names nor any record lists, written before ``cutoff``: plans that lost
+    their swap or died before it. Listed first, rows read next, records last: a key named or
+    superseded meanwhile is seen by one of the two reads."""
+    keys = ctx.store.list("ledger")
+    if not keys:
+        return 0
+    domains = {key.split("/")[1] for key in keys if key.count("/") >= 2}
+    with ctx.sessions() as s:
+        named = _named_by_rows(s, domains)
+        recorded = set(s.scalars(select(LedgerGarbageRow.object_key).where(
+            LedgerGarbageRow.domain_id.in_(sorted(domains))
+        )))
+    removed = 0
+    for key in keys:
+        if key in named or key in recorded:
+            continue
+        try:
+            if ctx.store.modified(key) >= cutoff:
+                continue
+        except NotFound:
+            continue
+        ctx.store.delete(key)
+        removed += 1
+    return removed

@@ -80,6 +80,22 @@ class LedgerBucketRow(Base):
     ids_exhausted: Mapped[int] = mapped_column(BigInteger, comment="ids with no ε left")
 
 
+class LedgerGarbageRow(Base):
+    """A ledger object a bucket's compare-and-swap stopped naming (services/labels_party/ledger.py).
+
+    Written in the swap's transaction; the sweep deletes the object once ``superseded_at`` is
+    older than ``LABELDP_LEDGER_GRACE_SECONDS`` (a reader that loaded the old version still
+    reads it until then) and no bucket row names it any more (objects hold several buckets).
+    """
+
+    __tablename__ = "ledger_garbage"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    domain_id: Mapped[str] = mapped_column(String(40), index=True)
+    object_key: Mapped[str] = mapped_column(String(300), index=True)
+    superseded_at: Mapped[float] = mapped_column(Float, index=True, comment="POSIX seconds of the swap")
+
+
 class LabelSetRow(Base):
     """A label set: public ids (an object), labels (versioned, content-addressed objects), its own cap and spend.
 

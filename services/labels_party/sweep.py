@@ -13,7 +13,8 @@ twice the request lease (``LABELDP_IDEMPOTENCY_LEASE_SECONDS``: the request that
 committed or died by then), spools and replaced labels once older than an hour as well (a huge
 upload is parsed from its spool long after its last byte was written; a reader may hold replaced
 labels), so a crash's leftover messages and temporaries go when their lease expires, not at the
-next start-up.
+next start-up. Ledger objects a bucket's swap superseded go after ``LABELDP_LEDGER_GRACE_SECONDS``
+(:func:`ledger_grace_sweep`, services/labels_party/ledger.py "Collection").
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqlalchemy import select
 
 from labeldp.errors import NotFound
 
+from . import ledger
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
 from .label_sets import current_labels_key, is_labels_key
 from .resumable import UPLOADS
@@ -76,7 +78,17 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
         path.unlink(missing_ok=True)
         removed += 1
     removed += sweep_uploads(ctx, time.time() - ctx.settings.upload_retention_seconds)
+    removed += ledger_grace_sweep(ctx)
     return removed + ctx.store.remove_unfinished(min_age_seconds)
+
+
+def ledger_grace_sweep(ctx: LabelsContext) -> int:
+    """Superseded ledger objects past ``LABELDP_LEDGER_GRACE_SECONDS`` (never under twice the longest
+    lease, whatever it is set to: a reader holding the old version is within its lease)."""
+    settings = ctx.settings
+    leases = max(settings.idempotency_lease_seconds, settings.release_lease_seconds)
+    grace = max(settings.ledger_grace_seconds, 2 * leases)
+    return ledger.collect_garbage(ctx, grace)
 
 
 def sweep_uploads(ctx: LabelsContext, started_before: float) -> int:

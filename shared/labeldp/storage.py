@@ -9,9 +9,18 @@ most an unreferenced object (docs/architecture.md, "Storage").
 
 Chosen by a URL (``LABELDP_STORAGE_URL``), over :mod:`pyarrow.fs`: a path or ``file://`` URL
 is a local folder (write to a temporary, fsync, rename: fine, as it is never what replicas
-share); ``s3://bucket/prefix`` is S3 or any S3-compatible server. pyarrow cannot abort a
-multipart upload, so on S3 a streamed write goes to a temporary key that is copied
-server-side (atomically; at most 5 GiB) to its key only when the stream closes cleanly.
+share); ``s3://bucket/prefix`` is S3 or any S3-compatible server. On S3 a write streams
+straight to its key as a multipart upload (pyarrow's 10 MiB parts: up to about 98 GB an
+object, no copy, no second key): S3 shows the object only when the upload completes, so a
+reader sees it whole or not at all, and a writer killed mid-stream leaves only an incomplete
+upload that no listing or read shows (a bucket lifecycle rule reclaims its parts,
+docs/operations.md). pyarrow cannot abort an upload, though — closing the stream completes
+it — so a write whose block raises is held back while it is under one part (nothing was sent:
+a true abort, an earlier object under the key stays), and past that is completed and deleted
+at once. That is why, on S3, a large object's key must be **write-once**: named by its
+content or a fresh id, and named by a catalogue row only after the write returned, so the
+moment a cut-short object exists it is under a key nothing reads (docs/architecture.md,
+"Storage").
 
 Keys are ``/``-separated names whose segments are not empty and do not start with ``.``
 (temporaries live under ``.incoming/``). A missing key raises
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import re
@@ -40,7 +50,11 @@ from labeldp.errors import InvalidInput, NotFound, StorageError
 log = logging.getLogger("labeldp.storage")
 
 INCOMING = ".incoming"
-"""Where unfinished writes live: never listed, removable by a sweep."""
+"""Where unfinished local writes live: never listed, removable by a sweep."""
+
+S3_PART_BYTES = 10 << 20
+"""pyarrow's S3 multipart part size (fixed in its C++ code): a write is held in memory until it has
+this much, so one that fails sooner sends nothing."""
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _COPY_CHUNK = 1 << 20
@@ -129,12 +143,15 @@ class ObjectStore:
     def open_output_stream(self, key: str) -> Iterator[Any]:
         """A writable binary stream for ``key``; the object appears only if the block ends cleanly.
 
-        An exception inside the block (or a crash) leaves no object at ``key``: the bytes
-        go to a temporary under ``.incoming/`` that is removed (or swept) instead.
+        Local: the bytes go to a temporary under ``.incoming/`` renamed to ``key`` at the end
+        (an exception or a crash leaves no object at ``key`` and the earlier one, if any).
+        S3: a multipart upload straight to ``key`` (see the module's docstring): an exception
+        leaves no object at ``key`` — the earlier one too is gone if more than one part was sent —
+        and a crash an incomplete upload, which nothing shows.
         """
         path = self._path(key)
-        tmp = f"{self._root}/{INCOMING}/{secrets.token_hex(12)}"
         if self._local:
+            tmp = f"{self._root}/{INCOMING}/{secrets.token_hex(12)}"
             Path(tmp).parent.mkdir(parents=True, exist_ok=True)
             try:
                 with open(tmp, "wb") as f:
@@ -148,21 +165,15 @@ class ObjectStore:
             finally:
                 Path(tmp).unlink(missing_ok=True)
             return
+        upload = _Upload(self._fs, path, key)
         try:
-            with _storage_errors(f"write object {key!r}"):
-                stream = self._fs.open_output_stream(tmp)
-            try:
-                yield stream
-            finally:
-                # pyarrow completes the upload on close either way (it cannot abort one):
-                # the temporary key is what a failed block leaves, and it is deleted below.
-                with _storage_errors(f"write object {key!r}"):
-                    stream.close()
-            with _storage_errors(f"write object {key!r}"):
-                self._fs.copy_file(tmp, path)
-        finally:
-            with contextlib.suppress(OSError, pa.ArrowException):
-                self._fs.delete_file(tmp)
+            yield upload
+        except BaseException:
+            if upload.abandon():  # a cut-short object now sits under the key: remove it
+                with contextlib.suppress(StorageError):
+                    self.delete(key)
+            raise
+        upload.finish()
 
     # --- reading --------------------------------------------------------------
 
@@ -244,6 +255,81 @@ class ObjectStore:
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
+
+
+class _Upload(io.RawIOBase):
+    """The stream :meth:`ObjectStore.open_output_stream` yields on S3: one multipart upload, opened lazily.
+
+    The first :data:`S3_PART_BYTES` are kept here; only then is pyarrow's stream opened (which
+    uploads a part each 10 MiB, in the background). So a write that ends below one part is one
+    short upload at :meth:`finish`, and one abandoned below one part sent nothing at all.
+    """
+
+    def __init__(self, fs: pafs.FileSystem, path: str, key: str) -> None:
+        super().__init__()
+        self._fs, self._path, self._key = fs, path, key
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._stream: pa.NativeFile | None = None
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        view = (view if view.c_contiguous else memoryview(view.tobytes())).cast("B")
+        n = view.nbytes
+        if self._stream is None and self._held_bytes + n < S3_PART_BYTES:
+            self._held.append(bytes(view))  # a copy (the caller may reuse its buffer), below one part
+            self._held_bytes += n
+        else:  # a part's worth: from here on, pyarrow's stream (a large write is never copied here)
+            if self._stream is None:
+                self._open()
+            assert self._stream is not None
+            with _storage_errors(f"write object {self._key!r}"):
+                self._stream.write(view)
+        self._position += n
+        return n
+
+    def _open(self) -> None:
+        with _storage_errors(f"write object {self._key!r}"):
+            self._stream = self._fs.open_output_stream(self._path)
+            held, self._held, self._held_bytes = self._held, [], 0
+            for block in held:
+                self._stream.write(block)
+
+    def finish(self) -> None:
+        """Complete the upload: the object appears at its key, whole."""
+        if self._stream is None:
+            self._open()
+        assert self._stream is not None
+        with _storage_errors(f"write object {self._key!r}"):
+            self._stream.close()
+        super().close()
+
+    def abandon(self) -> bool:
+        """Give the write up; True if that left a (cut-short) object at the key, which the caller deletes.
+
+        Below one part nothing was sent. Past it pyarrow can only complete the upload on
+        close — unless a part failed, when closing fails and S3 keeps no object.
+        """
+        self._held.clear()
+        stream, self._stream = self._stream, None
+        super().close()
+        if stream is None:
+            return False
+        try:
+            stream.close()
+        except (OSError, pa.ArrowException):
+            return False
+        return True
+
+    def close(self) -> None:
+        """Only :meth:`finish` or :meth:`abandon` end the upload (``ipc`` writers close their sink)."""
 
 
 def _check_key(key: str) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -43,7 +45,7 @@ def test_bytes_round_trip(store: ObjectStore) -> None:
 
 
 def test_streamed_write_and_random_access_read(store: ObjectStore, tmp_path: Path) -> None:
-    # 12 MiB in 1 MiB writes: more than one S3 multipart part (pyarrow's parts are 5 MiB).
+    # 12 MiB in 1 MiB writes: more than one S3 multipart part (pyarrow's parts are 10 MiB).
     blocks = [bytes([i]) * (1 << 20) for i in range(12)]
     with store.open_output_stream("big") as out:
         for block in blocks:
@@ -184,3 +186,112 @@ def test_unfinished_writes_are_removed_once_old(store: ObjectStore) -> None:
     assert raw_paths(store) == [f"{INCOMING}/crashed", "done"]
     assert store.remove_unfinished(older_than_seconds=-60) == 1
     assert raw_paths(store) == ["done"]
+
+
+# --- S3: multipart streaming, no copy, nothing cut short under a key -----------------------
+
+
+def _s3_client(server: S3Server) -> Any:
+    """boto3 (moto's own dependency) sees what pyarrow does not: ETags and incomplete uploads."""
+    import boto3  # type: ignore[import-untyped]
+
+    options = server.options()
+    return boto3.client(
+        "s3", endpoint_url=server.endpoint, aws_access_key_id=options["access_key"],
+        aws_secret_access_key=options["secret_key"], region_name=options["region"],
+    )
+
+
+def _raw_key(store: ObjectStore, key: str) -> tuple[str, str]:
+    bucket, _, prefix = store._root.partition("/")
+    return bucket, f"{prefix}/{key}"
+
+
+def test_s3_streams_a_large_object_as_one_multipart_upload(s3_server: S3Server) -> None:
+    # 21 MiB in 1 MiB writes: three parts of pyarrow's 10 MiB, uploaded straight to the key
+    # (no temporary, no server-side copy, which S3 caps at 5 GiB).
+    store = s3_server.store()
+    blocks = [bytes([i]) * (1 << 20) for i in range(21)]
+    with store.open_output_stream("labels/big") as out:
+        for block in blocks:
+            out.write(block)
+        assert out.tell() == 21 << 20
+    bucket, raw = _raw_key(store, "labels/big")
+    head = _s3_client(s3_server).head_object(Bucket=bucket, Key=raw)
+    assert head["ETag"].strip('"').endswith("-3")  # a multipart object of 3 parts, not a copy
+    assert head["ContentLength"] == 21 << 20
+    with store.open_input_stream("labels/big") as f:
+        assert hashlib.sha256(f.read()).digest() == hashlib.sha256(b"".join(blocks)).digest()
+    assert raw_paths(store) == ["labels/big"]
+    one = bytes(range(256)) * (49 << 10)  # 12.25 MiB in one write: straight to pyarrow, never copied here
+    store.put_bytes("labels/one", one)
+    assert store.get_bytes("labels/one") == one
+
+
+def test_s3_a_write_cut_short_after_parts_were_sent_leaves_nothing_under_its_key(s3_server: S3Server) -> None:
+    store = s3_server.store()
+    client = _s3_client(s3_server)
+    bucket, raw = _raw_key(store, "labels/cut")
+    with pytest.raises(RuntimeError, match="producer failed"), store.open_output_stream("labels/cut") as out:
+        for _ in range(23):  # two parts sent, a third held
+            out.write(b"z" * (1 << 20))
+        raise RuntimeError("producer failed")
+    assert not store.exists("labels/cut") and raw_paths(store) == []
+    uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=raw).get("Uploads", [])
+    assert uploads == []  # completed (pyarrow cannot abort) and deleted at once, not left pending
+
+
+_KILLED_WRITER = """
+import sys, time
+from labeldp.storage import ObjectStore
+store = ObjectStore.from_url(sys.argv[1], endpoint_override=sys.argv[2], access_key=sys.argv[3],
+                             secret_key=sys.argv[4], region=sys.argv[5])
+with store.open_output_stream("labels/killed") as out:
+    for i in range(12):
+        out.write(b"k" * (1 << 20))
+    print("sent", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_s3_a_writer_killed_mid_upload_leaves_no_object(s3_server: S3Server) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = s3_server.url()
+    options = s3_server.options()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, url, options["endpoint_override"], options["access_key"],
+         options["secret_key"], options["region"]],
+        stdout=subprocess.PIPE, env={**os.environ},
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == b"sent"
+        store = s3_server.store(url)
+        bucket, raw = _raw_key(store, "labels/killed")
+        client = _s3_client(s3_server)
+        for _ in range(100):  # the first part goes in the background
+            if client.list_multipart_uploads(Bucket=bucket, Prefix=raw).get("Uploads"):
+                break
+            time.sleep(0.05)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(10)
+    finally:
+        writer.kill()
+        writer.wait(10)
+    assert not store.exists("labels/killed") and store.list() == [] and raw_paths(store) == []
+    # What is left is an upload S3 never shows as an object (a lifecycle rule reclaims its parts).
+    assert [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix=raw)["Uploads"]] == [raw]
+
+
+def test_s3_a_small_write_that_fails_sends_nothing_and_keeps_the_earlier_object(s3_server: S3Server) -> None:
+    store = s3_server.store()
+    store.put_bytes("checkpoints/t.pt", b"epoch 3")
+    with pytest.raises(RuntimeError), store.open_output_stream("checkpoints/t.pt") as out:
+        out.write(b"x" * (5 << 20))
+        raise RuntimeError("crash while writing epoch 4")
+    assert store.get_bytes("checkpoints/t.pt") == b"epoch 3"
+    bucket, raw = _raw_key(store, "checkpoints/t.pt")
+    assert _s3_client(s3_server).list_multipart_uploads(Bucket=bucket, Prefix=raw).get("Uploads", []) == []

@@ -86,7 +86,9 @@ class LocalStack:
             return [*cli, "worker", "labels"]
         raise ValueError(name)
 
-    def start(self, *names: str, timeout: float = 60.0) -> None:
+    def start(self, *names: str, timeout: float = 60.0, wait: bool = True) -> None:
+        """Start the processes (default: labels, outbox, features); with ``wait``, until the APIs answer
+        ``/healthz`` (without: call :meth:`wait_healthy`, e.g. after starting another stack too)."""
         for name in names or ("labels", "outbox", "features"):
             log = open(self.log_path(name), "ab")  # noqa: SIM115 -- open while the process runs; closed on stop
             self._log_files[name] = log
@@ -94,7 +96,7 @@ class LocalStack:
                 self._command(name), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
             )
         for name in names or ("labels", "outbox", "features"):
-            if name in ("labels", "features"):
+            if wait and name in ("labels", "features"):
                 self.wait_healthy(name, timeout)
 
     def wait_healthy(self, name: str, timeout: float) -> None:

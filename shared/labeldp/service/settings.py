@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         "removes it (the release row, its digest and accounting stay)",
     )
 
+    ledger_grace_seconds: float = Field(
+        3600.0, gt=0,
+        description="how long a ledger object a bucket's compare-and-swap superseded is kept before the sweep "
+        "deletes it: longer than any lease (a release or request that read the old version still reads it)",
+    )
+
     # --- features party -----------------------------------------------------
     features_database_url: str = Field(
         "sqlite:///var/features.db", description="SQLAlchemy URL of the features-party store"
