@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
         public_max_body_bytes=settings.public_max_body_bytes,
         openapi=app.openapi,
+        certificate_for_overrides=bool(settings.server_tls_client_ca_file),
     )
     install_error_handlers(app)
     mount_readiness(

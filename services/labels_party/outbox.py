@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -272,6 +273,18 @@ def transport_headers(settings: Settings) -> dict[str, str]:
     return {"authorization": f"Bearer {keys[0]}"} if keys else {}
 
 
+def outbox_client(settings: Settings) -> httpx.Client:
+    """The sender's HTTP client: the features party's server verified against
+    ``outbox_tls_ca_file`` (else the system's CAs), and ``outbox_tls_certfile`` presented as the
+    client certificate where the inbox asks for mutual TLS."""
+    verify: ssl.SSLContext | bool = True
+    if settings.outbox_tls_ca_file or settings.outbox_tls_certfile:
+        verify = ssl.create_default_context(cafile=settings.outbox_tls_ca_file or None)
+        if settings.outbox_tls_certfile:
+            verify.load_cert_chain(settings.outbox_tls_certfile, settings.outbox_tls_keyfile or None)
+    return httpx.Client(timeout=settings.outbox_timeout_seconds, verify=verify)
+
+
 def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:
     with store.open_input_stream(key) as f:
         yield from iter(lambda: bytes(f.read(size)), b"")
@@ -305,7 +318,7 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
     metrics_file.remove_stale()
     store = open_object_store(settings, settings.labels_data_dir)
     try:
-        with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
+        with outbox_client(settings) as client:
             _loop(sessions, client, settings, rng, metrics, metrics_file, stop, once, store)
     finally:
         metrics_file.remove()

@@ -137,6 +137,18 @@ class Settings(BaseSettings):
     outbox_initial_backoff_seconds: float = Field(0.5, description="first retry delay")
     outbox_max_backoff_seconds: float = Field(30.0, description="retry delay cap")
     outbox_timeout_seconds: float = Field(30.0, description="HTTP timeout of one delivery")
+    outbox_tls_ca_file: str = Field(
+        "",
+        description="outbox: PEM file of the CA(s) that signed the features party's server certificate, for an "
+        "https:// LABELDP_FEATURES_URL (empty: the system's trusted CAs)",
+    )
+    outbox_tls_certfile: str = Field(
+        "",
+        description="outbox: PEM client certificate it presents to the features inbox (mutual TLS; empty: none)",
+    )
+    outbox_tls_keyfile: str = Field(
+        "", description="outbox: PEM private key of outbox_tls_certfile (empty: the key is in the certificate file)"
+    )
     release_in_process_worker: bool = Field(
         True,
         description="the labels API also runs a release worker in its own process (the embedded default of make "
@@ -324,6 +336,21 @@ class Settings(BaseSettings):
     )
     server_limit_concurrency: int = Field(
         500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+    )
+    server_tls_certfile: str = Field(
+        "",
+        description="PEM server certificate (chain): set, the service answers only HTTPS on its port (empty: "
+        "plain HTTP, the demo's default; or TLS ends at a proxy in front)",
+    )
+    server_tls_keyfile: str = Field(
+        "", description="PEM private key of server_tls_certfile (empty: the key is in the certificate file)"
+    )
+    server_tls_client_ca_file: str = Field(
+        "",
+        description="features inbox, mutual TLS: PEM file of the CA(s) whose client certificates the server "
+        "accepts. Set, a client certificate from another CA fails the TLS handshake, and the inbox's routes "
+        "(manifest, shard, complete) refuse a connection that presented none (403 client_certificate_required) "
+        "before reading a byte; the publisher's own routes still need only their API key",
     )
     server_max_header_bytes: int = Field(
         64 * 1024, ge=4096, le=16 * 1024**2,
