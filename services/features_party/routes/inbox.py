@@ -42,7 +42,8 @@ ReleaseId = Path(max_length=256, description="the manifest's release id")
              {"complete_release": _RELEASE}),
         **ok(responses.EXAMPLE_COMPLETE, "already known: complete, or the shards still missing",
              model=responses.InboxReceipt),
-        **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
+        **errors(401, 403, 409, 413, 422, 503, e401="bad_signature", e403="client_certificate_required",
+                 e409="release_conflict", e422="invalid_message"),
     },
     openapi_extra=request_body(
         {"application/json": (_MANIFEST, {"release_id": responses.REL})},
@@ -75,7 +76,8 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
     "labels finite) and it is stored as an object. A shard already held answers `duplicate`.",
     responses={
         **ok(responses.EXAMPLE_SHARD, "stored (or already held)"),
-        **errors(401, 404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
+        **errors(401, 403, 404, 413, 422, 503, e403="client_certificate_required", e404="manifest_unknown",
+                 e422="digest_mismatch"),
     },
     openapi_extra=request_body(
         {OCTET_STREAM: ({**BINARY, "description": "a Parquet file: the shard's exact bytes"}, None)},
@@ -113,7 +115,8 @@ async def receive_shard(
     "Idempotent; 409 `shards_missing` while a shard is still missing.",
     responses={
         **ok(responses.EXAMPLE_COMPLETE, "complete"),
-        **errors(401, 404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
+        **errors(401, 403, 404, 409, 422, 503, e403="client_certificate_required", e404="manifest_unknown",
+                 e409="shards_missing"),
     },
 )
 def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
