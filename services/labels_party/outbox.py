@@ -42,9 +42,10 @@ from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings, message_limits, open_object_store, require_secrets
-from labeldp.signing import sign
+from labeldp.signing import key_id, public_key_of, sign
 from labeldp.storage import ObjectStore
 
+from . import audit
 from .context import message_file, message_key, message_prefix
 from .delivery_outcomes import REJECTING, DeliveryOutcome, classify_error, classify_response
 from .store import ReleaseRow
@@ -312,6 +313,9 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
         raise
     sessions = make_session_factory(engine)
     rng = random.Random()
+    kid = key_id(public_key_of(settings.signing_key))
+    if retry_transient(lambda: audit.record_signing_key(sessions, kid)):
+        log.info("outbox signs with key %s (a new kid: written to the audit log)", kid)
     log.info("outbox sending to %s", settings.features_url)
     metrics = outbox_metrics()
     metrics_file = OutboxMetricsFile(settings.labels_data_dir / OUTBOX_METRICS_DIR, metrics)
