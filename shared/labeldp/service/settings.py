@@ -250,6 +250,27 @@ class Settings(BaseSettings):
         "/v1/feature-tables?source=URL may read a table by reference (with the storage_s3_* credentials); "
         "empty: none, any other URL gets 422 feature_source_not_allowed",
     )
+    inbox_webhook_url: str = Field(
+        "",
+        description="features API: a URL of the publisher's own systems that receives a signed JSON event when a "
+        "release arrives in the inbox and when it completes (empty: no webhook; GET /v1/inbox/events streams the "
+        "same events)",
+    )
+    inbox_webhook_secret: str = Field(
+        "",
+        description="features API: the HMAC-SHA256 key of the webhook's signature (X-Labeldp-Webhook-Signature "
+        "over '<timestamp>.<body>'); needed, at least 16 characters, when inbox_webhook_url is set",
+    )
+    inbox_webhook_timeout_seconds: float = Field(5.0, gt=0, le=120, description="HTTP timeout of one webhook attempt")
+    inbox_webhook_max_attempts: int = Field(
+        8, ge=1, le=100, description="attempts per webhook event (no answer or not 2xx: retried with backoff)"
+    )
+    inbox_webhook_initial_backoff_seconds: float = Field(1.0, gt=0, description="first webhook retry delay")
+    inbox_webhook_max_backoff_seconds: float = Field(60.0, gt=0, description="webhook retry delay cap")
+    inbox_webhook_queue_max: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="webhook events waiting in memory; one more is dropped with a warning (the inbox never waits)",
+    )
     prediction_max_body_bytes: int = Field(
         1024**3,
         gt=0,
@@ -487,6 +508,24 @@ def require_secrets(settings: Settings, *fields: str) -> None:
             continue
         for key in (k.key for k in parse_api_keys(str(getattr(settings, name)))):
             _check_key(settings, name, env, key)
+
+
+def require_webhook_secret(settings: Settings) -> None:
+    """A webhook URL needs a secret to sign with: not empty, printable ASCII, at least 16 characters
+    (unless ``allow_dev_secrets``), and none of the API or transport keys."""
+    if not settings.inbox_webhook_url:
+        return
+    secret = settings.inbox_webhook_secret
+    env = "LABELDP_INBOX_WEBHOOK_SECRET"
+    if not secret.strip():
+        raise _refuse(env, f"is empty while LABELDP_INBOX_WEBHOOK_URL is set: set it, e.g. to {SECRET_HINT}")
+    if not (secret.isascii() and secret.isprintable()):
+        raise _refuse(env, "holds non-ASCII or control characters")
+    others = {*secrets_of(settings.features_api_key), *secrets_of(settings.inbox_transport_key)}
+    if secret in others:
+        raise _refuse(env, "reuses an API or transport key: the webhook's receiver must not learn one")
+    if len(secret) < MIN_SECRET_LENGTH and not settings.allow_dev_secrets:
+        raise _refuse(env, f"is shorter than {MIN_SECRET_LENGTH} characters: use e.g. {SECRET_HINT}")
 
 
 def _check_key(settings: Settings, name: str, env: str, key: str) -> None:
