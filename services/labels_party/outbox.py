@@ -41,7 +41,13 @@ from labeldp.service.http_api import inbox_transport_keys
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, message_limits, open_object_store, require_secrets
+from labeldp.service.settings import (
+    Settings,
+    message_limits,
+    open_object_store,
+    require_files,
+    require_secrets,
+)
 from labeldp.signing import key_id, public_key_of, sign
 from labeldp.storage import ObjectStore
 
@@ -279,6 +285,7 @@ def outbox_client(settings: Settings) -> httpx.Client:
     ``outbox_tls_ca_file`` (else the system's CAs), and ``outbox_tls_certfile`` presented as the
     client certificate where the inbox asks for mutual TLS."""
     verify: ssl.SSLContext | bool = True
+    require_files(settings, "outbox_tls_ca_file", "outbox_tls_certfile", "outbox_tls_keyfile")
     if settings.outbox_tls_ca_file or settings.outbox_tls_certfile:
         verify = ssl.create_default_context(cafile=settings.outbox_tls_ca_file or None)
         if settings.outbox_tls_certfile:

@@ -230,3 +230,12 @@ def test_keys_tls_writes_a_ca_and_certificates_it_signed(tmp_path: Path, capsys:
     with pytest.raises(InsecureSettings, match="LABELDP_SERVER_TLS_CERTFILE"):
         ca_only = _settings(tmp_path, server_tls_client_ca_file=tls["server_tls_client_ca_file"])
         server_config(None, "127.0.0.1", 0, ca_only)
+    with pytest.raises(InsecureSettings, match="LABELDP_SERVER_TLS_KEYFILE names no file"):
+        server_config(None, "127.0.0.1", 0, _settings(tmp_path, **{**tls, "server_tls_keyfile": "/nowhere.key"}))
+    from labels_party.outbox import outbox_client
+
+    with pytest.raises(InsecureSettings, match="LABELDP_OUTBOX_TLS_CERTFILE names no file"):
+        outbox_client(_settings(tmp_path, outbox_tls_certfile=str(tmp_path / "missing.crt")))
+    outbox_client(_settings(tmp_path, outbox_tls_ca_file=lines["LABELDP_OUTBOX_TLS_CA_FILE"],
+                            outbox_tls_certfile=lines["LABELDP_OUTBOX_TLS_CERTFILE"],
+                            outbox_tls_keyfile=lines["LABELDP_OUTBOX_TLS_KEYFILE"])).close()

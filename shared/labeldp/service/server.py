@@ -24,7 +24,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from labeldp.service.http_api import TLS_CLIENT_VERIFIED
-from labeldp.service.settings import InsecureSettings, Settings
+from labeldp.service.settings import InsecureSettings, Settings, require_files
 
 log = logging.getLogger("labeldp.server")
 
@@ -89,6 +89,7 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
         },
     )
     tls: dict[str, Any] = {}
+    require_files(settings, "server_tls_certfile", "server_tls_keyfile", "server_tls_client_ca_file")
     if settings.server_tls_certfile:
         tls = {"ssl_certfile": settings.server_tls_certfile, "ssl_keyfile": settings.server_tls_keyfile or None}
         if settings.server_tls_client_ca_file:

@@ -510,6 +510,15 @@ def require_secrets(settings: Settings, *fields: str) -> None:
             _check_key(settings, name, env, key)
 
 
+def require_files(settings: Settings, *fields: str) -> None:
+    """Each named path setting that is set must name a readable file: a one-line refusal at start,
+    not a traceback from the TLS library."""
+    for name in fields:
+        value = str(getattr(settings, name))
+        if value and not Path(value).is_file():
+            raise _refuse(f"LABELDP_{name.upper()}", f"names no file: {value}")
+
+
 def require_webhook_secret(settings: Settings) -> None:
     """A webhook URL needs a secret to sign with: not empty, printable ASCII, at least 16 characters
     (unless ``allow_dev_secrets``), and none of the API or transport keys."""
