@@ -29,7 +29,7 @@ from labeldp.service.http_api import (
 from labeldp.service.logs import RequestContext, configure_logging
 from labeldp.service.metrics import instrument
 from labeldp.service.openapi import documented_app
-from labeldp.service.settings import Settings, require_secrets
+from labeldp.service.settings import Settings, require_secrets, require_webhook_secret
 from labeldp.signing import secrets_of
 
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
@@ -53,12 +53,16 @@ TAGS = [
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The training worker lives as long as the app."""
+    """The training worker and the inbox's webhook sender live as long as the app."""
     ctx: AppContext = app.state.ctx
     await run_in_threadpool(ctx.runner.start)
+    if ctx.webhooks is not None:
+        ctx.webhooks.start()
     try:
         yield
     finally:
+        if ctx.webhooks is not None:
+            await run_in_threadpool(ctx.webhooks.stop)
         await run_in_threadpool(ctx.runner.shutdown)
         ctx.engine.dispose()
 
@@ -66,6 +70,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     require_secrets(settings, "features_api_key", "inbox_transport_key", "signing_public_keys")
+    require_webhook_secret(settings)
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
 
@@ -98,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
         public_max_body_bytes=settings.public_max_body_bytes,
         openapi=app.openapi,
+        certificate_for_overrides=bool(settings.server_tls_client_ca_file),
     )
     install_error_handlers(app)
     mount_readiness(
@@ -109,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContext)
     app.include_router(ops.router)
     app.include_router(inbox.router)  # authenticated by the manifest's signature
+    app.include_router(inbox.events_router, dependencies=[Depends(bearer_auth(settings.features_api_key))])
     guarded = [Depends(bearer_auth(settings.features_api_key))]
     for resource in (feature_tables, releases, trainings, models):
         app.include_router(resource.router, dependencies=guarded)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine, func, select
@@ -20,6 +21,7 @@ from labeldp.service.idempotency import IdempotencyKeys
 from labeldp.service.metrics import StatusCounts, TrainingObserver, features_metrics
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings, open_object_store
+from labeldp.service.webhooks import WebhookSender
 from labeldp.storage import ObjectStore
 
 
@@ -40,6 +42,13 @@ class AppContext:
     idempotency: IdempotencyKeys
     inbox_slots: asyncio.Semaphore
     """Message shards received at once (each spooled, one in memory while checked); one more is a 503 ``inbox_busy``."""
+    webhooks: WebhookSender | None = None
+    """The inbox's signed webhook (``LABELDP_INBOX_WEBHOOK_URL``), started with the app; None without one."""
+
+    def announce(self, event: dict[str, Any] | None) -> None:
+        """Hand an inbox event to the webhook, if any: queued, never waited for."""
+        if event is not None and self.webhooks is not None:
+            self.webhooks.send(event)
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:
@@ -102,4 +111,10 @@ def build_context(settings: Settings) -> AppContext:
         model_cache=models.ModelCache(object_store, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
         inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
+        webhooks=WebhookSender(
+            settings.inbox_webhook_url, settings.inbox_webhook_secret,
+            timeout=settings.inbox_webhook_timeout_seconds, max_attempts=settings.inbox_webhook_max_attempts,
+            initial_backoff=settings.inbox_webhook_initial_backoff_seconds,
+            max_backoff=settings.inbox_webhook_max_backoff_seconds, queue_max=settings.inbox_webhook_queue_max,
+        ) if settings.inbox_webhook_url else None,
     )

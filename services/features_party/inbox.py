@@ -16,6 +16,13 @@ A release is accepted whether or not a feature table holds its ids yet: it was c
 nothing the publisher can fix later may make it undeliverable; ``feature_table`` is only a hint
 and the join is checked when a training binds a table (:func:`features_party.jobs.create_training`).
 Nothing is stored on any error, and no database value is larger than the manifest.
+
+The publisher's own systems learn of arrivals without polling (:func:`inbox_event`): a
+``release.received`` event when a new manifest is stored and ``release.completed`` when its last
+shard made it readable, streamed by ``GET /v1/inbox/events`` (:class:`InboxFeed`, read from the
+catalogue, so any replica's stream sees every replica's arrivals) and sent to the webhook, if one
+is set (:mod:`labeldp.service.webhooks`). An event carries public catalogue facts only (ids,
+counts, ε, digests, the signing key id), never a row; nothing of it goes back to the labels party.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -61,6 +68,8 @@ class ManifestAnswer:
     status: str  # receiving | complete
     message_sha256: str
     missing: list[int] = field(default_factory=list)
+    event: dict[str, Any] | None = None
+    """The inbox event this call caused (a manifest stored, a release completed), else None."""
 
     @property
     def http_status(self) -> int:
@@ -114,6 +123,8 @@ def receive_manifest(
             if known is not None:
                 return known
             session.add(row)
+            session.flush()
+            event = inbox_event(RELEASE_RECEIVED, row)
     except IntegrityError:
         # A concurrent delivery of the same release won the insert.
         with session_factory() as session:
@@ -123,7 +134,8 @@ def receive_manifest(
         return known
     log.info("release %s: manifest accepted (%d rows in %d shards)", manifest.release_id, manifest.row_count,
              len(manifest.shards))
-    return ManifestAnswer(manifest.release_id, True, store.RELEASE_RECEIVING, sha, list(range(len(manifest.shards))))
+    return ManifestAnswer(manifest.release_id, True, store.RELEASE_RECEIVING, sha, list(range(len(manifest.shards))),
+                          event)
 
 
 def _dedupe(session: Session, release_id: str, sha: str) -> ManifestAnswer | None:
@@ -192,6 +204,8 @@ def complete_release(session_factory: sessionmaker[Session], release_id: str) ->
             row.status = store.RELEASE_COMPLETE
             row.completed_at = datetime.now(UTC)
             log.info("release %s accepted: %d rows", release_id, row.row_count)
+            return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256,
+                                  event=inbox_event(RELEASE_COMPLETED, row))
         return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256)
 
 
@@ -291,3 +305,85 @@ def write_labels_file(ids: pa.Array, labels: np.ndarray, fmt: str, path: Path) -
         import pyarrow.csv as pacsv
 
         pacsv.write_csv(table, path)
+
+
+RELEASE_RECEIVED: Final = "release.received"
+RELEASE_COMPLETED: Final = "release.completed"
+FEED_SLACK: Final = timedelta(seconds=5)
+"""How far back each poll of the inbox feed looks past the newest event it has seen: a row stamped
+before another but committed after it is still found (its event id is remembered, never sent twice)."""
+
+
+def inbox_event(kind: str, row: store.Release) -> dict[str, Any]:
+    """The event of ``kind`` about ``row``: its id is the same for every delivery of it (the webhook's
+    retries, every stream), so receivers deduplicate on it."""
+    at = row.received_at if kind == RELEASE_RECEIVED else row.completed_at
+    return {
+        "id": "evt_" + hashlib.sha256(f"{kind}\n{row.release_id}".encode()).hexdigest()[:24],
+        "type": kind,
+        "created_at": iso(at or datetime.now(UTC)),
+        "data": {
+            "release_id": row.release_id,
+            "label_set_id": row.label_set_id,
+            "status": store.RELEASE_COMPLETE if kind == RELEASE_COMPLETED else store.RELEASE_RECEIVING,
+            "mechanism": row.mechanism_name,
+            "total_epsilon_micro": row.total_epsilon_micro,
+            "row_count": row.row_count,
+            "shard_count": row.shard_count,
+            "message_sha256": row.body_sha256,
+            "signing_key_id": header_key_id(row.signature),
+        },
+    }
+
+
+class InboxFeed:
+    """One stream's view of the inbox: each :meth:`poll` returns the events since the last, oldest first.
+
+    It starts at "now" (what arrived before is in ``GET /v1/releases``), reads only rows stamped
+    within :data:`FEED_SLACK` of the newest event seen, and remembers the ids it sent in that window.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self.watermark: datetime | None = None
+        self.sent: dict[str, datetime] = {}
+        self._started = False
+
+    def poll(self) -> list[tuple[str, dict[str, Any]]]:
+        with self.sessions() as s:
+            stmt = select(store.Release)
+            if self.watermark is not None:
+                since = self.watermark - FEED_SLACK
+                stmt = stmt.where((store.Release.received_at >= since) | (store.Release.completed_at >= since))
+            elif not self._started:
+                newest = s.execute(
+                    select(func.max(store.Release.received_at), func.max(store.Release.completed_at))
+                ).one()
+                stamps = [t for t in newest if t is not None]
+                if stamps:
+                    self.watermark = max(stamps)
+                    since = self.watermark - FEED_SLACK
+                    stmt = stmt.where((store.Release.received_at >= since) | (store.Release.completed_at >= since))
+            found: list[tuple[datetime, str, store.Release]] = []
+            for row in s.scalars(stmt):
+                found.append((row.received_at, RELEASE_RECEIVED, row))
+                if row.completed_at is not None:
+                    found.append((row.completed_at, RELEASE_COMPLETED, row))
+            events: list[tuple[datetime, dict[str, Any]]] = []
+            for at, kind, row in sorted(found, key=lambda f: (f[0], f[1] == RELEASE_COMPLETED, f[2].release_id)):
+                if self.watermark is not None and at < self.watermark - FEED_SLACK:
+                    continue
+                event = inbox_event(kind, row)
+                if event["id"] in self.sent:
+                    continue
+                self.sent[event["id"]] = at
+                if self._started:  # the first poll only marks what was there before the stream
+                    events.append((at, event))
+            if found:
+                newest_at = max(f[0] for f in found)
+                self.watermark = newest_at if self.watermark is None else max(self.watermark, newest_at)
+        self._started = True
+        if self.watermark is not None:
+            floor = self.watermark - FEED_SLACK
+            self.sent = {k: t for k, t in self.sent.items() if t >= floor}
+        return [(event["type"], event) for _, event in events]

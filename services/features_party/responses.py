@@ -253,6 +253,13 @@ EXAMPLE_CANCELLING = {
     "progress": {"epoch": 1, "epochs": 2, "batch": 7, "batches": 40, "fraction": 0.59,
                  "elapsed_seconds": 1.9, "eta_seconds": 1.3},
 }
+EXAMPLE_INBOX_EVENTS = (
+    'event: release.received\nid: 1\ndata: {"created_at":"2026-11-24T13:55:39.123456+00:00","data":{"label_set_id":'
+    '"ls_…","mechanism":"laplace","release_id":"rel_…","row_count":1000000,"shard_count":1,"status":"receiving",…},'
+    '"id":"evt_…","type":"release.received"}\n\n'
+    'event: release.completed\nid: 2\ndata: {"created_at":"…","data":{"release_id":"rel_…","status":"complete",…},'
+    '"id":"evt_…","type":"release.completed"}\n\n'
+)
 EXAMPLE_TRAINING_EVENTS = (
     'event: training\nid: 1\ndata: {"id":"trn_…","progress":{"epoch":1,"fraction":0.25,…},"status":"running",…}\n\n'
     'event: end\nid: 2\ndata: {"id":"trn_…","model_id":"mdl_…","status":"succeeded",…}\n\n'

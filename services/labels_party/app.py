@@ -49,7 +49,7 @@ TAGS = [
     {"name": "privacy domains", "description": "per-id budgets and their ledgers"},
     {"name": "label sets", "description": "ids, labels (CSV, JSON, Parquet, Arrow IPC) and budgets"},
     {"name": "releases", "description": "privatize, charge and deliver once"},
-    {"name": "audit", "description": "the append-only log of every privacy-domain change"},
+    {"name": "audit", "description": "the append-only log of privacy-domain, label-set and release changes"},
     {"name": "health", "description": "liveness"},
 ]
 

@@ -26,9 +26,10 @@ from labeldp.errors import Conflict, InvalidInput, NotFound
 from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
-from . import id_lookup, ledger
+from . import audit, id_lookup, ledger
 from .columnar import get_array, get_table, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
@@ -133,8 +134,11 @@ def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     return ordered
 
 
-def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | None) -> StoredResponse:
-    """Validate and store a label set (with its ids when given inline); no labels yet."""
+def create_label_set(
+    ctx: LabelsContext, body: LabelSetCreate, claim: Claim | None, key: ApiKey | None = None
+) -> StoredResponse:
+    """Validate and store a label set (with its ids when given inline); no labels yet. Its creation
+    is an audit event under ``key`` (the caller's) in the same transaction."""
     low, high, classes = _validate_domain(body)
     cap = None
     if body.total_epsilon is not None:
@@ -179,6 +183,11 @@ def create_label_set(ctx: LabelsContext, body: LabelSetCreate, claim: Claim | No
         if ids is not None:
             _attach_ids(ctx, s, row, ids)
         s.flush()
+        audit.record(
+            s, audit.LABEL_SET_CREATED, key=key, scope="release", domain_id=domain.id, domain=domain.name,
+            subject_id=label_set_id,
+            details={"name": row.name, "label_type": row.label_type, "cap_micro": row.cap_micro, "ids": row.n_ids},
+        )
         out = StoredResponse(
             201, describe(ctx, s, row, id_remaining), {"Location": f"/v1/label-sets/{label_set_id}"}
         )
@@ -365,7 +374,7 @@ def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[
     return {"items": items, "next_cursor": encode_cursor(last.created_at, last.id) if last else None}
 
 
-def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
+def delete_labels(ctx: LabelsContext, label_set_id: str, caller: ApiKey | None = None) -> dict[str, Any]:
     """Delete a label set's raw labels once they are spent; the ids, ledger and releases stay.
 
     Raw labels need not be kept once released: what the features party holds is the
@@ -377,6 +386,11 @@ def delete_labels(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         if row.labels_version == LABELS_DELETED:
             raise Conflict("labels_deleted", "this label set's raw labels were already deleted")
         row.labels_version = LABELS_DELETED
+        domain_id, domain = audit.domain_of_label_set(s, label_set_id)
+        audit.record(
+            s, audit.LABELS_DELETED, key=caller, scope="release", domain_id=domain_id, domain=domain,
+            subject_id=label_set_id, details={"ids": row.n_ids, "spent_micro": row.spent_micro},
+        )
         s.flush()
         out = describe(ctx, s, row)
     for key in ctx.store.list(label_set_prefix(label_set_id)):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -40,10 +41,17 @@ from labeldp.service.http_api import inbox_transport_keys
 from labeldp.service.logs import REQUEST_ID_HEADER, bound_request_id
 from labeldp.service.metrics import OUTBOX_METRICS_DIR, OutboxMetrics, OutboxMetricsFile, outbox_metrics
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, message_limits, open_object_store, require_secrets
-from labeldp.signing import sign
+from labeldp.service.settings import (
+    Settings,
+    message_limits,
+    open_object_store,
+    require_files,
+    require_secrets,
+)
+from labeldp.signing import key_id, public_key_of, sign
 from labeldp.storage import ObjectStore
 
+from . import audit
 from .context import message_file, message_key, message_prefix
 from .delivery_outcomes import REJECTING, DeliveryOutcome, classify_error, classify_response
 from .store import ReleaseRow
@@ -288,6 +296,19 @@ def transport_headers(settings: Settings) -> dict[str, str]:
     return {"authorization": f"Bearer {keys[0]}"} if keys else {}
 
 
+def outbox_client(settings: Settings) -> httpx.Client:
+    """The sender's HTTP client: the features party's server verified against
+    ``outbox_tls_ca_file`` (else the system's CAs), and ``outbox_tls_certfile`` presented as the
+    client certificate where the inbox asks for mutual TLS."""
+    verify: ssl.SSLContext | bool = True
+    require_files(settings, "outbox_tls_ca_file", "outbox_tls_certfile", "outbox_tls_keyfile")
+    if settings.outbox_tls_ca_file or settings.outbox_tls_certfile:
+        verify = ssl.create_default_context(cafile=settings.outbox_tls_ca_file or None)
+        if settings.outbox_tls_certfile:
+            verify.load_cert_chain(settings.outbox_tls_certfile, settings.outbox_tls_keyfile or None)
+    return httpx.Client(timeout=settings.outbox_timeout_seconds, verify=verify)
+
+
 def _chunks(store: ObjectStore, key: str, size: int = 1 << 20) -> Iterator[bytes]:
     with store.open_input_stream(key) as f:
         yield from iter(lambda: bytes(f.read(size)), b"")
@@ -315,13 +336,16 @@ def run_outbox(settings: Settings, stop: threading.Event | None = None, once: bo
         raise
     sessions = make_session_factory(engine)
     rng = random.Random()
+    kid = key_id(public_key_of(settings.signing_key))
+    if retry_transient(lambda: audit.record_signing_key(sessions, kid)):
+        log.info("outbox signs with key %s (a new kid: written to the audit log)", kid)
     log.info("outbox sending to %s", settings.features_url)
     metrics = outbox_metrics()
     metrics_file = OutboxMetricsFile(settings.labels_data_dir / OUTBOX_METRICS_DIR, metrics)
     metrics_file.remove_stale()
     store = open_object_store(settings, settings.labels_data_dir)
     try:
-        with httpx.Client(timeout=settings.outbox_timeout_seconds) as client:
+        with outbox_client(settings) as client:
             _loop(sessions, client, settings, rng, metrics, metrics_file, stop, once, store)
     finally:
         metrics_file.remove()

@@ -99,7 +99,7 @@ def create_privacy_domain(
             s.add(row)
             s.flush()
             audit.record(
-                s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name,
+                s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name, subject_id=row.id,
                 details=_audit_details(row),
             )
             out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/privacy-domains/{body.name}"})
@@ -139,7 +139,7 @@ def ensure_default_domain(ctx: LabelsContext) -> None:
             s.add(row)
             s.flush()
             audit.record(
-                s, audit.DOMAIN_CREATED, key=None, scope=None, domain_id=row.id, domain=row.name,
+                s, audit.DOMAIN_CREATED, key=None, scope=None, domain_id=row.id, domain=row.name, subject_id=row.id,
                 details=_audit_details(row),
             )
     except IntegrityError:

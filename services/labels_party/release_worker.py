@@ -38,6 +38,7 @@ from labeldp.service.leases import LeaseKeeper, new_owner
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings
 
+from . import audit
 from .context import LabelsContext, message_key
 from .releases import FAILED, QUEUED, RUNNING, LeaseLost, run_job
 from .store import ReleaseRow
@@ -92,16 +93,20 @@ def renew(sessions: sessionmaker[Session], release_id: str, owner: str, lease_se
 
 def _finish(sessions: sessionmaker[Session], release_id: str, owner: str, **values: Any) -> bool:
     with sessions.begin() as s:
-        result = s.execute(
+        done = s.execute(
             update(ReleaseRow)
             .where(ReleaseRow.id == release_id, ReleaseRow.job_owner == owner, ReleaseRow.status == RUNNING)
             .values(job_owner=None, job_lease_until=0.0, **values)
-        )
-        return _rowcount(result) == 1
+            .returning(ReleaseRow.label_set_id)
+        ).all()
+        if done and values.get("status") == FAILED:
+            audit.record_release(s, audit.RELEASE_FAILED, release_id, done[0][0], {"error_code": values["error_code"]})
+        return len(done) == 1
 
 
 def fail(sessions: sessionmaker[Session], release_id: str, owner: str, code: str, message: str) -> bool:
-    """End ``owner``'s job without a charge; the code is stable, the message written by our code."""
+    """End ``owner``'s job without a charge; the code is stable, the message written by our code.
+    The failure is an audit event (its code only) in the same transaction."""
     return _finish(sessions, release_id, owner, status=FAILED, error_code=code[:64], error_message=message[:300])
 
 
@@ -124,7 +129,10 @@ def reap_expired(sessions: sessionmaker[Session], max_attempts: int) -> list[str
             .where(*expired, ReleaseRow.job_attempts >= max_attempts)
             .values(status=FAILED, job_owner=None, job_lease_until=0.0, error_code=WORKER_LOST[0],
                     error_message=WORKER_LOST[1])
-        )
+            .returning(ReleaseRow.id, ReleaseRow.label_set_id)
+        ).all()
+        for release_id, label_set_id in failed:
+            audit.record_release(s, audit.RELEASE_FAILED, release_id, label_set_id, {"error_code": WORKER_LOST[0]})
         requeue = list(s.scalars(select(ReleaseRow.id).where(*expired)))
         if requeue:
             s.execute(
@@ -132,8 +140,8 @@ def reap_expired(sessions: sessionmaker[Session], max_attempts: int) -> list[str
                 .where(ReleaseRow.id.in_(requeue), *expired)
                 .values(status=QUEUED, job_owner=None, job_lease_until=0.0)
             )
-    if _rowcount(failed):
-        log.warning("%d release jobs failed: their workers died %d times", _rowcount(failed), max_attempts)
+    if failed:
+        log.warning("%d release jobs failed: their workers died %d times", len(failed), max_attempts)
     for release_id in requeue:
         log.warning("release %s re-queued: its worker's lease expired", release_id)
     return requeue

@@ -41,10 +41,10 @@ from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.logs import current_request_id, new_request_id
 from labeldp.service.pagination import keyset_page
-from labeldp.service.settings import message_limits
+from labeldp.service.settings import ApiKey, message_limits
 from labeldp.service.timestamps import iso
 
-from . import ledger
+from . import audit, ledger
 from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
@@ -103,7 +103,9 @@ def _exhausted(needed: str, left: str) -> LabelDPError:
     return Conflict("budget_exhausted", f"release needs {needed} but {left} remains")
 
 
-def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, claim: Claim | None) -> StoredResponse:
+def create_release(
+    ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, claim: Claim | None, key: ApiKey | None = None
+) -> StoredResponse:
     """Check a release request and queue it as a job (202); a release worker privatizes and charges it.
 
     Everything that can be refused without the labels' heavy work is refused here, with
@@ -187,6 +189,12 @@ def create_release(ctx: LabelsContext, label_set_id: str, body: ReleaseCreate, c
         )
         s.add(row)
         s.flush()
+        audit_domain_id, audit_domain = audit.domain_of_label_set(s, label_set_id)
+        audit.record(
+            s, audit.RELEASE_QUEUED, key=key, scope="release", domain_id=audit_domain_id, domain=audit_domain,
+            subject_id=release_id,
+            details={"label_set_id": label_set_id, "mechanism": mechanism, "epsilon_micro": charge},
+        )
         response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
         if claim is not None:
             claim.complete(s, response)
@@ -354,6 +362,10 @@ def _commit(
         row.status = "pending"
         row.job_owner = None
         row.job_lease_until = 0.0
+        audit.record_release(s, audit.RELEASE_CHARGED, release_id, label_set_id, {
+            "epsilon_micro": charge, "delta_units": delta_units, "rows": message.row_count,
+            "message_sha256": written.manifest_sha256,
+        })
     log.info("release %s charged %s and queued for delivery", release_id, from_micro(charge))
 
 

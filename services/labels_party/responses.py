@@ -49,13 +49,18 @@ class PrivacyDomain(_Body):
 
 class AuditEvent(_Body):
     id: str = Field(description="`aud_…`")
-    action: Literal["privacy_domain.created"]
+    action: Literal[
+        "privacy_domain.created", "label_set.created", "label_set.labels_deleted", "release.queued",
+        "release.charged", "release.failed", "signing_key.in_use",
+    ]
     privacy_domain_id: str | None
     privacy_domain: str | None
     key_id: str | None = Field(description="the key that acted (`key_…`, a hash prefix, never the key); null: the "
                                            "service itself (the `default` domain)")
     scope: str | None = Field(description="the scope the action needed")
-    details: dict[str, Any] = Field(description="what changed: public facts only")
+    subject_id: str | None = Field(description="what the event is about: a label set (`ls_…`), a release "
+                                   "(`rel_…`) or a signing key id; null for a domain's creation before 0008")
+    details: dict[str, Any] = Field(description="what changed: public facts only, never a label")
     created_at: Timestamp | None
 
 
@@ -241,7 +246,7 @@ EXAMPLE_DOMAIN_PAGE = {"items": [EXAMPLE_DOMAIN], "next_cursor": None}
 EXAMPLE_AUDIT_PAGE = {
     "items": [{
         "id": "aud_187b3c2d4e5f6a7b0c1d2e3f4a5b", "action": "privacy_domain.created", "privacy_domain_id": PD,
-        "privacy_domain": "conversions", "key_id": "key_3f2a1b0c9d8e7f6a", "scope": "admin",
+        "privacy_domain": "conversions", "key_id": "key_3f2a1b0c9d8e7f6a", "scope": "admin", "subject_id": PD,
         "details": {"name": "conversions", "id_source": "crm:customer_id", "epsilon_micro": 10_000_000,
                     "delta": 1e-6},
         "created_at": TS,

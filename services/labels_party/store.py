@@ -180,9 +180,9 @@ class ReleaseRow(Base):
 
 
 class AuditEventRow(Base):
-    """One entry of the append-only audit log (services/labels_party/audit.py): a privacy-domain
-    change, who made it (a key's id, never the key) and with which scope. Rows are only ever
-    inserted: the session refuses to update or delete one."""
+    """One entry of the append-only audit log (services/labels_party/audit.py): a trust-relevant
+    change, who made it (a key's id, never the key), with which scope and about what. Rows are only
+    ever inserted: the session refuses to update or delete one."""
 
     __tablename__ = "audit_events"
 
@@ -192,5 +192,9 @@ class AuditEventRow(Base):
     privacy_domain: Mapped[str | None] = mapped_column(String(200), nullable=True)
     key_id: Mapped[str | None] = mapped_column(String(40), nullable=True, comment="null: the service itself")
     scope: Mapped[str | None] = mapped_column(String(32), nullable=True, comment="the scope the action needed")
+    subject_id: Mapped[str | None] = mapped_column(
+        String(40), nullable=True, index=True,
+        comment="what the event is about: a label set, a release, a signing key id",
+    )
     details_json: Mapped[str] = mapped_column(Text, comment="what changed: public facts only (names, budgets)")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -13,6 +13,7 @@ ERROR_CODES: dict[str, str] = {
     "unauthorized": "no API key, or not one of this service's keys",
     "forbidden": "the key is valid but may not do this",
     "scope_required": "the key lacks the scope this route needs (admin or release)",
+    "client_certificate_required": "the inbox asks for a TLS client certificate from its configured CA (mutual TLS)",
     "bad_signature": "the inbox could not verify the message's signature: nothing was read",
     # 404: no such resource
     "not_found": "no such path or resource",
@@ -51,7 +52,8 @@ ERROR_CODES: dict[str, str] = {
     "release_not_charged": "the release is a job that was never charged: nothing to redeliver",
     "training_finished": "the training is over: it cannot be cancelled",
     "model_unavailable": "the model's training did not produce this file",
-    # 413 / 415: the body
+    # 408 / 413 / 415: the body
+    "request_timeout": "the body arrived slower than the server's minimum rate: nothing was read into state",
     "payload_too_large": "the body exceeds the route's public size limit",
     "unsupported_media_type": "the body's Content-Type is not one this route reads",
     "part_too_large": "an upload part exceeds LABELDP_UPLOAD_PART_MAX_BYTES",

@@ -92,8 +92,11 @@ def test_the_audit_log_lists_every_domain_change_and_is_append_only(labels: Test
     # the default domain, made by the service on first use, is logged too (no key)
     assert labels.post("/v1/label-sets", json={"name": "s", "domain": {"low": 0, "high": 1}, "ids": ["x"]},
                        headers=RELEASE).status_code == 201
-    events = _events(labels, limit=2)  # two pages
+    events = _events(labels, limit=2, action="privacy_domain.created")  # two pages
     assert [e["privacy_domain"] for e in events] == [*names, "default"]
+    assert [e["action"] for e in _events(labels, privacy_domain="default")] == [
+        "privacy_domain.created", "label_set.created"
+    ]
     admin_id = ApiKey(ADMIN_KEY, frozenset()).key_id
     for event in events[:3]:
         assert (event["action"], event["key_id"], event["scope"]) == ("privacy_domain.created", admin_id, "admin")
@@ -107,7 +110,7 @@ def test_the_audit_log_lists_every_domain_change_and_is_append_only(labels: Test
         s.scalars(select(AuditEventRow)).first().details_json = "{}"  # type: ignore[union-attr]
     with pytest.raises(AuditLogIsAppendOnly), sessions.begin() as s:
         s.delete(s.scalars(select(AuditEventRow)).first())
-    assert _events(labels) == events  # unchanged
+    assert _events(labels, action="privacy_domain.created") == events  # unchanged
 
 
 def test_key_entries_carry_scopes_and_a_plain_key_only_releases() -> None:

@@ -254,3 +254,40 @@ def test_codes_timestamps_and_mechanisms_are_typed_for_generators(app: FastAPI) 
                 assert example["code"] in ERROR_CODES, f"{method} {path} {status}: {example['code']}"
                 if example["code"] in ("budget_exhausted", "training_finished", "privacy_domain_exists"):
                     assert example["message"] == ERROR_CODES[example["code"]]
+
+
+def test_slow_bodies_and_a_full_disk_are_in_the_contract_where_they_can_occur(app: FastAPI) -> None:
+    """408 ``request_timeout`` on every operation that reads a body (the edge times a slow one out),
+    507 ``insufficient_storage`` on every operation that writes (issue 24): each with the envelope,
+    an example of its own code and, for 507, ``Retry-After``."""
+    spec = app.openapi()
+    bodies = writes = 0
+    for method, path, op in _operations(spec):
+        where = f"{method.upper()} {path}"
+        responses = op["responses"]
+        expected = set()
+        if "requestBody" in op:
+            expected.add("408")
+            bodies += 1
+        if method in ("post", "put", "patch", "delete"):
+            expected.add("507")
+            writes += 1
+        for status in expected:
+            assert status in responses, f"{where} lacks {status}"
+        for status in {"408", "507"} & set(responses):
+            media = responses[status]["content"]["application/json"]
+            assert media["example"]["code"] == {"408": "request_timeout", "507": "insufficient_storage"}[status], where
+            ref = media.get("schema", {}).get("$ref", "")
+            assert ref.endswith("/ErrorBody"), where
+            if status == "507":
+                assert responses[status]["headers"]["Retry-After"]["required"], where
+        if method == "get" and "requestBody" not in op:
+            assert "408" not in responses, where
+    assert bodies >= 3 and writes >= 3
+    if spec["info"]["title"].startswith("labeldp features"):
+        export = spec["paths"]["/v1/models/{model_id}/export"]["get"]["responses"]
+        assert "507" in export  # a read that stores the export the first time
+        for route in ("/v1/releases", "/v1/releases/{release_id}/shards/{index}", "/v1/releases/{release_id}/complete"):
+            op = next(iter(spec["paths"][route].values()))
+            assert op["responses"]["403"]["content"]["application/json"]["example"]["code"] == \
+                "client_certificate_required"

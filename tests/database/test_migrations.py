@@ -263,7 +263,7 @@ def test_labels_0004_keeps_charged_releases_written_at_0003(database_url: str) -
                 "FROM releases ORDER BY id"
             )).all()
             version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
-        assert version == head_revision(package) == "0007"
+        assert version == head_revision(package) == "0008"
         assert [(r.id, r.status) for r in rows] == [("rel_d", "delivered"), ("rel_p", "pending")]
         for row in rows:
             assert (row.epsilon_micro, row.accounting_json, row.message_file, row.message_bytes) == (
@@ -278,5 +278,38 @@ def test_labels_0004_keeps_charged_releases_written_at_0003(database_url: str) -
                 "attempts, next_attempt_at, lease_until, created_at) VALUES ('rel_q', 'ls_1', 'laplace', 1, 0, 2, "
                 "'queued', 0, 0, 0, :t)"
             ), {"t": created})
+    finally:
+        engine.dispose()
+
+
+def test_labels_0008_keeps_audit_events_written_at_0005(database_url: str) -> None:
+    """The audit log written before events named a subject upgrades in place: every event and its
+    key id kept, with a null subject; new events can be found by theirs."""
+    engine = make_engine(database_url)
+    package = SERVICES["labels"]
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        upgrade_schema(engine, package, "0005")
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO audit_events (id, action, privacy_domain_id, privacy_domain, key_id, scope, "
+                "details_json, created_at) VALUES ('aud_1', 'privacy_domain.created', 'pd_1', 'conversions', "
+                "'key_0123456789abcdef', 'admin', :details, :t)"
+            ), {"t": created, "details": '{"epsilon_micro":1}'})
+        upgrade_schema(engine, package, "0008")
+        assert schema_differences(engine, LabelsBase.metadata) == []
+        with engine.begin() as connection:
+            old = connection.execute(text(
+                "SELECT id, action, key_id, scope, details_json, subject_id FROM audit_events"
+            )).one()
+            connection.execute(text(
+                "INSERT INTO audit_events (id, action, key_id, details_json, subject_id, created_at) VALUES "
+                "('aud_2', 'release.queued', 'key_0123456789abcdef', '{}', 'rel_1', :t)"
+            ), {"t": created})
+            found = connection.execute(text("SELECT id FROM audit_events WHERE subject_id = 'rel_1'")).scalars().all()
+        assert tuple(old) == (
+            "aud_1", "privacy_domain.created", "key_0123456789abcdef", "admin", '{"epsilon_micro":1}', None
+        )
+        assert found == ["aud_2"]
     finally:
         engine.dispose()

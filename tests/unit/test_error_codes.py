@@ -65,6 +65,8 @@ def raised_codes() -> dict[str, list[str]]:
                 arg = node.args[0] if node.args else keyword
             elif name == "error_response" and len(node.args) >= 2:
                 arg = node.args[1]
+            elif name == "send_error" and len(node.args) >= 3:  # a middleware's answer: (send, status, code, …)
+                arg = node.args[2]
             else:
                 continue
             code: str | None = None

@@ -200,3 +200,42 @@ def test_keys_generate_prints_a_pair_that_signs_and_verifies_under_its_kid(capsy
     assert main(["keys", "generate"]) == 0
     lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
     assert verify(b"m", lines["LABELDP_SIGNING_PUBLIC_KEYS"], sign(b"m", lines["LABELDP_SIGNING_KEY"]))
+
+
+def test_keys_tls_writes_a_ca_and_certificates_it_signed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+
+    from labeldp.service.server import server_config
+    from labeldp_tools.cli import main
+
+    assert main(["keys", "tls", str(tmp_path), "--host", "127.0.0.1", "--host", "inbox.example"]) == 0
+    lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
+    ca = x509.load_pem_x509_certificate(Path(lines["LABELDP_SERVER_TLS_CLIENT_CA_FILE"]).read_bytes())
+    server = x509.load_pem_x509_certificate(Path(lines["LABELDP_SERVER_TLS_CERTFILE"]).read_bytes())
+    client = x509.load_pem_x509_certificate(Path(lines["LABELDP_OUTBOX_TLS_CERTFILE"]).read_bytes())
+    for leaf in (server, client):
+        leaf.verify_directly_issued_by(ca)
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert names.get_values_for_type(x509.DNSName) == ["inbox.example"]
+    assert Path(lines["LABELDP_OUTBOX_TLS_KEYFILE"]).stat().st_mode & 0o077 == 0
+
+    tls = {k.removeprefix("LABELDP_").lower(): v for k, v in lines.items() if k.startswith("LABELDP_SERVER_TLS")}
+    config = server_config(None, "127.0.0.1", 0, _settings(tmp_path, **tls))
+    assert config.ssl_cert_reqs == ssl.CERT_OPTIONAL and config.ssl_ca_certs == tls["server_tls_client_ca_file"]
+    assert server_config(None, "127.0.0.1", 0, _settings(tmp_path)).ssl_certfile is None  # off by default
+    with pytest.raises(InsecureSettings, match="LABELDP_SERVER_TLS_CERTFILE"):
+        ca_only = _settings(tmp_path, server_tls_client_ca_file=tls["server_tls_client_ca_file"])
+        server_config(None, "127.0.0.1", 0, ca_only)
+    with pytest.raises(InsecureSettings, match="LABELDP_SERVER_TLS_KEYFILE names no file"):
+        server_config(None, "127.0.0.1", 0, _settings(tmp_path, **{**tls, "server_tls_keyfile": "/nowhere.key"}))
+    from labels_party.outbox import outbox_client
+
+    with pytest.raises(InsecureSettings, match="LABELDP_OUTBOX_TLS_CERTFILE names no file"):
+        outbox_client(_settings(tmp_path, outbox_tls_certfile=str(tmp_path / "missing.crt")))
+    outbox_client(_settings(tmp_path, outbox_tls_ca_file=lines["LABELDP_OUTBOX_TLS_CA_FILE"],
+                            outbox_tls_certfile=lines["LABELDP_OUTBOX_TLS_CERTFILE"],
+                            outbox_tls_keyfile=lines["LABELDP_OUTBOX_TLS_KEYFILE"])).close()

@@ -89,6 +89,21 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_tls(args: argparse.Namespace) -> int:
+    from labeldp_tools.tls import write_exchange_certificates
+
+    paths = write_exchange_certificates(Path(args.folder), tuple(args.host))
+    print("# features party (the inbox's server): keep ca.key offline; it signs nothing else")
+    print(f"LABELDP_SERVER_TLS_CERTFILE={paths['inbox.crt']}")
+    print(f"LABELDP_SERVER_TLS_KEYFILE={paths['inbox.key']}")
+    print(f"LABELDP_SERVER_TLS_CLIENT_CA_FILE={paths['ca.crt']}")
+    print("# labels party (the outbox), with LABELDP_FEATURES_URL=https://…")
+    print(f"LABELDP_OUTBOX_TLS_CA_FILE={paths['ca.crt']}")
+    print(f"LABELDP_OUTBOX_TLS_CERTFILE={paths['outbox.crt']}")
+    print(f"LABELDP_OUTBOX_TLS_KEYFILE={paths['outbox.key']}")
+    return 0
+
+
 def _torchrun_host(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -341,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser(
         "keys",
-        help="the advertiser's message-signing keys",
+        help="the advertiser's message-signing keys, and certificates for mutual TLS",
         description="Ed25519 keys the labels party signs its messages with (labeldp.signing).",
     )
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -355,6 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.add_argument("--format", choices=["env", "json"], default="env", help="env lines (default) or JSON")
     generate.set_defaults(func=_keys_generate)
+    tls = keys_sub.add_parser(
+        "tls",
+        help="write a CA and the certificates of mutual TLS between the outbox and the inbox",
+        description="A private CA, the features inbox's server certificate for --host and the labels outbox's "
+        "client certificate (ECDSA P-256) in FOLDER, and the settings that use them (docs/operations.md, "
+        "\"Mutual TLS\"). One CA serves both ends: give each party only its own files and ca.crt.",
+    )
+    tls.add_argument("folder", help="where the PEM files are written")
+    tls.add_argument("--host", action="append", required=True,
+                     help="a host name or IP address the outbox reaches the inbox by (repeatable)")
+    tls.set_defaults(func=_keys_tls)
 
     demo = sub.add_parser(
         "demo",

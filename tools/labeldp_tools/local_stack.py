@@ -11,6 +11,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,7 +32,12 @@ class LocalStack:
     """labels API + outbox + features API (and, by name, ``release-worker…`` processes), started and
     stopped as subprocesses."""
 
-    def __init__(self, workdir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, workdir: Path, extra_env: dict[str, str] | None = None, features_tls: ssl.SSLContext | None = None
+    ) -> None:
+        """``features_tls``: the features party serves HTTPS (its ``LABELDP_SERVER_TLS_*`` in
+        ``extra_env``) and this stack's own clients reach it with that context."""
+        self.features_tls = features_tls
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -69,7 +75,8 @@ class LocalStack:
 
     @property
     def features_url(self) -> str:
-        return f"http://127.0.0.1:{self.features_port}"
+        scheme = "https" if self.features_tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.features_port}"
 
     def log_path(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
@@ -93,11 +100,18 @@ class LocalStack:
             log = open(self.log_path(name), "ab")  # noqa: SIM115 -- open while the process runs; closed on stop
             self._log_files[name] = log
             self.processes[name] = subprocess.Popen(
-                self._command(name), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+                self._command(name), env=self._env_of(name), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
             )
         for name in names or ("labels", "outbox", "features"):
             if wait and name in ("labels", "features"):
                 self.wait_healthy(name, timeout)
+
+    def _env_of(self, name: str) -> dict[str, str]:
+        """The stack's environment; the server's TLS settings only for the features API (the
+        inbox's mutual TLS), so the labels API stays plain HTTP on loopback."""
+        if name == "features":
+            return self.env
+        return {k: v for k, v in self.env.items() if not k.startswith("LABELDP_SERVER_TLS_")}
 
     def wait_healthy(self, name: str, timeout: float) -> None:
         url = (self.labels_url if name == "labels" else self.features_url) + "/healthz"
@@ -107,7 +121,8 @@ class LocalStack:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}; see {self.log_path(name)}")
             try:
-                if httpx.get(url, timeout=1.0).status_code == 200:
+                verify = self.features_tls if name == "features" and self.features_tls is not None else True
+                if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -150,7 +165,8 @@ class LocalStack:
 
     def features_client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(
-            base_url=self.features_url, headers={"authorization": f"Bearer {self.features_key}"}, timeout=timeout
+            base_url=self.features_url, headers={"authorization": f"Bearer {self.features_key}"}, timeout=timeout,
+            verify=self.features_tls if self.features_tls is not None else True,
         )
 
     def __enter__(self) -> LocalStack:

@@ -7,13 +7,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Path, Request, Response, Security
+from fastapi import APIRouter, Path, Query, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
 from features_party import inbox, responses
 from labeldp.errors import LabelDPError, Unavailable
 from labeldp.schema import SIGNATURE_HEADER
-from labeldp.service.openapi import BINARY, OCTET_STREAM, SIGNATURE, errors, ok, request_body
+from labeldp.service.events import (
+    EVENT_STREAM,
+    STREAM_HEADERS,
+    EventStreamResponse,
+    feed_stream,
+    shutdown_flag,
+)
+from labeldp.service.openapi import BINARY, OCTET_STREAM, SIGNATURE, errors, event_stream_ok, ok, request_body
 from labeldp.service.spool import spool_body
 
 from .deps import Context
@@ -42,7 +50,8 @@ ReleaseId = Path(max_length=256, description="the manifest's release id")
              {"complete_release": _RELEASE}),
         **ok(responses.EXAMPLE_COMPLETE, "already known: complete, or the shards still missing",
              model=responses.InboxReceipt),
-        **errors(401, 409, 413, 422, 503, e401="bad_signature", e409="release_conflict", e422="invalid_message"),
+        **errors(401, 403, 409, 413, 422, 503, e401="bad_signature", e403="client_certificate_required",
+                 e409="release_conflict", e422="invalid_message"),
     },
     openapi_extra=request_body(
         {"application/json": (_MANIFEST, {"release_id": responses.REL})},
@@ -62,6 +71,7 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
         log.info("release manifest rejected: %s", exc.code)
         raise
     ctx.inbox_messages.labels(result="manifest_" + ("new" if answer.new else answer.status)).inc()
+    ctx.announce(answer.event)
     response.status_code = answer.http_status
     return answer.body()
 
@@ -75,7 +85,8 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
     "labels finite) and it is stored as an object. A shard already held answers `duplicate`.",
     responses={
         **ok(responses.EXAMPLE_SHARD, "stored (or already held)"),
-        **errors(401, 404, 413, 422, 503, e404="manifest_unknown", e422="digest_mismatch"),
+        **errors(401, 403, 404, 413, 422, 503, e403="client_certificate_required", e404="manifest_unknown",
+                 e422="digest_mismatch"),
     },
     openapi_extra=request_body(
         {OCTET_STREAM: ({**BINARY, "description": "a Parquet file: the shard's exact bytes"}, None)},
@@ -113,10 +124,48 @@ async def receive_shard(
     "Idempotent; 409 `shards_missing` while a shard is still missing.",
     responses={
         **ok(responses.EXAMPLE_COMPLETE, "complete"),
-        **errors(401, 404, 409, 422, 503, e404="manifest_unknown", e409="shards_missing"),
+        **errors(401, 403, 404, 409, 422, 503, e403="client_certificate_required", e404="manifest_unknown",
+                 e409="shards_missing"),
     },
 )
 def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
     answer = inbox.complete_release(ctx.sessions, release_id)
     ctx.inbox_messages.labels(result="complete").inc()
+    ctx.announce(answer.event)
     return answer.body()
+
+
+events_router = APIRouter(prefix="/v1/inbox", tags=["releases"])
+
+
+@events_router.get(
+    "/events",
+    summary="Follow the inbox",
+    description="Server-Sent Events for the publisher's own systems: `release.received` when a release's signed "
+    "manifest is stored, `release.completed` when its last shard made it readable and trainable, each with the "
+    "release's public facts (ids, counts, ε, message digest, signing key id; never a row). The stream starts "
+    "now (earlier releases: `GET /v1/releases`) and never ends by itself: a comment every 15 s, `closing` when "
+    "the server stops; reconnect and list what arrived meanwhile. The same events go to the signed webhook, "
+    "if `LABELDP_INBOX_WEBHOOK_URL` is set. Nothing of this reaches the labels party.",
+    response_class=EventStreamResponse,
+    responses={
+        **event_stream_ok(responses.EXAMPLE_INBOX_EVENTS, "the event stream"),
+        **errors(401, 422, 503, by_ref=True),
+    },
+)
+async def inbox_events(
+    request: Request,
+    ctx: Context,
+    max_seconds: float | None = Query(
+        None, gt=0, le=86400, description="end the stream (`closing`, reason `max_seconds`) after this long; "
+        "default: only when the server stops"
+    ),
+) -> StreamingResponse:
+    feed = inbox.InboxFeed(ctx.sessions)
+    await run_in_threadpool(feed.poll)  # "now": what is already there is not sent
+    return StreamingResponse(
+        feed_stream(lambda: run_in_threadpool(feed.poll), stopping=shutdown_flag(request.app).is_set,
+                    max_seconds=max_seconds),
+        media_type=EVENT_STREAM,
+        headers=STREAM_HEADERS,
+    )

@@ -89,8 +89,8 @@ def predict(model_id: str, body: models.PredictRequest, ctx: Context) -> dict[st
     response_class=StreamingResponse,
     responses={
         **file_ok("application/octet-stream", "<the model file's bytes>", "the model file"),
-        **errors(401, 404, 409, 422, 503, by_ref=True, e404="model_not_found", e409="model_unavailable",
-                 e422="model_not_exportable"),
+        **errors(401, 404, 409, 422, 503, 507, by_ref=True, e404="model_not_found", e409="model_unavailable",
+                 e422="model_not_exportable"),  # 507: the first request stores the export
     },
 )
 async def download_model(

@@ -7,8 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from labeldp.service.http_api import require_scope
 from labeldp.service.idempotency import idempotency_key
 from labeldp.service.metrics import LabelsMetrics
+from labeldp.service.settings import ApiKey
 
 from ..context import LabelsContext
 
@@ -26,3 +28,5 @@ def labels_metrics(request: Request) -> LabelsMetrics:
 Context = Annotated[LabelsContext, Depends(labels_context)]
 Metrics = Annotated[LabelsMetrics, Depends(labels_metrics)]
 IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
+ReleaseKey = Annotated[ApiKey, Depends(require_scope("release"))]
+"""The caller's key where a route records it in the audit log (the router already requires the scope)."""

@@ -27,7 +27,7 @@ from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from labeldp.service.spool import spool_body
 
 from .. import label_sets, responses, sources, uploads
-from .deps import Context, IdempotencyKey, Metrics
+from .deps import Context, IdempotencyKey, Metrics, ReleaseKey
 
 log = logging.getLogger("labeldp.labels")
 
@@ -73,14 +73,14 @@ _LABEL_COLUMN = Query(None, min_length=1, max_length=uploads.MAX_COLUMN_NAME,
     ),
 )
 def create_label_set(
-    body: label_sets.LabelSetCreate, ctx: Context, response: Response, key: IdempotencyKey
+    body: label_sets.LabelSetCreate, ctx: Context, response: Response, key: IdempotencyKey, caller: ReleaseKey
 ) -> dict[str, Any]:
     scope = "POST /v1/label-sets"
     stored = ctx.idempotency.execute(
         scope,
         key,
         request_fingerprint(scope, body.model_dump_json()),
-        lambda claim: label_sets.create_label_set(ctx, body, claim),
+        lambda claim: label_sets.create_label_set(ctx, body, claim, caller),
     )
     log.info("label set created")
     return stored.answer(response)
@@ -115,8 +115,8 @@ def list_label_sets(
         **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found"),
     },
 )
-def delete_labels(label_set_id: str, ctx: Context) -> dict[str, Any]:
-    out = label_sets.delete_labels(ctx, label_set_id)
+def delete_labels(label_set_id: str, ctx: Context, caller: ReleaseKey) -> dict[str, Any]:
+    out = label_sets.delete_labels(ctx, label_set_id, caller)
     log.info("label set %s: raw labels deleted", label_set_id)
     return out
 

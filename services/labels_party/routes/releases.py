@@ -17,7 +17,7 @@ from labeldp.service.openapi import errors, event_stream_ok, json_example, ok
 from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
 
 from .. import releases, responses
-from .deps import Context, IdempotencyKey, Metrics
+from .deps import Context, IdempotencyKey, Metrics, ReleaseKey
 
 log = logging.getLogger("labeldp.labels")
 
@@ -98,6 +98,7 @@ def create_release(
     metrics: Metrics,
     response: Response,
     key: IdempotencyKey,
+    caller: ReleaseKey,
 ) -> dict[str, Any]:
     scope = f"POST /v1/label-sets/{label_set_id}/releases"
     outcomes = metrics.release_requests
@@ -106,7 +107,7 @@ def create_release(
             scope,
             key,
             request_fingerprint(scope, body.model_dump_json()),
-            lambda claim: releases.create_release(ctx, label_set_id, body, claim),
+            lambda claim: releases.create_release(ctx, label_set_id, body, claim, caller),
         )
     except LabelDPError as exc:
         outcomes.labels(mechanism_label(body.mechanism), exc.code).inc()

@@ -101,6 +101,40 @@ async def event_stream(
         await asyncio.sleep(interval)
 
 
+async def feed_stream(
+    poll: Callable[[], Awaitable[list[tuple[str, dict[str, Any]]]]],
+    *,
+    interval: float = POLL_SECONDS,
+    heartbeat: float = HEARTBEAT_SECONDS,
+    stopping: Callable[[], bool] | None = None,
+    max_seconds: float | None = None,
+) -> AsyncIterator[bytes]:
+    """Frames of a stream that does not end by itself (the features party's inbox): every
+    ``(event, data)`` each poll returns, in order, a comment now and then, and ``closing`` once
+    ``stopping()`` or after ``max_seconds``; the client reconnects and reads what it missed from
+    the list endpoint."""
+    last_sent = time.monotonic()
+    ends = None if max_seconds is None else last_sent + max_seconds
+    seq = 0
+    while True:
+        if stopping is not None and stopping():
+            yield encode_event(CLOSING, {"reason": "the server is shutting down"}, seq + 1)
+            return
+        if ends is not None and time.monotonic() >= ends:
+            yield encode_event(CLOSING, {"reason": "max_seconds"}, seq + 1)
+            return
+        now = time.monotonic()
+        events = await poll()
+        for name, data in events:
+            seq += 1
+            last_sent = now
+            yield encode_event(name, data, seq)
+        if not events and now - last_sent >= heartbeat:
+            last_sent = now
+            yield b": keep-alive\n\n"
+        await asyncio.sleep(interval)
+
+
 @dataclass(frozen=True)
 class Event:
     event: str

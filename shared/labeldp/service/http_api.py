@@ -292,6 +292,11 @@ def inbox_transport_keys(transport_key: str) -> list[str]:
     return secrets_of(transport_key)
 
 
+TLS_CLIENT_VERIFIED = "labeldp.tls_client_verified"
+"""The key of a request's ``scope["state"]`` that says its connection presented a client certificate
+signed by ``LABELDP_SERVER_TLS_CLIENT_CA_FILE`` (set by ``labeldp.service.server``)."""
+
+
 PUBLIC_PATHS = frozenset(
     {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 )
@@ -307,7 +312,10 @@ class RequireCaller:
     inbox's manifest, shard and complete routes: the outbox's transport key). A wrong or
     missing key gets 401 at once and the body is never received, so
     an anonymous client's upload costs the server neither memory nor disk nor a worker. A public
-    path takes a body of at most ``public_max_body_bytes`` (it reads none).
+    path takes a body of at most ``public_max_body_bytes`` (it reads none). With
+    ``certificate_for_overrides`` (mutual TLS at the inbox) an override route also needs a
+    connection that presented a verified client certificate (:data:`TLS_CLIENT_VERIFIED`), else 403
+    ``client_certificate_required``, also before the body.
     """
 
     def __init__(
@@ -317,8 +325,10 @@ class RequireCaller:
         overrides: dict[tuple[str, str], list[str]] | None = None,
         public_max_body_bytes: int = 0,
         openapi: Callable[[], dict[str, Any]] | None = None,
+        certificate_for_overrides: bool = False,
     ) -> None:
         self.app = app
+        self.certificate_for_overrides = certificate_for_overrides
         self.openapi = openapi  # only to name the route a refused request was for (metrics, access log)
         self._templates: list[tuple[re.Pattern[str], str]] | None = None
         self.keys = [k.encode("utf-8") for k in keys]
@@ -340,8 +350,18 @@ class RequireCaller:
         keys = self.overrides.get((method, path))
         if keys is None and self.overrides:  # a templated route of its own (the inbox's shards)
             keys = self.overrides.get((method, self._template(path) or path))
+        needs_certificate = keys is not None and self.certificate_for_overrides
         if keys is None:
             keys = self.keys
+        if needs_certificate and not scope.get("state", {}).get(TLS_CLIENT_VERIFIED):
+            template = self._template(path)
+            if template is not None:
+                scope["route"] = _Template(template)
+            await send_error(
+                send, 403, "client_certificate_required",
+                "this route needs a TLS client certificate from the configured CA", close=True,
+            )
+            return
         header = ""
         for name, value in scope.get("headers", []):
             if name == b"authorization":

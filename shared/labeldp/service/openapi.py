@@ -94,6 +94,12 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "idempotency_in_progress",
         "a request with this Idempotency-Key is still running",
     ),
+    408: (
+        "the body arrived slower than the server's minimum rate (LABELDP_REQUEST_BODY_TIMEOUT_SECONDS, "
+        "LABELDP_REQUEST_BODY_MIN_BYTES_PER_SECOND); nothing changed, send it again",
+        "request_timeout",
+        "the request body arrived too slowly",
+    ),
     413: ("the body exceeds the service's size limit", "payload_too_large", "request body exceeds 1048576 bytes"),
     415: ("the body's Content-Type is not one this operation reads", "unsupported_media_type", "send text/csv"),
     422: ("the request is well-formed but invalid; nothing changed", "invalid_request", "request failed validation"),
@@ -103,6 +109,11 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "database_unavailable",
         "the database is unavailable; retry later",
     ),
+    507: (
+        "the service's disk is full: nothing of the request was kept; retry after `Retry-After`",
+        "insufficient_storage",
+        "the service's disk is full; nothing was written",
+    ),
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {
@@ -110,7 +121,41 @@ _HEADERS: dict[int, dict[str, Any]] = {
     409: {"Retry-After": {"description": "seconds to wait (idempotency_in_progress)", "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
     503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}},
+    507: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}},
 }
+
+MUTATING = frozenset({"post", "put", "patch", "delete"})
+
+
+def edge_errors(app: FastAPI) -> None:
+    """Add to the contract the two errors the edge answers for routes that never raise them:
+    408 ``request_timeout`` on every operation that reads a request body (``BodySizeLimit``
+    times a slow one out) and 507 ``insufficient_storage`` on every operation that writes
+    (``ServerErrors`` answers a full disk; a read-only route that writes declares ``errors(507)``
+    itself). Derived here, once, so no route can forget them."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        fresh = app.openapi_schema is None
+        spec = build()
+        if fresh:
+            for item in spec.get("paths", {}).values():
+                for method, op in item.items():
+                    if method not in MUTATING and method != "get":
+                        continue
+                    responses = op.setdefault("responses", {})
+                    wanted = [408] if "requestBody" in op else []
+                    if method in MUTATING:
+                        wanted.append(507)
+                    for status, entry in errors(*wanted, by_ref=True).items():
+                        responses.setdefault(str(status), entry)
+                    op["responses"] = dict(sorted(responses.items()))
+            spec.setdefault("components", {}).setdefault("schemas", {}).setdefault(
+                "ErrorBody", ErrorBody.model_json_schema()
+            )
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def errors(*statuses: int, by_ref: bool = False, **codes: str) -> dict[int | str, dict[str, Any]]:
@@ -391,6 +436,7 @@ def mount_docs(app: FastAPI) -> None:
     Build the app with ``docs_url=None, redoc_url=None`` so FastAPI's CDN pages are not mounted.
     The contract those pages show keeps its examples' nulls (:func:`keep_example_nulls`).
     """
+    edge_errors(app)
     keep_example_nulls(app)
     import fastapi_offline
 

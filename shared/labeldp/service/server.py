@@ -6,18 +6,25 @@ connections until the file descriptors run out. :class:`GuardedH11Protocol` adds
 a connection must send a whole request head within ``server_header_timeout_seconds`` of opening
 (or of its last answer), and past ``server_max_connections`` a new connection is closed at once.
 Slow bodies are bounded in the app (``labeldp.service.http_api.BodySizeLimit``: 408).
+
+TLS (``LABELDP_SERVER_TLS_*``) is uvicorn's own. With a client CA the handshake asks for a client
+certificate (``CERT_OPTIONAL``: one from another CA fails the handshake) and each request's scope
+says whether the connection presented one the CA signed (:data:`TLS_CLIENT_VERIFIED` in
+``scope["state"]``), so the inbox's routes can require it while the publisher's own routes do not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from labeldp.service.settings import Settings
+from labeldp.service.http_api import TLS_CLIENT_VERIFIED
+from labeldp.service.settings import InsecureSettings, Settings, require_files
 
 log = logging.getLogger("labeldp.server")
 
@@ -29,6 +36,9 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
+        # The handshake is over when the protocol sees the connection: a verified client
+        # certificate is there or not, for every request this connection carries.
+        self.app_state = {**self.app_state, TLS_CLIENT_VERIFIED: bool(transport.get_extra_info("peercert"))}
         if len(self.connections) > self.max_connections:
             transport.abort()  # no answer: writing one would cost what the cap saves
             return
@@ -78,6 +88,16 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
             "max_connections": settings.server_max_connections,
         },
     )
+    tls: dict[str, Any] = {}
+    require_files(settings, "server_tls_certfile", "server_tls_keyfile", "server_tls_client_ca_file")
+    if settings.server_tls_certfile:
+        tls = {"ssl_certfile": settings.server_tls_certfile, "ssl_keyfile": settings.server_tls_keyfile or None}
+        if settings.server_tls_client_ca_file:
+            tls |= {"ssl_ca_certs": settings.server_tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_OPTIONAL}
+    elif settings.server_tls_client_ca_file or settings.server_tls_keyfile:
+        raise InsecureSettings(
+            "LABELDP_SERVER_TLS_CLIENT_CA_FILE and LABELDP_SERVER_TLS_KEYFILE need LABELDP_SERVER_TLS_CERTFILE"
+        )
     return uvicorn.Config(
         app,
         host=host,
@@ -89,4 +109,5 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
         timeout_keep_alive=settings.server_timeout_keep_alive_seconds,
         limit_concurrency=settings.server_limit_concurrency,
         h11_max_incomplete_event_size=settings.server_max_header_bytes,
+        **tls,
     )

@@ -137,6 +137,18 @@ class Settings(BaseSettings):
     outbox_initial_backoff_seconds: float = Field(0.5, description="first retry delay")
     outbox_max_backoff_seconds: float = Field(30.0, description="retry delay cap")
     outbox_timeout_seconds: float = Field(30.0, description="HTTP timeout of one delivery")
+    outbox_tls_ca_file: str = Field(
+        "",
+        description="outbox: PEM file of the CA(s) that signed the features party's server certificate, for an "
+        "https:// LABELDP_FEATURES_URL (empty: the system's trusted CAs)",
+    )
+    outbox_tls_certfile: str = Field(
+        "",
+        description="outbox: PEM client certificate it presents to the features inbox (mutual TLS; empty: none)",
+    )
+    outbox_tls_keyfile: str = Field(
+        "", description="outbox: PEM private key of outbox_tls_certfile (empty: the key is in the certificate file)"
+    )
     release_in_process_worker: bool = Field(
         True,
         description="the labels API also runs a release worker in its own process (the embedded default of make "
@@ -244,6 +256,27 @@ class Settings(BaseSettings):
         "/v1/feature-tables?source=URL may read a table by reference (with the storage_s3_* credentials); "
         "empty: none, any other URL gets 422 feature_source_not_allowed",
     )
+    inbox_webhook_url: str = Field(
+        "",
+        description="features API: a URL of the publisher's own systems that receives a signed JSON event when a "
+        "release arrives in the inbox and when it completes (empty: no webhook; GET /v1/inbox/events streams the "
+        "same events)",
+    )
+    inbox_webhook_secret: str = Field(
+        "",
+        description="features API: the HMAC-SHA256 key of the webhook's signature (X-Labeldp-Webhook-Signature "
+        "over '<timestamp>.<body>'); needed, at least 16 characters, when inbox_webhook_url is set",
+    )
+    inbox_webhook_timeout_seconds: float = Field(5.0, gt=0, le=120, description="HTTP timeout of one webhook attempt")
+    inbox_webhook_max_attempts: int = Field(
+        8, ge=1, le=100, description="attempts per webhook event (no answer or not 2xx: retried with backoff)"
+    )
+    inbox_webhook_initial_backoff_seconds: float = Field(1.0, gt=0, description="first webhook retry delay")
+    inbox_webhook_max_backoff_seconds: float = Field(60.0, gt=0, description="webhook retry delay cap")
+    inbox_webhook_queue_max: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="webhook events waiting in memory; one more is dropped with a warning (the inbox never waits)",
+    )
     prediction_max_body_bytes: int = Field(
         1024**3,
         gt=0,
@@ -330,6 +363,21 @@ class Settings(BaseSettings):
     )
     server_limit_concurrency: int = Field(
         500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+    )
+    server_tls_certfile: str = Field(
+        "",
+        description="PEM server certificate (chain): set, the service answers only HTTPS on its port (empty: "
+        "plain HTTP, the demo's default; or TLS ends at a proxy in front)",
+    )
+    server_tls_keyfile: str = Field(
+        "", description="PEM private key of server_tls_certfile (empty: the key is in the certificate file)"
+    )
+    server_tls_client_ca_file: str = Field(
+        "",
+        description="features inbox, mutual TLS: PEM file of the CA(s) whose client certificates the server "
+        "accepts. Set, a client certificate from another CA fails the TLS handshake, and the inbox's routes "
+        "(manifest, shard, complete) refuse a connection that presented none (403 client_certificate_required) "
+        "before reading a byte; the publisher's own routes still need only their API key",
     )
     server_max_header_bytes: int = Field(
         64 * 1024, ge=4096, le=16 * 1024**2,
@@ -466,6 +514,33 @@ def require_secrets(settings: Settings, *fields: str) -> None:
             continue
         for key in (k.key for k in parse_api_keys(str(getattr(settings, name)))):
             _check_key(settings, name, env, key)
+
+
+def require_files(settings: Settings, *fields: str) -> None:
+    """Each named path setting that is set must name a readable file: a one-line refusal at start,
+    not a traceback from the TLS library."""
+    for name in fields:
+        value = str(getattr(settings, name))
+        if value and not Path(value).is_file():
+            raise _refuse(f"LABELDP_{name.upper()}", f"names no file: {value}")
+
+
+def require_webhook_secret(settings: Settings) -> None:
+    """A webhook URL needs a secret to sign with: not empty, printable ASCII, at least 16 characters
+    (unless ``allow_dev_secrets``), and none of the API or transport keys."""
+    if not settings.inbox_webhook_url:
+        return
+    secret = settings.inbox_webhook_secret
+    env = "LABELDP_INBOX_WEBHOOK_SECRET"
+    if not secret.strip():
+        raise _refuse(env, f"is empty while LABELDP_INBOX_WEBHOOK_URL is set: set it, e.g. to {SECRET_HINT}")
+    if not (secret.isascii() and secret.isprintable()):
+        raise _refuse(env, "holds non-ASCII or control characters")
+    others = {*secrets_of(settings.features_api_key), *secrets_of(settings.inbox_transport_key)}
+    if secret in others:
+        raise _refuse(env, "reuses an API or transport key: the webhook's receiver must not learn one")
+    if len(secret) < MIN_SECRET_LENGTH and not settings.allow_dev_secrets:
+        raise _refuse(env, f"is shorter than {MIN_SECRET_LENGTH} characters: use e.g. {SECRET_HINT}")
 
 
 def _check_key(settings: Settings, name: str, env: str, key: str) -> None:
