@@ -220,7 +220,13 @@ const Console = {
       location.reload();
     });
     document.getElementById("forget").addEventListener("click", () => { sessionStorage.removeItem(KEY); location.reload(); });
-    if (!this.key()) { document.body.dataset.state = "nokey"; return; }
+    if (!this.key()) {
+      document.body.dataset.state = "nokey";
+      for (const host of document.querySelectorAll("div[data-state=loading]")) {
+        host.replaceChildren(this.el("p", { class: "muted" }, "enter an API key above (or open this page with #key=…)"));
+      }
+      return;
+    }
     form.elements.key.placeholder = "key kept for this tab";
     try {
       await load();
