@@ -4,7 +4,7 @@ sets, releases followed to delivery, the audit log; the inbox, a training's loss
 card's plots, an export and predictions) and a page whose script breaks fails the test.
 
 Chromium is Debian's ``chromium`` package, installed by ``make install``/``make test`` (the
-Makefile's ``browser`` target); this test installs nothing. Set ``LABELDP_CONSOLE_SCREENSHOTS``
+Makefile's ``browser`` target); this test installs nothing. Set ``CONSOLE_SCREENSHOTS``
 to a folder (``docs/console``) to keep the screenshots it takes there.
 """
 
@@ -97,7 +97,7 @@ def render(url: str, tmp_path: Path, name: str) -> Node:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
-    if keep := os.environ.get("LABELDP_CONSOLE_SCREENSHOTS"):
+    if keep := os.environ.get("CONSOLE_SCREENSHOTS"):
         shutil.copy(shot, Path(keep) / shot.name)
     tree = _Tree()
     tree.feed(done.stdout)
