@@ -42,22 +42,41 @@ const Console = {
     return body;
   },
 
-  // Every item of a paged list (oldest first), up to `max` items.
-  async all(path, max = 1000) {
+  // The items of a paged list (the API lists oldest first), up to `max`; `truncated` says
+  // there were more (the page then shows the newest of the first `max`, and says so).
+  async all(path, max = 10000) {
     const items = [];
     let cursor = null;
     do {
       const sep = path.includes("?") ? "&" : "?";
-      const page = await this.api(path + sep + "limit=100" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+      const page = await this.api(path + sep + "limit=500" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
       items.push(...page.items);
       cursor = page.next_cursor;
     } while (cursor && items.length < max);
+    items.truncated = Boolean(cursor);
     return items;
   },
 
+  // "the newest n" over a list read by all(), with a word when the list was cut.
+  shown(items, n) {
+    const note = items.truncated ? ` (more than ${this.num(items.length)} in all: the newest of the first ${this.num(items.length)})` : "";
+    return this.el("p", { class: "muted" }, `${this.num(Math.min(n, items.length))} of ${this.num(items.length)} shown, newest first${note}`);
+  },
+
+  // Streams followed whose first event has not been shown yet: the page is "ready" once each
+  // has shown the live state (start() waits for them).
+  waiting: new Set(),
+
   // Follow a Server-Sent Events route (fetch, so the key goes in a header as for every call):
   // onEvent(name, data) per event, until the stream ends (`end`, `closing`) or fails.
-  async follow(path, onEvent) {
+  follow(path, onEvent) {
+    const token = {};
+    this.waiting.add(token);
+    return this._follow(path, (name, data) => { this.waiting.delete(token); onEvent(name, data); })
+      .finally(() => this.waiting.delete(token));
+  },
+
+  async _follow(path, onEvent) {
     const r = await this.api(path, { raw: true });
     const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -131,7 +150,7 @@ const Console = {
   bars(bars, { width = 360, height = 140, title = "", unit = "" } = {}) {
     const pad = { l: 44, r: 8, t: 18, b: 30 };
     const w = width - pad.l - pad.r, h = height - pad.t - pad.b;
-    const top = Math.max(1, ...bars.map(b => b.value + (b.error || 0)));
+    const top = Math.max(1e-12, ...bars.map(b => b.value + (b.error || 0))) * (bars.length <= 4 ? 1.15 : 1);
     const step = w / Math.max(bars.length, 1);
     const y = v => pad.t + h - (v / top) * h;
     const svg = this.svg("svg", { class: "chart bars", viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
@@ -142,9 +161,13 @@ const Console = {
     svg.append(this.svg("text", { x: pad.l - 4, y: pad.t + h, class: "tick", "text-anchor": "end" }, "0"));
     bars.forEach((b, i) => {
       const x = pad.l + i * step + step * 0.1;
-      svg.append(this.svg("rect", { class: "bar" + (b.cls ? " " + b.cls : ""), x, y: y(b.value),
-        width: step * 0.8, height: Math.max(0, pad.t + h - y(b.value)), "data-value": b.value },
+      const v = Math.max(0, b.value);  // an estimate below zero (a debiased MSE can be) draws as 0
+      svg.append(this.svg("rect", { class: "bar" + (b.cls ? " " + b.cls : ""), x, y: y(v),
+        width: step * 0.8, height: pad.t + h - y(v), "data-value": b.value },
         this.svg("title", {}, b.title || `${b.label}: ${this.num(b.value)}${unit}`)));
+      if (bars.length <= 4) {
+        svg.append(this.svg("text", { x: x + step * 0.4, y: y(v) - 3, class: "tick", "text-anchor": "middle" }, this.num(b.value)));
+      }
       if (b.error) {
         const cx = x + step * 0.4;
         svg.append(this.svg("line", { class: "whisker", x1: cx, x2: cx, y1: y(Math.max(0, b.value - b.error)), y2: y(b.value + b.error) }));
@@ -230,6 +253,9 @@ const Console = {
     form.elements.key.placeholder = "key kept for this tab";
     try {
       await load();
+      // Each followed stream's first event (the current state) comes at once; wait for them in
+      // short timer steps, so that a headless browser's virtual time runs the streams' tasks too.
+      for (let i = 0; this.waiting.size && i < 500; i++) await new Promise(done => setTimeout(done, 20));
       if (document.body.dataset.state !== "error") document.body.dataset.state = "ready";
     } catch (err) {
       fail(err.stack || String(err));
