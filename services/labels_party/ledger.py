@@ -636,7 +636,9 @@ def spent_by_id(ctx: LabelsContext, s: Session, domain: PrivacyDomainRow) -> tup
 HISTOGRAM_MAX_IDS = 1_000_000
 """Ids one spent-ε histogram reads at most (about 20 MB of base rows): whole buckets, in bucket
 order, until the next would pass it. Buckets are hash partitions, so the buckets read are a
-uniform sample of the domain's ids; a domain this small or smaller is read whole."""
+uniform sample of the domain's ids; a domain this small or smaller is read whole. Like a release's
+check, a bucket read also folds its chain: at most :data:`MAX_CHAIN` charge objects, each read
+whole once and then served from :data:`CACHE` (the objects a release check of the bucket reads)."""
 
 
 @dataclass(frozen=True)
