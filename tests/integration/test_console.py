@@ -84,13 +84,13 @@ class _Tree(HTMLParser):
         self.stack[-1].text += data
 
 
-def render(url: str, tmp_path: Path, name: str) -> Node:
+def render(url: str, tmp_path: Path, name: str, height: int) -> Node:
     """The page's DOM once its scripts settled (virtual time), and its screenshot beside it."""
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium package is missing: `make install` installs it (the Makefile's browser target)"
     shot = tmp_path / f"{name}.png"
     done = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1250",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size=1280,{height}",
          f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=20000", f"--screenshot={shot}",
          "--dump-dom", url],
         capture_output=True, text=True, timeout=90, check=False,
@@ -159,7 +159,7 @@ def test_console_pages_are_public_static_and_locked_down(stack: LocalStack) -> N
 def test_labels_console_shows_domains_histogram_sets_releases_and_audit(
     stack: LocalStack, seeded: dict[str, str], tmp_path: Path
 ) -> None:
-    page = render(f"{stack.labels_url}/console/#key={stack.labels_key}", tmp_path, "labels")
+    page = render(f"{stack.labels_url}/console/#key={stack.labels_key}", tmp_path, "labels", 1000)
     domain = page.one("div", "domain", data_name="retail")
     assert "100 exhausted" in domain.texts() and "400 ids" in domain.texts()
     bars = [float(b.attrs["data-value"]) for b in domain.all("rect", "bar")]
@@ -181,9 +181,12 @@ def test_features_console_shows_inbox_curves_model_plots_export_and_predictions(
     stack: LocalStack, seeded: dict[str, str], tmp_path: Path
 ) -> None:
     model = seeded["model"]
+    with stack.features_client() as features:  # one more, still queued or running as the page opens
+        r = features.post("/v1/trainings", json={"release_id": seeded["release_2"], "epochs": EPOCHS})
+        assert r.status_code == 202, r.text
     page = render(
         f"{stack.features_url}/console/#key={stack.features_key}&predict={model}&ids={seeded['ids']}&export={model}",
-        tmp_path, "features",
+        tmp_path, "features", 1900,
     )
     inbox = page.one(id="inbox")
     assert inbox.one("tr", data_id=seeded["release"]) and inbox.one("tr", data_id=seeded["release_2"])
@@ -191,6 +194,8 @@ def test_features_console_shows_inbox_curves_model_plots_export_and_predictions(
     assert training.attrs["data-status"] == "succeeded" and training.attrs["data-followed"] == "end"
     for series in ("train loss", "validation loss"):  # one point per epoch on each curve
         assert len(training.all("circle", "pt", data_series=series)) == EPOCHS
+    live = page.one("div", "training", data_id=r.json()["id"])  # followed live: at least its first event
+    assert int(live.attrs["data-events"]) >= 1, live.attrs
     card = page.one("div", "model", data_id=model)
     assert len(card.all("circle", "pt", data_series="train loss")) == EPOCHS
     fit = [float(b.attrs["data-value"]) for b in card.all("rect", "bar")]

@@ -74,7 +74,8 @@ function fitPlot(m) {
     { label: "model", value: t.test_mse, error: t.test_mse_se, title: `test MSE ${C.num(t.test_mse)} ± ${C.num(t.test_mse_se)}` },
     { label: "private mean", value: t.baseline_mse, error: t.baseline_mse_se, cls: "baseline",
       title: `baseline MSE ${C.num(t.baseline_mse)} ± ${C.num(t.baseline_mse_se)}` },
-  ], { width: 300, title: `test MSE on true labels (± SE) · R² ${C.num(t.test_r2)} ± ${C.num(t.test_r2_se)}` });
+  ], { width: 300, title: "test MSE on true labels (± SE)" + (t.test_r2 === null || t.test_r2 === undefined ? "" :
+    ` · R² ${C.num(t.test_r2)} ± ${C.num(t.test_r2_se)}`) });
 }
 
 async function download(m, format, out) {
