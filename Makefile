@@ -1,4 +1,5 @@
-# Each target sets up what it needs: a fresh machine only needs python3 and pip.
+# Each target sets up what it needs: a fresh machine only needs python3 and pip (and, on Debian, apt
+# for the console test's Chromium: the browser target).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,13 +12,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[train,test]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The console's test (tests/integration/test_console.py) renders both consoles in Debian's
+# headless Chromium; it installs nothing itself, so install and test get the browser here.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: browser
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium; }
+
+install: $(STAMP) browser
 
 demo: $(STAMP)
 	$(BIN)/labeldp demo
 
 # Lint, types and import layers first (make check), then the suite.
-test: $(STAMP) check
+test: $(STAMP) browser check
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

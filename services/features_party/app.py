@@ -16,7 +16,7 @@ from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from features_party.context import AppContext, build_context
-from features_party.routes import feature_tables, inbox, models, ops, releases, trainings
+from features_party.routes import console, feature_tables, inbox, models, ops, releases, trainings
 from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     instrument(app, ctx.registry, "features")
     app.add_middleware(RequestContext)
     app.include_router(ops.router)
+    console.mount(app)  # static pages: their data comes from the routes below, with the caller's key
     app.include_router(inbox.router)  # authenticated by the manifest's signature
     app.include_router(inbox.events_router, dependencies=[Depends(bearer_auth(settings.features_api_key))])
     guarded = [Depends(bearer_auth(settings.features_api_key))]

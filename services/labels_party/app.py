@@ -31,7 +31,7 @@ from labeldp.service.settings import Settings, parse_api_keys, require_secrets
 from . import ledger
 from .context import LabelsContext
 from .release_worker import ReleaseRunner
-from .routes import audit_events, label_sets, ops, privacy_domains, releases, uploads
+from .routes import audit_events, console, label_sets, ops, privacy_domains, releases, uploads
 from .sweep import SPOOL_MIN_AGE_SECONDS, lease_age, run_sweeper, sweep_orphans
 
 log = logging.getLogger("labeldp.labels")
@@ -119,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.release_runner = ReleaseRunner(ctx)
 
     app.include_router(ops.router)
+    console.mount(app)  # static pages: their data comes from the routes below, with the caller's key
     # Every key reads domains; changing them (and reading the audit log) needs the admin scope,
     # checked per route; label sets and releases need the release scope.
     guarded = [Depends(bearer_auth(settings.labels_api_key))]

@@ -658,6 +658,44 @@ def spent_by_id(ctx: LabelsContext, s: Session, domain: PrivacyDomainRow) -> tup
         )
 
 
+HISTOGRAM_MAX_IDS = 1_000_000
+"""Ids one spent-ε histogram reads at most (about 20 MB of base rows): whole buckets, in bucket
+order, until the next would pass it. Buckets are hash partitions, so the buckets read are a
+uniform sample of the domain's ids; a domain this small or smaller is read whole. Like a release's
+check, a bucket read also folds its chain: at most :data:`MAX_CHAIN` charge objects, each read
+whole once and then served from :data:`CACHE` (the objects a release check of the bucket reads)."""
+
+
+@dataclass(frozen=True)
+class SpentHistogram:
+    counts: np.ndarray  # ids per bin of spent µε, equal bins over [0, the per-id budget]
+    ids_read: int
+    buckets_read: int
+    buckets_with_ids: int
+
+
+def spent_histogram(
+    ctx: LabelsContext, s: Session, domain: PrivacyDomainRow, bins: int, max_ids: int = HISTOGRAM_MAX_IDS
+) -> SpentHistogram:
+    """How many ids spent how much ε, in ``bins`` equal bins over [0, budget] (the last bin holds
+    the exhausted ids), from whole buckets up to ``max_ids`` ids (:data:`HISTOGRAM_MAX_IDS`):
+    one catalogue query plus at most that many ids' ledger rows, whatever the domain's size."""
+    counts = np.zeros(bins, np.int64)
+    ids_read = buckets_read = 0
+    states = [st for st in _states(s, domain.id, range(domain.n_buckets)).values() if st.n_ids]
+    budget = max(domain.epsilon_budget_micro, 1)
+    with _Reader(ctx) as reader:
+        for st in states:
+            if buckets_read and ids_read + st.n_ids > max_ids:
+                break
+            _, eps, _ = reader.full(st)
+            at = np.minimum(eps * bins // budget, bins - 1)  # integer µε: no float edge in between
+            counts += np.bincount(at, minlength=bins)
+            ids_read += int(eps.size)
+            buckets_read += 1
+    return SpentHistogram(counts, ids_read, buckets_read, len(states))
+
+
 # --------------------------------------------------------------------------- the layout before buckets
 
 

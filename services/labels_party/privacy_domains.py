@@ -194,3 +194,27 @@ def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> 
         rows = {r.id: r for r in s.scalars(select(PrivacyDomainRow).where(PrivacyDomainRow.id.in_(page["items"])))}
         page["items"] = [describe(ctx, s, rows[domain_id]) for domain_id in page["items"]]
     return page
+
+
+def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> dict[str, Any]:
+    """The domain's ids by spent ε (:func:`ledger.spent_histogram`: bounded, read-only)."""
+    with ctx.sessions() as s:
+        domain_id = find_domain(s, name).id
+    ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
+    with ctx.sessions() as s:
+        row = find_domain(s, name)
+        hist = ledger.spent_histogram(ctx, s, row, bins)
+        _, exhausted = ledger.summary(s, row)
+    budget = row.epsilon_budget_micro
+    return {
+        "privacy_domain": row.name,
+        "epsilon_per_id": from_micro(budget),
+        "bins": [
+            {"low": from_micro(budget * i // bins), "high": from_micro(budget * (i + 1) // bins), "ids": int(n)}
+            for i, n in enumerate(hist.counts)
+        ],
+        "ids": row.n_ids,
+        "ids_read": hist.ids_read,
+        "sampled": hist.buckets_read < hist.buckets_with_ids,
+        "ids_exhausted": exhausted,
+    }

@@ -47,6 +47,23 @@ class PrivacyDomain(_Body):
     created_at: Timestamp | None
 
 
+class SpentBin(_Body):
+    low: float = Field(description="spent ε from (inclusive)")
+    high: float = Field(description="spent ε to (exclusive; the last bin includes the per-id budget)")
+    ids: int = Field(description="ids read whose spent ε falls in the bin")
+
+
+class SpentHistogram(_Body):
+    privacy_domain: str
+    epsilon_per_id: float = Field(description="the per-id budget the bins divide")
+    bins: list[SpentBin] = Field(description="equal bins over [0, epsilon_per_id]; the last holds the exhausted ids")
+    ids: int = Field(description="ids the domain's ledger holds")
+    ids_read: int = Field(description="ids the bins count: all of them, or a uniform sample of whole hash buckets "
+                                      "of at most 10⁶ ids")
+    sampled: bool = Field(description="true when ids_read < ids: the bins are a sample (scale by ids / ids_read)")
+    ids_exhausted: int = Field(description="ids of the whole domain with no ε left (exact)")
+
+
 class AuditEvent(_Body):
     id: str = Field(description="`aud_…`")
     action: Literal[
@@ -241,6 +258,11 @@ EXAMPLE_DOMAIN = {
     "id": PD, "name": "conversions", "id_source": "crm:customer_id",
     "budget_per_id": {"epsilon": 10.0, "epsilon_micro": 10_000_000, "delta": 1e-6},
     "ids": 1000, "max_spent_epsilon": 1.0, "ids_exhausted": 0, "ledger_version": 1, "created_at": TS,
+}
+EXAMPLE_HISTOGRAM = {
+    "privacy_domain": "conversions", "epsilon_per_id": 10.0,
+    "bins": [{"low": 0.0, "high": 5.0, "ids": 400}, {"low": 5.0, "high": 10.0, "ids": 600}],
+    "ids": 1000, "ids_read": 1000, "sampled": False, "ids_exhausted": 0,
 }
 EXAMPLE_DOMAIN_PAGE = {"items": [EXAMPLE_DOMAIN], "next_cursor": None}
 EXAMPLE_AUDIT_PAGE = {

@@ -82,3 +82,22 @@ def list_privacy_domains(
 )
 def get_privacy_domain(name: str, ctx: Context) -> dict[str, Any]:
     return privacy_domains.get_privacy_domain(ctx, name)
+
+
+@router.get(
+    "/privacy-domains/{name}/spent-histogram",
+    response_model=responses.SpentHistogram,
+    summary="Histogram of spent ε over a domain's ids",
+    description="How many ids spent how much of the per-id budget, in `bins` equal bins over [0, ε per id] (the "
+    "last bin holds the exhausted ids), and the exact count of exhausted ids. Read-only and bounded: it reads "
+    "whole hash buckets of the ledger up to 10⁶ ids (a uniform sample of a larger domain: `sampled`). Every key "
+    "reads it, as it reads the domain.",
+    responses={
+        **ok(responses.EXAMPLE_HISTOGRAM, "the histogram"),
+        **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),
+    },
+)
+def get_spent_histogram(
+    name: str, ctx: Context, bins: int = Query(10, ge=1, le=50, description="how many equal bins")
+) -> dict[str, Any]:
+    return privacy_domains.spent_histogram(ctx, name, bins)

@@ -298,10 +298,11 @@ signed by ``LABELDP_SERVER_TLS_CLIENT_CA_FILE`` (set by ``labeldp.service.server
 
 
 PUBLIC_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/console"}
 )
-PUBLIC_PREFIXES = ("/docs-assets/",)
-"""What anyone may ask without a key: probes, the scrape, the contract and its pages; none reads a body."""
+PUBLIC_PREFIXES = ("/docs-assets/", "/console/")
+"""What anyone may ask without a key: probes, the scrape, the contract and its pages, the console's
+static files (its data comes from the API with the caller's key); none reads a body."""
 
 
 class RequireCaller:
