@@ -1,28 +1,18 @@
 """A release joined with its feature table, staged as partitioned Parquet in the object store.
 
-The stage lives in the object store (:class:`labeldp.storage.ObjectStore`: a local folder, or
-``s3://`` shared by every host), so a worker on another host can train it without a shared
-disk: :func:`stage_to_store` writes it, :func:`fetch_stage` reads it into a local cache that can
-be thrown away at any time. Under its prefix a stage is::
-
-    <prefix>/train/part-<p>.parquet        the training rows of id-hash partition p
-    <prefix>/validation/part-<p>.parquet   its validation rows
-    <prefix>/val.npz                       the validation rows' privatized labels, in that order
-    <prefix>/staged.json                   the fitted statistics and per-partition counts; written
-                                           last: a stage is complete once it is there
-
-The join is done partition by partition (:func:`labeldp.learning.id_partitions.join_by_partition`):
-both sides are cut by a hash of the id into partitions of about ``partition_rows`` rows, and
-each partition is joined (``pc.index_in``), split (train or validation, drawn from the seed
-over release positions exactly as :func:`labeldp.learning.loop.make_plan` draws it) and
-written as its own Parquet objects before the next is read, so the join holds one partition
-at a time (``staged.json`` records how many rows each held). The preprocessor and the target
-scaling are fitted on the training rows in the same pass
-(:class:`~labeldp.learning.preprocessing.PreprocessorBuilder`). The cache
-(:class:`StagedRelease`'s ``directory``) holds ``train.parquet`` and ``validation.parquet``,
-the partitions in partition order cut into row groups of ``row_group_rows`` that
-:class:`labeldp.learning.loader.RowGroupLoader` streams (docs/architecture.md, "Training at
-scale").
+The stage lives in the object store (:class:`labeldp.storage.ObjectStore`, shared by every
+host), so a worker on another host trains it without a shared disk: :func:`stage_to_store`
+writes it, :func:`fetch_stage` copies it into a local cache that can be thrown away. Under its
+prefix: ``train/part-<p>.parquet`` and ``validation/part-<p>.parquet`` per id-hash partition
+``p``, ``val.npz`` (the validation rows' labels, in that order) and ``staged.json``, written
+last: a stage is complete once it is there. The join goes partition by partition
+(:func:`labeldp.learning.id_partitions.join_by_partition`): each partition of about
+``partition_rows`` rows is joined, split (as :func:`labeldp.learning.loop.make_plan` draws it)
+and written before the next is read, so the join holds one partition (``staged.json`` records
+what each held). The preprocessor and the target scaling are fitted on the training rows in
+the same pass. The cache holds ``train.parquet`` and ``validation.parquet``, the partitions in
+order, in row groups of ``row_group_rows`` that :class:`labeldp.learning.loader.RowGroupLoader`
+streams (docs/architecture.md, "Training at scale").
 """
 
 from __future__ import annotations
