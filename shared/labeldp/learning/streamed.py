@@ -16,6 +16,7 @@ without a shared disk. The work folder holds only a cache of it (:func:`~labeldp
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ from labeldp.storage import ObjectStore
 
 if TYPE_CHECKING:
     from labeldp.learning.distributed import Hosts
+
+log = logging.getLogger("labeldp.features")
 
 
 def law_for(spec: Any) -> LabelLaw:
@@ -168,14 +171,17 @@ def stage_for_training(
     if objects is not None and stage_key is not None:
         prefix = stage_prefix(stage_key, plan.seed, config)
         if stage_complete(objects, prefix):
+            log.info("stage %s is in the object store: fetched, not staged again", prefix)
             return fetch_stage(objects, prefix, cache)
     is_validation = np.zeros(len(ids), dtype=bool)
     is_validation[plan.val_idx] = True
     if objects is None or stage_key is None:
         return stage_release(feature_path, id_column, ids, labels, targets(), is_validation, cache,
                              config.row_group_rows, config.join_partition_rows)
-    stage_to_store(feature_path, id_column, ids, labels, targets(), is_validation, objects, prefix,
-                   Path(work_dir) / "join", config.row_group_rows, config.join_partition_rows)
+    meta = stage_to_store(feature_path, id_column, ids, labels, targets(), is_validation, objects, prefix,
+                          Path(work_dir) / "join", config.row_group_rows, config.join_partition_rows)
+    log.info("stage %s written to the object store: %d partitions, %d training rows", prefix,
+             len(meta["partitions"]), meta["n_train"])
     return fetch_stage(objects, prefix, cache)
 
 
