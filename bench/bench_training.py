@@ -60,10 +60,17 @@ PRECISION_MODES = {"memory": "fp32", "memory_bf16": "bf16", "memory_fp16": "fp16
 CHUNK = 1_000_000
 
 
-def write_data(path: Path, n: int, seed: int = 0) -> None:
-    """n rows of features (chunk by chunk) and the target as column ``y``."""
+def labels_of(data: Path) -> Path:
+    """Beside a training table: its targets (``id``, ``y``), kept out of the table the trainings stage."""
+    return data.with_name(data.stem + "_labels.parquet")
+
+
+def write_data(path: Path, n: int, seed: int = 0, labels: Path | None = None) -> None:
+    """n rows of features (chunk by chunk) and the target as column ``y``; with ``labels``, the target
+    goes to that file (``id``, ``y``) instead, so that a training staging ``path`` never sees it."""
     rng = np.random.default_rng(seed)
     writer: pq.ParquetWriter | None = None
+    label_writer: pq.ParquetWriter | None = None
     for start in range(0, n, CHUNK):
         m = min(CHUNK, n - start)
         x = rng.normal(size=(m, 8))
@@ -72,12 +79,19 @@ def write_data(path: Path, n: int, seed: int = 0) -> None:
         columns: dict[str, Any] = {"id": pa.array([f"r{i:09d}" for i in range(start, start + m)], pa.string())}
         columns.update({f"x{j}": x[:, j] for j in range(8)})
         columns.update({f"c{j}": pa.array(cats[:, j].astype(str)) for j in range(3)})
-        columns["y"] = y
+        if labels is None:
+            columns["y"] = y
+        else:
+            targets = pa.table({"id": columns["id"], "y": y})
+            label_writer = label_writer or pq.ParquetWriter(labels, targets.schema)
+            label_writer.write_table(targets, row_group_size=CHUNK)
         table = pa.table(columns)
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema)
         writer.write_table(table, row_group_size=CHUNK)
     assert writer is not None
+    if label_writer is not None:
+        label_writer.close()
     writer.close()
 
 
@@ -111,7 +125,7 @@ def run_mode(
     from labeldp.learning.streamed import fit_release_streamed
 
     torch.set_num_threads(1)
-    source = pq.read_table(data, columns=["id", "y"])
+    source = pq.read_table(labels_of(data), columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
     config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
@@ -121,7 +135,7 @@ def run_mode(
     reports: list[Any] = []
     started = time.perf_counter()
     if mode in PRECISION_MODES:
-        features = pq.read_table(data).drop_columns(["id", "y"])
+        features = pq.read_table(data).drop_columns(["id"])
         loaded = time.perf_counter() - started
         config = config.replace(precision=PRECISION_MODES[mode])
         model = fit_private_regressor(features, y, None, config, DEFAULT_LEARNING, reports.append)
@@ -172,7 +186,7 @@ def plain_loop(data: Path, y: np.ndarray, config: Any) -> dict[str, Any]:
     started = time.perf_counter()
     plan = make_plan(len(y), config)
     device = torch.device(plan.device)
-    features = pq.read_table(data).drop_columns(["id", "y"]).take(pa.array(plan.train_idx))
+    features = pq.read_table(data).drop_columns(["id"]).take(pa.array(plan.train_idx))
     pre = Preprocessor.fit(features)
     numeric, categorical = pre.transform(features)
     del features
@@ -423,7 +437,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         for n, e in zip(sizes, epochs):
             data = Path(scratch) / f"data_{n}.parquet"
-            write_data(data, n)
+            write_data(data, n, labels=labels_of(data))  # the target never in the staged table
             if args.procs or any(m in PRECISION_MODES for m in modes):
                 write_data(data.with_name(data.stem + "_test.parquet"), min(n // 4, 200_000), seed=99)
             results[n] = {}
@@ -438,6 +452,7 @@ def main() -> None:
                 results[n][mode] = r
                 print(n, mode, r, flush=True)
             data.unlink()
+            labels_of(data).unlink()
     wall = time.perf_counter() - started
     text = render_procs(results, args, wall) if args.procs else render(results, args, wall)
     Path(args.out).write_text(text)
