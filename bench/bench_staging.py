@@ -64,7 +64,7 @@ def child(data: Path, work: Path, partition_rows: str) -> dict[str, Any]:
     del plan
     targets = labels.copy()
     pa.default_memory_pool().release_unused()
-    extra = {} if partition_rows == "-" else {"partition_rows": int(partition_rows) or 2**62}
+    extra: dict[str, Any] = {} if partition_rows == "-" else {"partition_rows": int(partition_rows) or 2**62}
     before = rss_mb()
     peak = before
     done = threading.Event()

@@ -1,4 +1,4 @@
-"""Where a training's checkpoint lives: the model, optimizer and selection state after an epoch.
+"""Where a training's checkpoint lives (the model, optimizer and selection state after an epoch), and its stage.
 
 A worker that dies leaves its training to another worker, which resumes after the last
 checkpoint (features_party.leases, docs/architecture.md "Training jobs"). The checkpoint is
@@ -6,7 +6,12 @@ the object ``checkpoints/<training id>.pt`` of the object store every API and wo
 (``LABELDP_STORAGE_URL``: a local folder on one host, ``s3://…`` across hosts), so the worker
 that resumes need not be on the host that wrote it. An object is written whole or not at
 all (:meth:`labeldp.storage.ObjectStore.open_output_stream`): a reader sees the previous
-checkpoint or this one, never half. These four functions are the only place that knows it.
+checkpoint or this one, never half. These functions are the only place that knows it.
+
+A streaming training's stage (its release joined with the feature table, partitioned
+Parquet: :mod:`labeldp.learning.staging`) lies beside it under ``stages/<training id>/``, so
+the worker that resumes trains the stage the first one wrote; it goes when the checkpoint
+goes (:func:`remove`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,20 @@ from typing import Any
 import torch
 
 from labeldp.errors import NotFound
+from labeldp.learning.staging import remove_stage
 from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
 CHECKPOINTS_DIR = "checkpoints"
 SUFFIX = ".pt"
+STAGES_DIR = "stages"
+
+
+def stage_key(training_id: str) -> str:
+    """Where a streaming training's stage lies in the store (:func:`labeldp.learning.streamed.stage_prefix`
+    adds what else decides its content)."""
+    return f"{STAGES_DIR}/{training_id}"
 
 
 def _key(training_id: str) -> str:
@@ -51,11 +64,14 @@ def load(objects: ObjectStore, training_id: str) -> dict[str, Any] | None:
 
 
 def remove(objects: ObjectStore, training_id: str) -> None:
-    """Once the training is over (succeeded, failed or cancelled) its checkpoint has no use."""
+    """Once the training is over (succeeded, failed or cancelled) its checkpoint and its stage have no use."""
     objects.delete(_key(training_id))
+    remove_stage(objects, stage_key(training_id))
 
 
 def stored(objects: ObjectStore) -> list[str]:
     """The trainings that have a checkpoint (a worker's sweep removes those of finished trainings)."""
     names = (key.removeprefix(CHECKPOINTS_DIR + "/") for key in objects.list(CHECKPOINTS_DIR))
-    return sorted(name.removesuffix(SUFFIX) for name in names if name.endswith(SUFFIX) and "/" not in name)
+    found = {name.removesuffix(SUFFIX) for name in names if name.endswith(SUFFIX) and "/" not in name}
+    found |= {key.split("/")[1] for key in objects.list(STAGES_DIR)}
+    return sorted(found)

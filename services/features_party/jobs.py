@@ -787,7 +787,8 @@ class _Job:
         if _streaming(ctx) and task.task != CLASSIFICATION:  # docs/architecture.md
             return streamed.fit_in_work_dir(
                 Path(ctx.data_dir), table_path, id_column, ids, labels, spec, config,
-                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, prior=prior, **hooks,
+                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, prior=prior, objects=ctx.store,
+                stage_key=checkpoints.stage_key(self.training_id), **hooks,
             )
         if _streaming(ctx):  # a classifier, streamed
             indices, matrix = classifier_targets(task, labels, self.forward_correction)
@@ -795,7 +796,8 @@ class _Job:
                 return streamed.fit_classifier_streamed(
                     table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
                     config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
-                    workers=ctx.workers, hosts=ctx.hosts, **hooks,
+                    workers=ctx.workers, hosts=ctx.hosts, objects=ctx.store,
+                    stage_key=checkpoints.stage_key(self.training_id), **hooks,
                 )
         features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
         return fit_for_release(

@@ -55,10 +55,16 @@ def _own(folder: Path, storage: dict[str, str]) -> dict[str, str]:
     return {**storage, "LABELDP_FEATURES_DATA_DIR": str(folder)}
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streamed"])
 def test_an_api_and_workers_with_their_own_folders_share_tables_checkpoints_and_models_through_s3(
-    shared_only: tuple[Fleet, dict], tmp_path: Path, s3_server: S3Server
+    shared_only: tuple[Fleet, dict], tmp_path: Path, s3_server: S3Server, streaming: bool
 ) -> None:
+    """Streamed, the stage too is in the store (``stages/<training id>/``): the second worker, with
+    another folder, fetches the stage the first one wrote instead of staging again; it goes with
+    the checkpoint once the training succeeds."""
     fleet, storage = shared_only
+    if streaming:
+        storage = {**storage, "LABELDP_TRAINING_STREAMING": "true", "LABELDP_TRAINING_ROW_GROUP_ROWS": "128"}
     objects = s3_server.store(storage["LABELDP_STORAGE_URL"])
     folders = {name: tmp_path / name for name in ("api", "worker-1", "worker-2")}
     api = fleet.api("features-s3", _own(folders["api"], storage))
@@ -84,18 +90,23 @@ def test_an_api_and_workers_with_their_own_folders_share_tables_checkpoints_and_
         training = long.json()["id"]
         _wait(features, training, lambda body: body["status"] == "running" and body["progress"]["epoch"] >= 2)
         assert objects.list("checkpoints") == [f"checkpoints/{training}.pt"]
+        stage = [key for key in objects.list("stages") if key.endswith("/staged.json")]
+        assert len(stage) == (1 if streaming else 0) and all(key.startswith(f"stages/{training}/") for key in stage)
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         fleet.spawn("worker-2", ["worker", "features"], _own(folders["worker-2"], storage))
         end = _wait(features, training, lambda body: body["status"] in ("succeeded", "failed", "cancelled"))
         assert end["status"] == "succeeded" and end["attempt"] == 2 and end["model_id"], end
-        assert "resuming after epoch" in fleet.stack.log_path("worker-2").read_text()
+        second_log = fleet.stack.log_path("worker-2").read_text()
+        assert "resuming after epoch" in second_log
+        assert ("is in the object store: fetched, not staged again" in second_log) == streaming
         model_id = end["model_id"]
         export = features.get(f"/v1/models/{model_id}/export", params={"format": "onnx"})
         assert export.status_code == 200 and export.content == objects.get_bytes(f"exports/{model_id}.onnx")
         predicted = features.post(f"/v1/models/{model_id}/predict", json={"ids": data.ids[:3]})
         assert predicted.status_code == 200 and len(predicted.json()["predictions"]) == 3
     assert objects.list("models") == [f"models/{model_id}.pt"] and objects.list("checkpoints") == []
+    assert objects.list("stages") == []
     assert len(objects.list("tables")) == 1
     for folder in folders.values():  # scratch only: spools and stages, all removed
         for kept in ("tables", "models", "checkpoints", "exports"):

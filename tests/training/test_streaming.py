@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -81,15 +80,19 @@ def test_stage_refuses_a_release_id_without_features(tmp_path: Path) -> None:
 
 
 def _in_memory_join(
-    path: Path, ids: pa.Array, targets: np.ndarray, is_val: np.ndarray
+    path: Path, ids: pa.Array, targets: np.ndarray, is_val: np.ndarray, partitions: int
 ) -> tuple[dict[bool, pa.Table], np.ndarray]:
-    """The reference: the whole table read at once, each row looked up in the release's ids, file order
-    kept; (train and validation rows, the release positions of the validation rows)."""
+    """The reference: the whole table read at once, each row looked up in the release's ids, rows in
+    id-hash partition order and within a partition in feature-table order; (train and validation
+    rows, the release positions of the validation rows)."""
+    from labeldp.learning.id_partitions import id_hash
+
     table = pq.read_table(path)
     found = pc.index_in(table.column("id"), value_set=ids)
     keep = pc.is_valid(found)
-    rows = table.filter(keep).drop_columns(["id"])
-    positions = pc.filter(found, keep).to_numpy()
+    order = np.argsort(id_hash(table.column("id").filter(keep)) % np.uint64(partitions), kind="stable")
+    rows = table.filter(keep).drop_columns(["id"]).take(pa.array(order))
+    positions = pc.filter(found, keep).to_numpy()[order]
     rows = rows.append_column(TARGET, pa.array(targets[positions], pa.float64()))
     split = {flag: rows.filter(pa.array(is_val[positions] == flag)) for flag in (False, True)}
     return split, positions[is_val[positions]]
@@ -97,16 +100,19 @@ def _in_memory_join(
 
 def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: Path) -> None:
     """Cut into ~40 id-hash partitions (and into one), the staged files hold exactly the rows of the
-    whole-table join, in the same (feature-table) order, with the same targets, split and validation
-    labels. Planted once: a merge that handed out the partitions' matches in partition order, ignoring
-    their row numbers, gave rows other rows' targets and this test failed on "many"."""
+    whole-table join, partition after partition (in feature-table order within each), with the same
+    targets, split and validation labels. Planted once: staging a partition's validation labels in
+    release-position order rather than row order gave rows other rows' labels and this test failed on "many"."""
+    from labeldp.learning.id_partitions import partitions_for
+
     n, extra = 3000, 411
     ids, y, _ = write_table(tmp_path / "f.parquet", n, extra=extra)
     ids = ids.take(pa.array(np.random.default_rng(4).permutation(n)))  # release order ≠ table order
     y = np.random.default_rng(5).normal(size=n)
     is_val = np.random.default_rng(6).random(n) < 0.1
-    expected, val_positions = _in_memory_join(tmp_path / "f.parquet", ids, y * 3, is_val)
     for partition_rows, label in ((80, "many"), (10**9, "one")):
+        k = partitions_for(n + extra, partition_rows)
+        expected, val_positions = _in_memory_join(tmp_path / "f.parquet", ids, y * 3, is_val, k)
         staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y * 3, is_val, tmp_path / label, 128,
                                partition_rows=partition_rows)
         assert pq.read_table(staged.train_path).equals(expected[False]), label
@@ -114,6 +120,7 @@ def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: P
         assert np.array_equal(staged.val_labels, y[val_positions]), label
         assert (staged.n_train, staged.n_validation) == (expected[False].num_rows, expected[True].num_rows)
         assert not (tmp_path / label / "join").exists()  # the partition files are gone
+        assert not (tmp_path / label / "objects").exists()  # one process: no store copy is kept
 
 
 def test_id_hash_partitions_agree_across_chunkings_and_spread_ids() -> None:
@@ -237,26 +244,22 @@ def test_a_streamed_classifier_learns_what_the_in_memory_one_learns(tmp_path: Pa
     assert targets.dtype == torch.int64 and set(targets.tolist()) <= {0, 1, 2}  # indices, not standardized
 
 
-def test_the_join_partition_size_of_a_training_reaches_the_join(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_join_partition_size_of_a_training_reaches_the_join(tmp_path: Path) -> None:
     """``TrainingConfig.join_partition_rows`` (LABELDP_TRAINING_JOIN_PARTITION_ROWS) is what the staging join
-    cuts by: the real join, wrapped to record its argument."""
-    import labeldp.learning.staging as staging
+    cuts by: the stage a training leaves in its store records it and the partitions it made."""
+    from labeldp.learning.id_partitions import partitions_for
+    from labeldp.learning.staging import stage_meta
+    from labeldp.learning.streamed import stage_prefix
+    from labeldp.storage import ObjectStore
 
-    seen: list[int] = []
-    real = staging.join_partitioned
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        seen.append(int(args[4]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(staging, "join_partitioned", recording)
     ids, y, _ = write_table(tmp_path / "f.parquet", 600)
     config = TrainingConfig(epochs=1, batch_size=64, seed=1, device="cpu", row_group_rows=100,
                             join_partition_rows=150)
-    fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN)
-    assert seen == [150]
+    objects = ObjectStore.from_url(str(tmp_path / "store"))
+    fit_release_streamed(tmp_path / "f.parquet", "id", ids, y, None, config, tmp_path / "w", PLAIN,
+                         objects=objects, stage_key="stages/t")
+    meta = stage_meta(objects, stage_prefix("stages/t", 1, config))
+    assert meta["partition_rows"] == 150 and len(meta["partitions"]) == partitions_for(600, 150) == 4
 
 
 def test_a_training_resumed_after_its_last_epoch_keeps_its_throughput(tmp_path: Path) -> None:

@@ -28,6 +28,14 @@ SECRET_NAME = re.compile(r"(KEY|SECRET|PASSWORD|DATABASE_URL)")
 # Delete these names then; the tests below forbid every other shared volume.
 FEATURES_SHARED_VOLUME = "features-data"
 FEATURES_SHARED_CLAIM = "features-party-data"
+ROLES = {  # every process of the fleet, by the command it runs: two of each in compose and in Kubernetes
+    "labels-api": ["labeldp", "serve", "labels"],
+    "labels-worker": ["labeldp", "worker", "labels"],
+    "outbox": ["labeldp", "outbox"],
+    "features-api": ["labeldp", "serve", "features"],
+    "features-worker": ["labeldp", "worker", "features"],
+}
+WORKERS = ("labels-worker", "features-worker")
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -109,7 +117,7 @@ def _is_one_shot(name: str, services: dict[str, Any]) -> bool:
 
 def _fleet_roles() -> dict[str, list[str]]:
     """The fleet's processes by what they run (their command), not by their names."""
-    roles: dict[str, list[str]] = {"labels-api": [], "outbox": [], "features-api": [], "features-worker": []}
+    roles: dict[str, list[str]] = {role: [] for role in ROLES}
     for name, service in _fleet()["services"].items():
         command = _command(service)
         if command[:3] == ["labeldp", "serve", "labels"]:
@@ -118,6 +126,8 @@ def _fleet_roles() -> dict[str, list[str]]:
             roles["outbox"].append(name)
         elif command[:3] == ["labeldp", "serve", "features"]:
             roles["features-api"].append(name)
+        elif command[:3] == ["labeldp", "worker", "labels"]:
+            roles["labels-worker"].append(name)
         elif command[:3] == ["labeldp", "worker", "features"]:
             roles["features-worker"].append(name)
     return roles
@@ -239,9 +249,10 @@ def test_every_fleet_service_has_a_healthcheck_apis_ask_readyz_workers_check_the
             assert any(str(p).endswith(f":{port}") for p in services[name].get("ports", [])), name
     for name in roles["outbox"]:
         assert "heartbeat" in services[name]["healthcheck"]["test"], name
-    for name in roles["features-worker"]:
+    for name in roles["labels-worker"] + roles["features-worker"]:
         probe = " ".join(services[name]["healthcheck"]["test"])
         assert "/proc/1/cmdline" in probe and "worker" in probe, name
+        assert "ports" not in services[name] and "expose" not in services[name], name
 
 
 def test_every_pod_has_a_liveness_probe_and_every_serving_one_a_readyz_readiness_probe():
@@ -256,20 +267,15 @@ def test_every_pod_has_a_liveness_probe_and_every_serving_one_a_readyz_readiness
 
 def test_the_fleet_runs_two_of_each_process_in_compose_and_kubernetes():
     roles = _fleet_roles()
-    assert {role: len(names) for role, names in roles.items()} == {
-        "labels-api": 2, "outbox": 2, "features-api": 2, "features-worker": 2
-    }
+    assert {role: len(names) for role, names in roles.items()} == dict.fromkeys(ROLES, 2)
     by_component = {_pod_labels(d)["labeldp.io/component"]: d for d in _deployments().values()}
     assert set(by_component) == set(roles)
     for component, deployment in by_component.items():
         assert deployment["spec"]["replicas"] == 2, component
         selector = deployment["spec"]["selector"]["matchLabels"]
         assert selector.items() <= _pod_labels(deployment).items(), component
-    commands = {c: _containers(d)[0]["command"][:3] for c, d in by_component.items()}
-    assert commands == {
-        "labels-api": ["labeldp", "serve", "labels"], "outbox": ["labeldp", "outbox"],
-        "features-api": ["labeldp", "serve", "features"], "features-worker": ["labeldp", "worker", "features"],
-    }
+    commands = {c: _containers(d)[0]["command"][: len(ROLES[c])] for c, d in by_component.items()}
+    assert commands == ROLES
 
 
 # --- one way: compose networks --------------------------------------------------------------------
@@ -377,6 +383,8 @@ def test_network_policies_give_the_features_party_no_route_to_any_labels_party_p
     assert _admits(pods["outbox"], "Egress", pods["features-api"])  # the one crossing
     assert _admits(pods["features-api"], "Ingress", pods["outbox"])
     assert not _admits(pods["features-worker"], "Ingress", pods["outbox"])
+    for worker in WORKERS:  # workers serve nothing: no other party's pod, nor the outbox, reaches them
+        assert not _admits(pods[worker], "Ingress", pods["outbox"]), worker
     for key in ("labeldp.io/advertiser", "labeldp.io/publisher"):  # those selectors admit whole namespaces
         assert key not in _namespace_labels()
 
@@ -398,7 +406,9 @@ def test_fleet_api_replicas_run_no_training_and_share_only_the_database_and_the_
     roles = _fleet_roles()
     for name in roles["features-api"]:
         assert _environment(services[name])["LABELDP_TRAINING_IN_PROCESS_WORKER"].lower() in {"false", "0"}, name
-    for role, party in (("labels-api", "labels"), ("outbox", "labels")):
+    for name in roles["labels-api"]:  # releases are left to the labels-worker processes
+        assert _environment(services[name])["LABELDP_RELEASE_IN_PROCESS_WORKER"].lower() in {"false", "0"}, name
+    for role, party in (("labels-api", "labels"), ("labels-worker", "labels"), ("outbox", "labels")):
         for name in roles[role]:
             env = _environment(services[name])
             assert env["LABELDP_STORAGE_URL"].startswith("s3://"), name
@@ -433,6 +443,8 @@ def test_kubernetes_pods_share_only_the_database_and_the_object_store():
             env = {k: v for source in sources for k, v in config[source].items()}
             if pod["labeldp.io/component"] == "features-api":
                 assert env["LABELDP_TRAINING_IN_PROCESS_WORKER"].lower() in {"false", "0"}, name
+            if pod["labeldp.io/component"] == "labels-api":
+                assert env["LABELDP_RELEASE_IN_PROCESS_WORKER"].lower() in {"false", "0"}, name
             if pod["labeldp.io/party"] == "labels":
                 assert env["LABELDP_STORAGE_URL"].startswith("s3://"), name
 

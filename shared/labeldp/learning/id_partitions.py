@@ -2,20 +2,21 @@
 
 Joining in one piece holds the feature table's whole id column and a hash table of the
 release's ids at once, growing with n (docs/decisions/0015-staging-partition-rows.md). Here
-both sides are first cut by a hash of the id into ``K`` partition files on disk (Arrow IPC:
-the feature side as (id, row number), the release side as (id, release position)); each
-partition is then joined on its own — an id lands in the same partition on both sides —
-and its matches are written as (row number, release position) in row order. Reading the
-feature table again in file order, :class:`PositionMerge` merges the ``K`` match files
-cursor by cursor, so each row gets its release position (or -1) without any per-row array
-of the whole table. What is held at once: one partition of both sides, or one small batch
-per partition file (docs/architecture.md, "Training at scale").
+both sides are first cut by a hash of the id into ``K`` partition files in a local scratch
+folder (Arrow IPC: the feature side as (id, its feature columns), the release side as (id,
+release position)); each partition is then read and joined on its own — an id lands in the
+same partition on both sides — and handed to the caller (:func:`join_by_partition`), which
+stages it (:mod:`labeldp.learning.staging`) before the next one is read. What is held at
+once: one partition of both sides while joining, one batch per partition file while cutting
+(docs/architecture.md, "Training at scale"). The scratch files are removed as each partition
+is read: nothing of the join outlives it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,7 @@ import pyarrow.compute as pc
 from labeldp.parquet_batches import open_for_batches
 
 MAX_PARTITIONS = 128
-"""At most this many partition files are open at once (one per partition while cutting or merging)."""
-MERGE_BATCH_ROWS = 8_192
-"""Rows per batch of a partition's match file: the merge holds one such batch per partition."""
+"""At most this many partition files are open at once (one per partition while cutting)."""
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: spreads each byte over the word
 
 
@@ -97,19 +96,35 @@ def _read(path: Path) -> pa.Table:
         return pa.ipc.open_file(f).read_all()
 
 
-def join_partitioned(
+@dataclass(frozen=True)
+class JoinedPartition:
+    """One id-hash partition of the join: the feature rows whose id is in the release, in feature-table order.
+
+    ``rows``: their feature columns; ``positions``: the release position of each row's id;
+    ``feature_rows`` and ``release_rows``: how many rows of each side the partition held (what
+    the join had in memory at once for it).
+    """
+
+    index: int
+    rows: pa.Table
+    positions: np.ndarray
+    feature_rows: int
+    release_rows: int
+
+
+def join_by_partition(
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
+    columns: list[str],
     ids: pa.Array | pa.ChunkedArray,
     work: str | Path,
     partition_rows: int,
     batch_rows: int = 65_536,
-) -> tuple[list[Path], int]:
-    """Cut both sides into partitions under ``work`` and join each; (match files, rows matched).
+) -> Generator[JoinedPartition, None, None]:
+    """Cut both sides into partitions under ``work``, then yield each partition joined, one at a time.
 
-    Match file ``p`` holds (``row``: the feature-table row number, ``position``: the
-    release position of its id) for the rows of partition ``p`` whose id is in the
-    release, in row order. Partition files are removed once joined.
+    ``columns``: the feature columns to carry (not ``id_column``). A partition's files are
+    removed when it is read, and every file of the join when the iteration ends (also early).
     """
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -117,97 +132,40 @@ def join_partitioned(
     k = partitions_for(max(len(ids), source.metadata.num_rows), partition_rows)
     feature_files = [work / f"features-{p}.arrow" for p in range(k)]
     release_files = [work / f"release-{p}.arrow" for p in range(k)]
-    sinks = _writers(feature_files, _schema(id=pa.string(), row=pa.int64()))
+    fields = [pa.field("id", pa.string())] + [source.schema_arrow.field(name) for name in columns]
+    schema = pa.schema(fields)
     try:
-        offset = 0
-        for batch in source.iter_batches(batch_size=batch_rows, columns=[id_column]):
-            rows = pa.array(np.arange(offset, offset + batch.num_rows, dtype=np.int64))
-            offset += batch.num_rows
-            _cut(pa.table({"id": batch.column(0).cast(pa.string()), "row": rows}), k, sinks)
+        sinks = _writers(feature_files, schema)
+        try:
+            for batch in source.iter_batches(batch_size=batch_rows, columns=[id_column, *columns]):
+                arrays = [batch.column(0).cast(pa.string())] + [batch.column(name) for name in columns]
+                _cut(pa.Table.from_arrays(arrays, schema=schema), k, sinks)
+        finally:
+            for sink in sinks:
+                sink.close()
+        sinks = _writers(release_files, _schema(id=pa.string(), position=pa.int64()))
+        try:
+            for start in range(0, len(ids), batch_rows):
+                chunk = ids[start : start + batch_rows]
+                numbers = pa.array(np.arange(start, start + len(chunk), dtype=np.int64))
+                _cut(pa.table({"id": chunk.cast(pa.string()), "position": numbers}), k, sinks)
+        finally:
+            for sink in sinks:
+                sink.close()
+        for p in range(k):
+            release = _read(release_files[p])
+            features = _read(feature_files[p])
+            release_files[p].unlink()
+            feature_files[p].unlink()
+            found = pc.index_in(features.column(0), value_set=release.column("id").combine_chunks())
+            keep = pc.is_valid(found)
+            positions = release.column("position").combine_chunks().take(pc.filter(found, keep))
+            rows = features.remove_column(0).filter(keep)
+            yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release.num_rows)
+            del release, features, found, keep, rows, positions
     finally:
-        for sink in sinks:
-            sink.close()
-    sinks = _writers(release_files, _schema(id=pa.string(), position=pa.int64()))
-    try:
-        for start in range(0, len(ids), batch_rows):
-            chunk = ids[start : start + batch_rows]
-            numbers = pa.array(np.arange(start, start + len(chunk), dtype=np.int64))
-            _cut(pa.table({"id": chunk.cast(pa.string()), "position": numbers}), k, sinks)
-    finally:
-        for sink in sinks:
-            sink.close()
-    matches = [work / f"matches-{p}.arrow" for p in range(k)]
-    matched = 0
-    schema = _schema(row=pa.int64(), position=pa.int64())
-    for p in range(k):
-        release = _read(release_files[p])
-        features = _read(feature_files[p])
-        release_files[p].unlink()
-        feature_files[p].unlink()
-        found = pc.index_in(features.column("id"), value_set=release.column("id").combine_chunks())
-        keep = pc.is_valid(found)
-        positions = release.column("position").combine_chunks().take(pc.filter(found, keep))
-        joined = pa.table({"row": pc.filter(features.column("row"), keep), "position": positions}, schema=schema)
-        matched += joined.num_rows
-        del release, features, found, keep
-        with pa.OSFile(str(matches[p]), "wb") as f, pa.ipc.new_file(f, schema) as writer:
-            writer.write_table(joined, max_chunksize=MERGE_BATCH_ROWS)
-    return matches, matched
-
-
-class PositionMerge:
-    """The release position of each feature-table row, in file order, merged from the match files.
-
-    :meth:`take` hands out consecutive ranges of rows; each partition's file is read one
-    batch at a time, so the merge holds one batch per partition.
-    """
-
-    def __init__(self, matches: list[Path]) -> None:
-        self.cursors = [_Cursor(path) for path in matches]
-        self.offset = 0
-
-    def take(self, count: int) -> np.ndarray:
-        """Positions of rows ``[offset, offset + count)`` (-1 where the id is in no release)."""
-        out = np.full(count, -1, dtype=np.int64)
-        end = self.offset + count
-        for cursor in self.cursors:
-            for rows, positions in cursor.until(end):
-                out[rows - self.offset] = positions
-        self.offset = end
-        return out
-
-    def close(self) -> None:
-        for cursor in self.cursors:
-            cursor.close()
-
-
-class _Cursor:
-    def __init__(self, path: Path) -> None:
-        self.file = pa.OSFile(str(path), "rb")
-        self.reader = pa.ipc.open_file(self.file)
-        self.next_batch = 0
-        self.rows = np.empty(0, np.int64)
-        self.positions = np.empty(0, np.int64)
-
-    def until(self, end: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every match with a row number below ``end`` not handed out yet."""
-        while True:
-            if not len(self.rows):
-                if self.next_batch >= self.reader.num_record_batches:
-                    return
-                batch = self.reader.get_batch(self.next_batch)
-                self.next_batch += 1
-                self.rows = batch.column(0).to_numpy()
-                self.positions = batch.column(1).to_numpy()
-            cut = int(np.searchsorted(self.rows, end))
-            if cut:
-                yield self.rows[:cut], self.positions[:cut]
-            self.rows, self.positions = self.rows[cut:], self.positions[cut:]
-            if len(self.rows):
-                return
-
-    def close(self) -> None:
-        self.file.close()
+        for path in feature_files + release_files:
+            path.unlink(missing_ok=True)
 
 
 def repeated_ids(

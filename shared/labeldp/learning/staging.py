@@ -1,24 +1,24 @@
-"""A release joined with its feature table, staged as Parquet row groups for streaming training.
+"""A release joined with its feature table, staged as partitioned Parquet in the object store.
 
-The join is done partition by partition (:mod:`labeldp.learning.id_partitions`): both
-sides' ids are cut by a hash into partition files of about ``partition_rows`` rows and
-each partition is looked up on its own (``pc.index_in``), so the join holds one
-partition at a time, not the whole table's id column and a hash table of every release
-id. The feature columns are then read one batch of rows at a time in file order, each
-row getting its release position from the merged matches, and from it its target and its
-split (train or validation, drawn from the seed over release positions exactly as
-:func:`labeldp.learning.loop.make_plan` draws it). The preprocessor and the target scaling
-are fitted on the training rows in the same pass
-(:class:`~labeldp.learning.preprocessing.PreprocessorBuilder`). Besides the release's own
-ids, labels, targets and split, nothing per row of the table stays in memory; features and
-targets live in ``train.parquet`` and ``validation.parquet`` (rows in feature-table
-order), cut into row groups of ``row_group_rows`` that
-:class:`labeldp.learning.loader.RowGroupLoader` streams (docs/architecture.md, "Training at
-scale").
+The stage lives in the object store (:class:`labeldp.storage.ObjectStore`, shared by every
+host), so a worker on another host trains it without a shared disk: :func:`stage_to_store`
+writes it, :func:`fetch_stage` copies it into a local cache that can be thrown away. Under its
+prefix: ``train/part-<p>.parquet`` and ``validation/part-<p>.parquet`` per id-hash partition
+``p``, ``val.npz`` (the validation rows' labels, in that order) and ``staged.json``, written
+last: a stage is complete once it is there. The join goes partition by partition
+(:func:`labeldp.learning.id_partitions.join_by_partition`): each partition of about
+``partition_rows`` rows is joined, split (as :func:`labeldp.learning.loop.make_plan` draws it)
+and written before the next is read, so the join holds one partition (``staged.json`` records
+what each held). The preprocessor and the target scaling are fitted on the training rows in
+the same pass. The cache holds ``train.parquet`` and ``validation.parquet``, the partitions in
+order, in row groups of ``row_group_rows`` that :class:`labeldp.learning.loader.RowGroupLoader`
+streams (docs/architecture.md, "Training at scale").
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -29,9 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from labeldp.learning.id_partitions import PositionMerge, join_partitioned
+from labeldp.learning.id_partitions import join_by_partition
 from labeldp.learning.preprocessing import Preprocessor, PreprocessorBuilder, RunningMoments
 from labeldp.parquet_batches import open_for_batches
+from labeldp.storage import ObjectStore
 
 TARGET = "__target__"
 """The staged target column: the value the loss compares with (before standardization)."""
@@ -126,6 +127,168 @@ class _GroupWriter:
         self.writer.close()
 
 
+STORE_META = "staged.json"
+"""Under a stage's prefix in the store: written last, so a stage is complete once it is there."""
+PARTS = {False: "train", True: "validation"}
+"""Under a stage's prefix: the folder of each split's partition objects."""
+STAGE_VERSION = 1
+
+
+def part_key(prefix: str, validation: bool, partition: int) -> str:
+    return f"{prefix}/{PARTS[validation]}/part-{partition:05d}.parquet"
+
+
+def stage_complete(objects: ObjectStore, prefix: str) -> bool:
+    """Whether a complete stage lies under ``prefix`` (its ``staged.json`` was written)."""
+    return objects.exists(f"{prefix}/{STORE_META}")
+
+
+def stage_meta(objects: ObjectStore, prefix: str) -> dict[str, Any]:
+    """The ``staged.json`` of the stage under ``prefix``: fitted statistics, row counts, and per
+    partition the rows the join held (``feature_rows``, ``release_rows``) and staged (``train``,
+    ``validation``)."""
+    meta: dict[str, Any] = json.loads(objects.get_bytes(f"{prefix}/{STORE_META}"))
+    return meta
+
+
+def remove_stage(objects: ObjectStore, prefix: str) -> int:
+    """Delete every object under ``prefix`` (one stage, or several below it), each ``staged.json`` first
+    so that no complete-looking stage ever misses a part; how many."""
+    keys = objects.list(prefix)
+    for key in sorted(keys, key=lambda k: not k.endswith("/" + STORE_META)):
+        objects.delete(key)
+    return len(keys)
+
+
+def stage_to_store(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    ids: pa.Array | pa.ChunkedArray,
+    labels: np.ndarray,
+    targets: np.ndarray,
+    is_validation: np.ndarray,
+    objects: ObjectStore,
+    prefix: str,
+    scratch: str | Path,
+    row_group_rows: int = 65_536,
+    partition_rows: int = PARTITION_ROWS,
+) -> dict[str, Any]:
+    """Join ``ids`` (the release's, one per entry of ``labels``) with the feature table at ``feature_path``
+    and write the stage under ``prefix`` in ``objects``; returns its ``staged.json``.
+
+    ``targets``: what the loss compares with per release row (the labels, or their
+    debiased values); ``is_validation``: the split per release row. Feature-table rows
+    whose id is not in the release are skipped; a release id without a feature row (or
+    with two) raises ``ValueError`` and leaves no object (the service checks the join before
+    queueing a training). ``partition_rows``: rows per partition of the join (what it holds
+    at once); ``scratch``: a local folder for the join's partition files, removed after it.
+    """
+    n = len(ids)
+    if labels.shape != (n,) or targets.shape != (n,) or is_validation.shape != (n,):
+        raise ValueError("labels, targets and the split must have one entry per release id")
+    source = open_for_batches(feature_path)
+    feature_names = [name for name in source.schema_arrow.names if name != id_column]
+    builder = PreprocessorBuilder()
+    moments = RunningMoments()
+    val_labels: list[np.ndarray] = []
+    partitions: list[dict[str, int]] = []
+    written: list[str] = []
+    scratch = Path(scratch)
+    try:
+        joined = join_by_partition(feature_path, id_column, feature_names, ids, scratch, partition_rows,
+                                   row_group_rows)
+        for part in joined:
+            if len(part.positions) != part.release_rows:
+                joined.close()
+                raise ValueError("the feature table does not hold every id of the release (once)")
+            rows = part.positions
+            table = part.rows.append_column(TARGET, pa.array(targets[rows], pa.float64()))
+            validation = is_validation[rows]
+            counts = {"feature_rows": part.feature_rows, "release_rows": part.release_rows}
+            for flag in (False, True):
+                chosen = table.filter(pa.array(validation == flag))
+                if flag:
+                    val_labels.append(labels[rows[validation]])
+                else:
+                    builder.update(chosen.drop_columns([TARGET]))
+                    moments.update(targets[rows[~validation]])
+                counts[PARTS[flag]] = chosen.num_rows
+                if chosen.num_rows:
+                    key = part_key(prefix, flag, part.index)
+                    with objects.open_output_stream(key) as out:
+                        pq.write_table(chosen, out, row_group_size=row_group_rows)
+                    written.append(key)
+            partitions.append(counts)
+            del table, chosen, rows, validation
+        n_train = sum(p["train"] for p in partitions)
+        if n_train == 0:
+            raise ValueError("no rows to train on")
+        std = moments.std if moments.std > 1e-12 else 1.0
+        meta: dict[str, Any] = {
+            "version": STAGE_VERSION,
+            "preprocessor": builder.build().to_dict(),
+            "target_mean": moments.mean,
+            "target_std": std,
+            "n_train": n_train,
+            "n_validation": sum(p["validation"] for p in partitions),
+            "row_group_rows": row_group_rows,
+            "partition_rows": partition_rows,
+            "partitions": partitions,
+        }
+        labels_out = io.BytesIO()
+        np.savez(labels_out, val_labels=np.concatenate(val_labels) if val_labels else np.empty((0,)))
+        written.append(objects.put_bytes(f"{prefix}/{LABELS_FILE}", labels_out.getvalue()))
+        objects.put_bytes(f"{prefix}/{STORE_META}", json.dumps(meta).encode())
+    except BaseException:
+        for key in written:
+            with contextlib.suppress(Exception):
+                objects.delete(key)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return meta
+
+
+def fetch_stage(objects: ObjectStore, prefix: str, directory: str | Path) -> StagedRelease:
+    """The complete stage under ``prefix`` copied into the local cache ``directory`` (one row group
+    at a time): ``train.parquet`` and ``validation.parquet`` (the partitions in order, in row
+    groups of the stage's ``row_group_rows``), ``val.npz`` and ``staged.json``. The cache can be
+    removed at any time and fetched again; it is what the loader and a torchrun job read."""
+    meta = stage_meta(objects, prefix)
+    if meta.get("version") != STAGE_VERSION:
+        raise ValueError(f"the stage under {prefix!r} has another layout version ({meta.get('version')})")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = int(meta["row_group_rows"])
+    schema: pa.Schema | None = None
+    for flag, name in ((False, TRAIN_FILE), (True, VALIDATION_FILE)):
+        writer: _GroupWriter | None = None
+        for index, part in enumerate(meta["partitions"]):
+            if not part[PARTS[flag]]:
+                continue
+            with objects.open_input_file(part_key(prefix, flag, index)) as source:
+                reader = pq.ParquetFile(source)
+                schema = schema or reader.schema_arrow
+                writer = writer or _GroupWriter(directory / name, schema, rows)
+                for group in range(reader.num_row_groups):
+                    writer.add(reader.read_row_group(group))
+        assert schema is not None  # n_train > 0: the training rows came first
+        (writer or _GroupWriter(directory / name, schema, rows)).close()
+    with np.load(io.BytesIO(objects.get_bytes(f"{prefix}/{LABELS_FILE}"))) as data:
+        val_labels = np.asarray(data["val_labels"], dtype=np.float64)
+    staged = StagedRelease(
+        directory,
+        Preprocessor.from_dict(meta["preprocessor"]),
+        float(meta["target_mean"]),
+        float(meta["target_std"]),
+        int(meta["n_train"]),
+        int(meta["n_validation"]),
+        val_labels,
+    )
+    staged.save()
+    return staged
+
+
 def stage_release(
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
@@ -136,69 +299,20 @@ def stage_release(
     directory: str | Path,
     row_group_rows: int = 65_536,
     partition_rows: int = PARTITION_ROWS,
+    *,
+    objects: ObjectStore | None = None,
+    prefix: str = "stage",
 ) -> StagedRelease:
-    """Join ``ids`` (the release's, one per entry of ``labels``) with the feature table at ``feature_path``.
-
-    ``targets``: what the loss compares with per release row (the labels, or their
-    debiased values); ``is_validation``: the split per release row. Feature-table rows
-    whose id is not in the release are skipped; a release id without a feature row
-    raises ``ValueError`` (the service checks the join before queueing a training).
-    ``partition_rows``: rows per partition of the join (what it holds at once).
-    """
+    """:func:`stage_to_store` then :func:`fetch_stage` into ``directory``: the stage in ``objects`` under
+    ``prefix`` (kept there for other processes), or, without ``objects``, in a local store inside
+    ``directory`` that is removed once fetched (one process, nothing shared)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    n = len(ids)
-    if labels.shape != (n,) or targets.shape != (n,) or is_validation.shape != (n,):
-        raise ValueError("labels, targets and the split must have one entry per release id")
-    scratch = directory / "join"
-    matches, matched = join_partitioned(feature_path, id_column, ids, scratch, partition_rows, row_group_rows)
-    if matched != n:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise ValueError("the feature table does not hold every id of the release")
-    source = open_for_batches(feature_path)
-    feature_names = [name for name in source.schema_arrow.names if name != id_column]
-    schema = pa.schema([source.schema_arrow.field(name) for name in feature_names] + [pa.field(TARGET, pa.float64())])
-    writers = {
-        False: _GroupWriter(directory / TRAIN_FILE, schema, row_group_rows),
-        True: _GroupWriter(directory / VALIDATION_FILE, schema, row_group_rows),
-    }
-    builder = PreprocessorBuilder()
-    moments = RunningMoments()
-    val_labels: list[np.ndarray] = []
-    merge = PositionMerge(matches)
+    local = directory / "objects"
+    store = objects or ObjectStore.from_url(str(local))
     try:
-        for batch in source.iter_batches(batch_size=row_group_rows, columns=feature_names):
-            pos = merge.take(batch.num_rows)
-            keep = pos >= 0
-            rows = pos[keep]
-            part = pa.Table.from_batches([batch]).filter(pa.array(keep))
-            part = part.append_column(TARGET, pa.array(targets[rows], pa.float64()))
-            validation = is_validation[rows]
-            for flag in (False, True):
-                chosen = part.filter(pa.array(validation == flag))
-                if flag:
-                    val_labels.append(labels[rows[validation]])
-                else:
-                    builder.update(chosen.drop_columns([TARGET]))
-                    moments.update(targets[rows[~validation]])
-                writers[flag].add(chosen)
+        stage_to_store(feature_path, id_column, ids, labels, targets, is_validation, store, prefix,
+                       directory / "join", row_group_rows, partition_rows)
+        return fetch_stage(store, prefix, directory)
     finally:
-        merge.close()
-        shutil.rmtree(scratch, ignore_errors=True)
-    for writer in writers.values():
-        writer.close()
-    n_train, n_val = writers[False].written, writers[True].written
-    if n_train == 0:
-        raise ValueError("no rows to train on")
-    std = moments.std if moments.std > 1e-12 else 1.0
-    staged = StagedRelease(
-        directory,
-        builder.build(),
-        moments.mean,
-        std,
-        n_train,
-        n_val,
-        np.concatenate(val_labels) if val_labels else np.empty((0,)),
-    )
-    staged.save()
-    return staged
+        if objects is None:
+            shutil.rmtree(local, ignore_errors=True)

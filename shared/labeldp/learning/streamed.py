@@ -5,10 +5,18 @@ this one is chosen by ``LABELDP_TRAINING_WORKERS`` > 1 or ``LABELDP_TRAINING_STR
 (docs/architecture.md, "Training at scale"). Categorical releases train classifiers,
 staged with their class indices as targets; either kind trains in this process or as a
 torchrun job.
+
+Given an object store and a stage key (the service passes its shared store and the
+training's key), the stage is written there (:func:`labeldp.learning.staging.stage_to_store`)
+under ``<stage key>/<fingerprint>`` — what decides its content besides the training itself:
+the seed (the split), the row-group and partition sizes — and a complete stage found there is
+reused, so a training resumed by a worker on another host trains the stage the first staged,
+without a shared disk. The work folder holds only a cache of it (:func:`~labeldp.learning.staging.fetch_stage`).
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,10 +33,13 @@ from labeldp.learning.debiasing import LabelLaw, label_law
 from labeldp.learning.loop import EpochReport, Plan, check_targets, make_plan
 from labeldp.learning.persistence import TrainedClassifier, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor, training_targets
-from labeldp.learning.staging import stage_release
+from labeldp.learning.staging import StagedRelease, fetch_stage, stage_complete, stage_release, stage_to_store
+from labeldp.storage import ObjectStore
 
 if TYPE_CHECKING:
     from labeldp.learning.distributed import Hosts
+
+log = logging.getLogger("labeldp.features")
 
 
 def law_for(spec: Any) -> LabelLaw:
@@ -60,10 +71,12 @@ def fit_release_streamed(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     prior: Any = None,
+    objects: ObjectStore | None = None,
+    stage_key: str | None = None,
 ) -> TrainedRegressor:
-    """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` under ``work_dir``
-    and train a regressor on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers``
-    torchrun processes (on this host and each of ``hosts``' peers).
+    """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` and train a regressor
+    on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers`` torchrun processes
+    (on this host and each of ``hosts``' peers).
 
     The split is drawn from the seed over release positions as in memory
     (:func:`~labeldp.learning.loop.make_plan`); ``work_dir`` is the caller's to remove.
@@ -71,18 +84,15 @@ def fit_release_streamed(
     process only (a torchrun job checkpoints in its own work folder). ``prior``: the release's DP
     prior (spec or JSON dict), whose mean joins the private mean as in memory
     (:class:`~labeldp.learning.regression.Selection`, the one place the anchor is computed).
+    ``objects``/``stage_key``: where the stage is kept for other processes (:func:`stage_for_training`).
     """
     labels = check_targets(labels, len(ids), "privatized_labels")
     law = law_for(spec)
     plan = make_plan(len(ids), config)
-    is_validation = np.zeros(len(ids), dtype=bool)
-    is_validation[plan.val_idx] = True
-    targets = training_targets(law, learning, labels)
-    staged = stage_release(
-        feature_path, id_column, ids, labels, targets, is_validation, Path(work_dir) / "stage", config.row_group_rows,
-        config.join_partition_rows,
+    staged = stage_for_training(
+        feature_path, id_column, ids, labels, lambda: training_targets(law, learning, labels), plan, config,
+        work_dir, objects, stage_key,
     )
-    del is_validation, targets
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
@@ -109,19 +119,18 @@ def fit_classifier_streamed(
     hosts: Hosts | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
+    objects: ObjectStore | None = None,
+    stage_key: str | None = None,
 ) -> TrainedClassifier:
     """Stage ``ids`` with their class indices (0..K-1) as targets and train a classifier on the stage,
     in this process (``workers`` 1) or with ``workers`` torchrun processes. The split is drawn from
-    the seed over release positions, as in memory."""
+    the seed over release positions, as in memory; ``objects``/``stage_key`` as for
+    :func:`fit_release_streamed`."""
     labels = check_targets(class_indices, len(ids), "class_indices")
     plan = make_plan(len(ids), config)
-    is_validation = np.zeros(len(ids), dtype=bool)
-    is_validation[plan.val_idx] = True
-    staged = stage_release(
-        feature_path, id_column, ids, labels, labels, is_validation, Path(work_dir) / "stage", config.row_group_rows,
-        config.join_partition_rows,
+    staged = stage_for_training(
+        feature_path, id_column, ids, labels, lambda: labels, plan, config, work_dir, objects, stage_key
     )
-    del is_validation
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
@@ -137,8 +146,51 @@ def fit_classifier_streamed(
     )
 
 
+STAGE_CACHE = "stage"
+"""Under a streaming training's work folder: the local cache of its stage (train.parquet, ...)."""
+
+
+def stage_prefix(stage_key: str, seed: int, config: TrainingConfig) -> str:
+    """Where a training's stage lies under its key: one per (seed, row-group rows, partition rows),
+    the settings besides the training itself that decide what is staged."""
+    return f"{stage_key.strip('/')}/s{seed}-g{config.row_group_rows}-p{config.join_partition_rows}"
+
+
+def stage_for_training(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    ids: pa.Array | pa.ChunkedArray,
+    labels: np.ndarray,
+    targets: Callable[[], np.ndarray],
+    plan: Plan,
+    config: TrainingConfig,
+    work_dir: str | Path,
+    objects: ObjectStore | None,
+    stage_key: str | None,
+) -> StagedRelease:
+    """The training's stage, cached in ``work_dir``: from ``objects`` under ``stage_key`` (staged there first
+    unless a complete stage is there already), or, without them, staged for this process alone."""
+    cache = Path(work_dir) / STAGE_CACHE
+    if objects is not None and stage_key is not None:
+        prefix = stage_prefix(stage_key, plan.seed, config)
+        if stage_complete(objects, prefix):
+            log.info("stage %s is in the object store: fetched, not staged again", prefix)
+            return fetch_stage(objects, prefix, cache)
+    is_validation = np.zeros(len(ids), dtype=bool)
+    is_validation[plan.val_idx] = True
+    if objects is None or stage_key is None:
+        return stage_release(feature_path, id_column, ids, labels, targets(), is_validation, cache,
+                             config.row_group_rows, config.join_partition_rows)
+    meta = stage_to_store(feature_path, id_column, ids, labels, targets(), is_validation, objects, prefix,
+                          Path(work_dir) / "join", config.row_group_rows, config.join_partition_rows)
+    log.info("stage %s written to the object store: %d partitions, %d training rows", prefix,
+             len(meta["partitions"]), meta["n_train"])
+    return fetch_stage(objects, prefix, cache)
+
+
 WORK_DIR = "work"
-"""Under the features data directory: one scratch folder per streaming training, removed after it."""
+"""Under the features data directory: one scratch folder per streaming training (the join's partition
+files, the stage's cache, a torchrun job's files), removed after it: nothing there outlives the process."""
 
 
 @contextmanager
@@ -166,10 +218,13 @@ def fit_in_work_dir(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     prior: Any = None,
+    objects: ObjectStore | None = None,
+    stage_key: str | None = None,
 ) -> TrainedRegressor:
     """:func:`fit_release_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
     with scratch_dir(data_dir) as work_dir:
         return fit_release_streamed(
             feature_path, id_column, pa.array(ids, pa.string()), labels, spec, config, work_dir, learning,
             on_epoch, workers=workers, hosts=hosts, checkpoint=checkpoint, resume=resume, prior=prior,
+            objects=objects, stage_key=stage_key,
         )
