@@ -51,6 +51,10 @@ CHAIN_PER_ID = 4
 4 bytes against ≥ 20 of a base row, so a check reads at most about twice the base, while a release
 writes about 4 bytes per id it charges plus, amortized, one base row per 4 charged positions."""
 MAX_ATTEMPTS = 100
+GROUP_IDS = 1 << 22
+"""Ids (new and already in the domain) whose buckets one registration step merges at once: a large
+upload registers its ids a group of buckets at a time (:func:`bucket_groups`), so its memory is
+bounded by the group, not by the upload or the domain."""
 
 _BASE_COLUMNS: dict[str, pa.DataType] = {"id": pa.string(), "eps": pa.int64(), "delta": pa.int64()}
 _BASE = pa.schema(_BASE_COLUMNS)
@@ -507,7 +511,14 @@ def commit_charge(s: Session, domain: PrivacyDomainRow, plan: ChargePlan) -> Non
 # --------------------------------------------------------------------------- ids
 
 
-def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array) -> int:
+def bucket_groups(n_buckets: int, n_ids: int, group_ids: int = GROUP_IDS) -> np.ndarray:
+    """Each bucket's group (int32): contiguous bucket ranges expected to hold about ``group_ids`` of
+    ``n_ids`` ids each (hashing spreads ids evenly over buckets)."""
+    groups = max(1, min(n_buckets, -(-n_ids // group_ids)))
+    return (np.arange(n_buckets, dtype=np.int64) * groups // n_buckets).astype(np.int32)
+
+
+def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray) -> int:
     """Add the ids (sorted, unique) the domain has not seen, with nothing spent; returns how many.
 
     Rewrites only the bases of the buckets that gain ids, computed outside the lock and
