@@ -51,6 +51,19 @@ def _kib(pid: int, field: str) -> int:
     return 0
 
 
+STAGES = ("ids", "csv", "second", "release", "deliver")
+
+
+def _stage_peaks(out: dict[str, float], pids: dict[str, int], stage: str) -> None:
+    """Each process's peak RSS during ``stage`` (VmHWM), then the peak reset for the next stage
+    (``5`` to /proc/PID/clear_refs, Linux ≥ 4.0); the overall peak is the largest stage's."""
+    for name, pid in pids.items():
+        mb = _kib(pid, "VmHWM") / 1024
+        out[f"{stage}_{name}_mb"] = mb
+        out[f"peak_{name}_mb"] = max(out.get(f"peak_{name}_mb", 0.0), mb)
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def _stream(path: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
     with open(path, "rb") as f:
         yield from iter(lambda: f.read(chunk), b"")
@@ -120,9 +133,11 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
             a = _expect(labels.post("/v1/label-sets", json=meta), 201)["id"]
             _expect(_post_file(labels, f"/v1/label-sets/{a}/ids", inputs["ids"], "application/vnd.apache.parquet"), 200)
             out["create_s"] = time.perf_counter() - t0
+            _stage_peaks(out, pids, "ids")
             t_upload = time.perf_counter()
             _expect(_post_file(labels, f"/v1/label-sets/{a}/labels", inputs["csv"], "text/csv"), 200)
             out["upload_csv_s"] = time.perf_counter() - t_upload
+            _stage_peaks(out, pids, "csv")
             t1 = time.perf_counter()
             if parquet_labels:  # a second set over the same (now known) ids: registration adds none
                 b = _expect(labels.post("/v1/label-sets", json=meta), 201)["id"]
@@ -133,6 +148,7 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
                 _expect(_post_file(labels, f"/v1/label-sets/{b}/labels", inputs["parquet"],
                                    "application/vnd.apache.parquet"), 200)
             out["upload_parquet_s"] = time.perf_counter() - t1 if parquet_labels else float("nan")
+            _stage_peaks(out, pids, "second")
 
             t2 = time.perf_counter()
             rel = _expect(labels.post(f"/v1/label-sets/{a}/releases", json={"epsilon": 1}), 202)
@@ -142,6 +158,7 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
                 status = labels.get(f"/v1/releases/{rel['id']}").json()
                 if t3 is None and status["status"] not in ("queued", "running"):
                     out["release_s"] = time.perf_counter() - t2  # accepted, privatized, charged
+                    _stage_peaks(out, pids, "release")
                     out["message_mb"] = (status["message_bytes"] or 0) / 1e6
                     t3 = time.perf_counter()
                 if status["status"] == "delivered":
@@ -153,8 +170,7 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
             out["deliver_s"] = time.perf_counter() - t3
             skipped = out["upload_parquet_s"] + out.get("second_ids_s", 0.0) if parquet_labels else 0.0
             out["upload_to_delivered_s"] = time.perf_counter() - t_upload - skipped + out["create_s"]
-        for name, pid in pids.items():
-            out[f"peak_{name}_mb"] = _kib(pid, "VmHWM") / 1024
+        _stage_peaks(out, pids, "deliver")
     finally:
         stack.stop()
     return out
@@ -191,6 +207,14 @@ def render(results: dict[int, dict[str, float]], command: str, note: str = "") -
             f"{r[f'peak_{name}_mb']:.0f} ({r[f'idle_{name}_mb']:.0f})" for name in PROCESSES
         )
         lines.append(f"| {n:,} | {cells} | {per_id:.0f} |")
+    lines += ["", "Peak resident memory per stage (MB; each process's peak reset between stages):", "",
+              "| n | stage | labels API | release worker | outbox | features API (inbox) |",
+              "|---:|---|---:|---:|---:|---:|"]
+    for n, r in results.items():
+        for stage in STAGES:
+            if f"{stage}_labels_mb" in r:
+                cells = " | ".join(f"{r[f'{stage}_{name}_mb']:.0f}" for name in PROCESSES)
+                lines.append(f"| {n:,} | {stage} | {cells} |")
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
