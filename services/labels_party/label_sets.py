@@ -217,7 +217,7 @@ def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Ar
 def set_ids(
     ctx: LabelsContext,
     label_set_id: str,
-    chunks: Iterable[pa.Array],
+    chunks: pa.Array | pa.ChunkedArray | Iterable[pa.Array],
     claim: Claim | None,
     *,
     run_rows: int = external_sort.RUN_ROWS,
@@ -235,6 +235,10 @@ def set_ids(
     ``duplicate_ids`` before 404 and 409. Working objects live under the set's prefix and are
     removed at the end, whatever happened.
     """
+    if isinstance(chunks, pa.Array):
+        chunks = [chunks]
+    elif isinstance(chunks, pa.ChunkedArray):
+        chunks = chunks.chunks
     work = f"{label_set_prefix(label_set_id)}/upload-{uuid.uuid4().hex}"
     runs = external_sort.SortedRuns(ctx.store, f"{work}/runs", run_rows=run_rows)
     sorted_key = f"{work}/sorted"
