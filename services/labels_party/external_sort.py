@@ -28,6 +28,7 @@ import pyarrow.ipc as ipc
 from labeldp.storage import ObjectStore
 
 from . import id_lookup
+from .columnar import release_unused_memory
 
 pc: Any = pa_compute
 
@@ -89,6 +90,8 @@ class SortedRuns:
                 writer.write_batch(pa.record_batch([part], schema=_SCHEMA))
                 heads.append(part.slice(0, 1))
         self.runs.append(_Run(key, pa.concat_arrays(heads), len(ordered)))
+        del ordered
+        release_unused_memory()  # the pool would otherwise keep the run's peak for the merge and beyond
 
     def merged(self, per_range: int = RANGE_BATCHES) -> Iterator[pa.Array]:
         """Every id added, in UTF-8 byte order, as ``large_string`` arrays of about

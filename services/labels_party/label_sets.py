@@ -259,6 +259,7 @@ def set_ids(
         if bad_count:
             raise _invalid_ids(bad_count, bad_first)
         _write_sorted(ctx, runs, sorted_key)
+        release_unused_memory()
         with ctx.sessions() as s:
             domain_id = load_label_set(s, label_set_id).privacy_domain_id
         n_buckets = ledger.ensure_bucketed(ctx, domain_id)
@@ -280,6 +281,7 @@ def set_ids(
                 eps, delta = ledger.remaining_for(ctx, None, domain_row, group)
                 most_eps, most_delta = min(most_eps, eps), min(most_delta, delta)
             del group
+            release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
         with ctx.sessions.begin() as s:
             ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
             row = load_label_set(s, label_set_id, for_update=True)
