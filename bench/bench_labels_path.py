@@ -54,10 +54,20 @@ def _kib(pid: int, field: str) -> int:
 STAGES = ("ids", "csv", "second", "release", "deliver")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (on a shared machine, steadier than wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stage_peaks(out: dict[str, float], pids: dict[str, int], stage: str) -> None:
     """Each process's peak RSS during ``stage`` (VmHWM), then the peak reset for the next stage
-    (``5`` to /proc/PID/clear_refs, Linux ≥ 4.0); the overall peak is the largest stage's."""
+    (``5`` to /proc/PID/clear_refs, Linux ≥ 4.0); the overall peak is the largest stage's. Also
+    the CPU seconds each process spent in the stage."""
     for name, pid in pids.items():
+        cpu = _cpu_s(pid)
+        out[f"{stage}_{name}_cpu"] = cpu - out.get(f"cpu_{name}", 0.0)
+        out[f"cpu_{name}"] = cpu
         mb = _kib(pid, "VmHWM") / 1024
         out[f"{stage}_{name}_mb"] = mb
         out[f"peak_{name}_mb"] = max(out.get(f"peak_{name}_mb", 0.0), mb)
@@ -121,12 +131,13 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
     stack = LocalStack(workdir / "stack", extra_env={"LABELDP_MAX_BODY_BYTES": str(64 << 30),
                                                       "LABELDP_RELEASE_IN_PROCESS_WORKER": "false",
                                                       "LABELDP_LOG_LEVEL": "WARNING"})
-    stack.start("labels", "release-worker", "outbox", "features")
+    stack.start("labels", "release-worker", "outbox", "features", timeout=300)
     out: dict[str, float] = {"csv_mb": inputs["csv"].stat().st_size / 1e6}
     try:
         pids = {name: stack.processes[name].pid for name in PROCESSES}
         for name, pid in pids.items():
             out[f"idle_{name}_mb"] = _kib(pid, "VmRSS") / 1024
+            out[f"cpu_{name}"] = _cpu_s(pid)
         with stack.labels_client(timeout=600) as labels:
             meta = {"name": "bench", "domain": {"low": 0, "high": 100}}
             t0 = time.perf_counter()
@@ -207,14 +218,17 @@ def render(results: dict[int, dict[str, float]], command: str, note: str = "") -
             f"{r[f'peak_{name}_mb']:.0f} ({r[f'idle_{name}_mb']:.0f})" for name in PROCESSES
         )
         lines.append(f"| {n:,} | {cells} | {per_id:.0f} |")
-    lines += ["", "Peak resident memory per stage (MB; each process's peak reset between stages):", "",
-              "| n | stage | labels API | release worker | outbox | features API (inbox) |",
-              "|---:|---|---:|---:|---:|---:|"]
+    lines += ["", "Peak resident memory (MB; each process's peak reset between stages) and CPU seconds "
+              "(user + system) per stage:", "",
+              "| n | stage | labels API MB | release worker MB | outbox MB | inbox MB | labels API CPU s | "
+              "release worker CPU s | outbox CPU s | inbox CPU s |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, r in results.items():
         for stage in STAGES:
             if f"{stage}_labels_mb" in r:
                 cells = " | ".join(f"{r[f'{stage}_{name}_mb']:.0f}" for name in PROCESSES)
-                lines.append(f"| {n:,} | {stage} | {cells} |")
+                cpu = " | ".join(f"{r[f'{stage}_{name}_cpu']:.1f}" for name in PROCESSES)
+                lines.append(f"| {n:,} | {stage} | {cells} | {cpu} |")
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
