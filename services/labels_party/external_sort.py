@@ -37,7 +37,8 @@ RUN_ROWS = 1 << 22
 BATCH_ROWS = 1 << 14
 """Ids per record batch of a run: the grain a range reads (a range reads at most one extra batch per run)."""
 RANGE_BATCHES = 64
-"""Batch heads between two splitters: a range holds about 2²⁰ ids (the chunk of a stored id column)."""
+"""Batch heads between two splitters: a range holds about 2²⁰ ids (the chunk of a stored id column).
+Decided in docs/decisions/0019-ids-upload-external-sort.md."""
 
 _SCHEMA = pa.schema({"id": pa.large_string()})
 

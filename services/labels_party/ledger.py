@@ -51,10 +51,10 @@ CHAIN_PER_ID = 4
 4 bytes against ≥ 20 of a base row, so a check reads at most about twice the base, while a release
 writes about 4 bytes per id it charges plus, amortized, one base row per 4 charged positions."""
 MAX_ATTEMPTS = 100
-GROUP_IDS = 1 << 22
+GROUP_IDS = 1 << 20
 """Ids (new and already in the domain) whose buckets one registration step merges at once: a large
 upload registers its ids a group of buckets at a time (:func:`bucket_groups`), so its memory is
-bounded by the group, not by the upload or the domain."""
+bounded by the group, not by the upload or the domain. Decided in docs/decisions/0019-ids-upload-external-sort.md."""
 
 _BASE_COLUMNS: dict[str, pa.DataType] = {"id": pa.string(), "eps": pa.int64(), "delta": pa.int64()}
 _BASE = pa.schema(_BASE_COLUMNS)
