@@ -131,9 +131,9 @@ def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, fl
     stack = LocalStack(workdir / "stack", extra_env={"LABELDP_MAX_BODY_BYTES": str(64 << 30),
                                                       "LABELDP_RELEASE_IN_PROCESS_WORKER": "false",
                                                       "LABELDP_LOG_LEVEL": "WARNING"})
-    stack.start("labels", "release-worker", "outbox", "features", timeout=300)
     out: dict[str, float] = {"csv_mb": inputs["csv"].stat().st_size / 1e6}
     try:
+        stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
         pids = {name: stack.processes[name].pid for name in PROCESSES}
         for name, pid in pids.items():
             out[f"idle_{name}_mb"] = _kib(pid, "VmRSS") / 1024
