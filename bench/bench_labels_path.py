@@ -2,18 +2,23 @@
 
     python bench/bench_labels_path.py --sizes 1000000,10000000 --out bench/results/labels_path.md
 
-For each n a fresh stack (labels API, outbox, features API as separate processes, SQLite,
-``labeldp_tools.local_stack``) is started; the bench then
+For each n a fresh stack (labels API, release worker, outbox, features API as separate
+processes, SQLite, a local-folder object store, ``labeldp_tools.local_stack``) is started; the
+bench then
 
 1. creates a label set and uploads its n ids as Parquet (``POST /v1/label-sets/{id}/ids``),
-2. uploads n labels as CSV to that set, and as Parquet to a second set over the same ids,
+2. uploads n labels as CSV to that set, and (unless ``--no-parquet``) as Parquet to a second
+   set over the same ids,
 3. releases the CSV set at ε = 1 with the default mechanism, and waits until the outbox
    has delivered it to the features party.
 
+Ids are 16 characters (hex of a bijective 64-bit mix of the row number: unique, and in random
+order as a real conversion table comes — issue 22 found sorted ids flatter the sort by 3–5×).
+The inputs are written a chunk at a time, so the client holds no whole column.
 Each stage is timed on the client's wall clock; each process's peak resident memory is its
 ``VmHWM`` from /proc at the end, its idle size ``VmRSS`` right after start. Request bodies
-are streamed from files, so the client holds no body in memory. The goal (issue 8) is 10⁷
-labels from upload start to delivered in ≤ 60 s and the labels API ≤ 1.5 GB at 10⁷.
+are streamed from files. Goals (issue 22): 10⁸ labels from upload start to delivered in
+≤ 15 min with every process ≤ 2 GB.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import pyarrow.parquet as pq
 
 from labeldp_tools.local_stack import LocalStack
 
-PROCESSES = ("labels", "outbox", "features")
+PROCESSES = ("labels", "release-worker", "outbox", "features")
+CHUNK = 1 << 22  # rows per input chunk the bench writes
 
 
 def _kib(pid: int, field: str) -> int:
@@ -43,6 +49,29 @@ def _kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
+
+
+STAGES = ("ids", "csv", "second", "release", "deliver")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (on a shared machine, steadier than wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stage_peaks(out: dict[str, float], pids: dict[str, int], stage: str) -> None:
+    """Each process's peak RSS during ``stage`` (VmHWM), then the peak reset for the next stage
+    (``5`` to /proc/PID/clear_refs, Linux ≥ 4.0); the overall peak is the largest stage's. Also
+    the CPU seconds each process spent in the stage."""
+    for name, pid in pids.items():
+        cpu = _cpu_s(pid)
+        out[f"{stage}_{name}_cpu"] = cpu - out.get(f"cpu_{name}", 0.0)
+        out[f"cpu_{name}"] = cpu
+        mb = _kib(pid, "VmHWM") / 1024
+        out[f"{stage}_{name}_mb"] = mb
+        out[f"peak_{name}_mb"] = max(out.get(f"peak_{name}_mb", 0.0), mb)
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def _stream(path: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
@@ -60,42 +89,77 @@ def _expect(r: httpx.Response, status: int) -> dict:
     return r.json()
 
 
-def write_inputs(n: int, folder: Path) -> dict[str, Path]:
-    ids = pa.array([f"c{i:010d}" for i in range(n)], pa.string())
-    labels = pa.array(np.random.default_rng(0).gamma(2.0, 10.0, n).clip(0, 100).round(2), pa.float64())
+def ids_chunk(start: int, stop: int, seed: int = 0x5EED) -> pa.Array:
+    """Ids ``start..stop`` of the bench: 16 lower-case hex characters of splitmix64's finalizer
+    (a bijection on 64 bits, so every id is distinct), in the order of the row numbers — random
+    with respect to their sorted order."""
+    x = np.arange(start, stop, dtype=np.uint64) + np.uint64(seed)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    nibbles = (x[:, None] >> (np.uint64(4) * np.arange(15, -1, -1, dtype=np.uint64))) & np.uint64(15)
+    text = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles.astype(np.intp)]
+    n = stop - start
+    offsets = pa.py_buffer(np.arange(0, 16 * n + 1, 16, dtype=np.int32).tobytes())
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(text.tobytes())])
+
+
+def write_inputs(n: int, folder: Path, parquet_labels: bool = True) -> dict[str, Path]:
     paths = {"ids": folder / "ids.parquet", "csv": folder / "labels.csv", "parquet": folder / "labels.parquet"}
-    pq.write_table(pa.table({"id": ids}), paths["ids"])
-    pq.write_table(pa.table({"id": ids, "label": labels}), paths["parquet"])
-    pa_csv.write_csv(pa.table({"id": ids, "label": labels}), paths["csv"])
+    rng = np.random.default_rng(0)
+    ids_schema = pa.schema({"id": pa.string()})
+    both = ids_schema.append(pa.field("label", pa.float64()))
+    with (
+        pq.ParquetWriter(paths["ids"], ids_schema) as ids_out,
+        pq.ParquetWriter(paths["parquet"], both) as labels_out,
+        pa_csv.CSVWriter(paths["csv"], both) as csv_out,
+    ):
+        for start in range(0, n, CHUNK):
+            ids = ids_chunk(start, min(n, start + CHUNK))
+            labels = pa.array(rng.gamma(2.0, 10.0, len(ids)).clip(0, 100).round(2), pa.float64())
+            ids_out.write_table(pa.table({"id": ids}))
+            rows = pa.table({"id": ids, "label": labels})
+            csv_out.write_table(rows)
+            if parquet_labels:
+                labels_out.write_table(rows)
     return paths
 
 
-def run_size(n: int, workdir: Path) -> dict[str, float]:
-    inputs = write_inputs(n, workdir)
-    stack = LocalStack(workdir / "stack", extra_env={"LABELDP_MAX_BODY_BYTES": str(8 << 30),
+def run_size(n: int, workdir: Path, parquet_labels: bool = True) -> dict[str, float]:
+    inputs = write_inputs(n, workdir, parquet_labels)
+    stack = LocalStack(workdir / "stack", extra_env={"LABELDP_MAX_BODY_BYTES": str(64 << 30),
+                                                      "LABELDP_RELEASE_IN_PROCESS_WORKER": "false",
                                                       "LABELDP_LOG_LEVEL": "WARNING"})
-    stack.start()
     out: dict[str, float] = {"csv_mb": inputs["csv"].stat().st_size / 1e6}
     try:
+        stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
         pids = {name: stack.processes[name].pid for name in PROCESSES}
         for name, pid in pids.items():
             out[f"idle_{name}_mb"] = _kib(pid, "VmRSS") / 1024
+            out[f"cpu_{name}"] = _cpu_s(pid)
         with stack.labels_client(timeout=600) as labels:
             meta = {"name": "bench", "domain": {"low": 0, "high": 100}}
             t0 = time.perf_counter()
             a = _expect(labels.post("/v1/label-sets", json=meta), 201)["id"]
             _expect(_post_file(labels, f"/v1/label-sets/{a}/ids", inputs["ids"], "application/vnd.apache.parquet"), 200)
             out["create_s"] = time.perf_counter() - t0
-            b = _expect(labels.post("/v1/label-sets", json=meta), 201)["id"]
-            _expect(_post_file(labels, f"/v1/label-sets/{b}/ids", inputs["ids"], "application/vnd.apache.parquet"), 200)
-
+            _stage_peaks(out, pids, "ids")
             t_upload = time.perf_counter()
             _expect(_post_file(labels, f"/v1/label-sets/{a}/labels", inputs["csv"], "text/csv"), 200)
             out["upload_csv_s"] = time.perf_counter() - t_upload
+            _stage_peaks(out, pids, "csv")
             t1 = time.perf_counter()
-            _expect(_post_file(labels, f"/v1/label-sets/{b}/labels", inputs["parquet"],
-                               "application/vnd.apache.parquet"), 200)
-            out["upload_parquet_s"] = time.perf_counter() - t1
+            if parquet_labels:  # a second set over the same (now known) ids: registration adds none
+                b = _expect(labels.post("/v1/label-sets", json=meta), 201)["id"]
+                _expect(_post_file(labels, f"/v1/label-sets/{b}/ids", inputs["ids"],
+                                   "application/vnd.apache.parquet"), 200)
+                out["second_ids_s"] = time.perf_counter() - t1
+                t1 = time.perf_counter()
+                _expect(_post_file(labels, f"/v1/label-sets/{b}/labels", inputs["parquet"],
+                                   "application/vnd.apache.parquet"), 200)
+            out["upload_parquet_s"] = time.perf_counter() - t1 if parquet_labels else float("nan")
+            _stage_peaks(out, pids, "second")
 
             t2 = time.perf_counter()
             rel = _expect(labels.post(f"/v1/label-sets/{a}/releases", json={"epsilon": 1}), 202)
@@ -105,6 +169,7 @@ def run_size(n: int, workdir: Path) -> dict[str, float]:
                 status = labels.get(f"/v1/releases/{rel['id']}").json()
                 if t3 is None and status["status"] not in ("queued", "running"):
                     out["release_s"] = time.perf_counter() - t2  # accepted, privatized, charged
+                    _stage_peaks(out, pids, "release")
                     out["message_mb"] = (status["message_bytes"] or 0) / 1e6
                     t3 = time.perf_counter()
                 if status["status"] == "delivered":
@@ -114,44 +179,58 @@ def run_size(n: int, workdir: Path) -> dict[str, float]:
                 time.sleep(0.2)
             assert t3 is not None
             out["deliver_s"] = time.perf_counter() - t3
-            out["upload_to_delivered_s"] = time.perf_counter() - t_upload - out["upload_parquet_s"]
-        for name, pid in pids.items():
-            out[f"peak_{name}_mb"] = _kib(pid, "VmHWM") / 1024
+            skipped = out["upload_parquet_s"] + out.get("second_ids_s", 0.0) if parquet_labels else 0.0
+            out["upload_to_delivered_s"] = time.perf_counter() - t_upload - skipped + out["create_s"]
+        _stage_peaks(out, pids, "deliver")
     finally:
         stack.stop()
     return out
 
 
-def render(results: dict[int, dict[str, float]], command: str) -> str:
+def render(results: dict[int, dict[str, float]], command: str, note: str = "") -> str:
     lines = [
-        "# Label path at scale (issue 8)",
+        "# Label path at scale (issues 8, 22)",
         "",
         f"`{command}` — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}. Through REST on loopback: labels API, "
-        "outbox and features API as separate processes, SQLite, bodies streamed from files. "
-        "*upload → delivered* is the CSV path: CSV upload + release + delivery (the Parquet upload to the "
-        "second set is not counted).",
+        "release worker, outbox and features API (its inbox) as separate processes, SQLite, a local-folder "
+        "object store, bodies streamed from files; 16-character ids in random order. "
+        "*upload → delivered* = ids upload (create + Parquet ids) + CSV labels upload + release + delivery "
+        "(the second set — Parquet ids of known ids, Parquet labels — is not counted).",
         "",
-        "| n | ids (create + Parquet ids upload) s | CSV upload s | Parquet upload s | release s | "
-        "delivered s | upload → delivered s | CSV MB | message MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| n | ids (create + Parquet ids) s | CSV upload s | 2nd set ids s | Parquet upload s | release s | "
+        "delivered s | upload → delivered s | CSV MB | message MB | load avg start→end |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in results.items():
         lines.append(
-            f"| {n:,} | {r['create_s']:.1f} | {r['upload_csv_s']:.1f} | {r['upload_parquet_s']:.1f} | "
-            f"{r['release_s']:.1f} | {r['deliver_s']:.1f} | **{r['upload_to_delivered_s']:.1f}** | "
-            f"{r['csv_mb']:.0f} | {r['message_mb']:.0f} |"
+            f"| {n:,} | {r['create_s']:.1f} | {r['upload_csv_s']:.1f} | {r.get('second_ids_s', float('nan')):.1f} | "
+            f"{r['upload_parquet_s']:.1f} | {r['release_s']:.1f} | {r['deliver_s']:.1f} | "
+            f"**{r['upload_to_delivered_s']:.1f}** | {r['csv_mb']:.0f} | {r['message_mb']:.0f} | "
+            f"{r['load_start']:.1f}→{r['load_end']:.1f} |"
         )
     lines += ["", "Peak resident memory per process (VmHWM, MB; idle VmRSS after start in brackets):", "",
-              "| n | labels API | outbox | features API | labels API bytes/label over idle |",
-              "|---:|---:|---:|---:|---:|"]
+              "| n | labels API | release worker | outbox | features API (inbox) | labels API bytes/id over idle |",
+              "|---:|---:|---:|---:|---:|---:|"]
     for n, r in results.items():
-        per_label = (r["peak_labels_mb"] - r["idle_labels_mb"]) * 2**20 / n
-        lines.append(
-            f"| {n:,} | {r['peak_labels_mb']:.0f} ({r['idle_labels_mb']:.0f}) | {r['peak_outbox_mb']:.0f} "
-            f"({r['idle_outbox_mb']:.0f}) | {r['peak_features_mb']:.0f} ({r['idle_features_mb']:.0f}) | "
-            f"{per_label:.0f} |"
+        per_id = (r["peak_labels_mb"] - r["idle_labels_mb"]) * 2**20 / n
+        cells = " | ".join(
+            f"{r[f'peak_{name}_mb']:.0f} ({r[f'idle_{name}_mb']:.0f})" for name in PROCESSES
         )
+        lines.append(f"| {n:,} | {cells} | {per_id:.0f} |")
+    lines += ["", "Peak resident memory (MB; each process's peak reset between stages) and CPU seconds "
+              "(user + system) per stage:", "",
+              "| n | stage | labels API MB | release worker MB | outbox MB | inbox MB | labels API CPU s | "
+              "release worker CPU s | outbox CPU s | inbox CPU s |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, r in results.items():
+        for stage in STAGES:
+            if f"{stage}_labels_mb" in r:
+                cells = " | ".join(f"{r[f'{stage}_{name}_mb']:.0f}" for name in PROCESSES)
+                cpu = " | ".join(f"{r[f'{stage}_{name}_cpu']:.1f}" for name in PROCESSES)
+                lines.append(f"| {n:,} | {stage} | {cells} | {cpu} |")
+    if note:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -159,14 +238,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--out", type=Path, default=Path("bench/results/labels_path.md"))
+    parser.add_argument("--no-parquet", action="store_true", help="skip the second set (Parquet ids and labels)")
+    parser.add_argument("--note", default="", help="a line added under the tables (e.g. who shared the machine)")
     args = parser.parse_args()
     results = {}
     for n in (int(x) for x in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="labeldp-bench-") as tmp:
             print(f"n = {n:,} …", flush=True)
-            results[n] = run_size(n, Path(tmp))
+            load_start = os.getloadavg()[0]
+            results[n] = run_size(n, Path(tmp), not args.no_parquet)
+            results[n].update(load_start=load_start, load_end=os.getloadavg()[0])
             print({k: round(v, 2) for k, v in results[n].items()}, flush=True)
-    text = render(results, f"python bench/bench_labels_path.py --sizes {args.sizes}")
+    flags = " --no-parquet" if args.no_parquet else ""
+    text = render(results, f"python bench/bench_labels_path.py --sizes {args.sizes}{flags} --out {args.out}", args.note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

@@ -2,27 +2,17 @@
 
 A message arrives as a signed manifest and its shards (:mod:`labeldp.message_shards`):
 
-1. **manifest** (:func:`receive_manifest`): Ed25519 signature over its exact bytes (at most 1 MiB), schema
-   and consistency, then dedupe on ``release_id`` before any shard: the same manifest answers
-   ``complete`` (a duplicate) or the shards still missing, another one is a conflict; a new one
-   is stored ``receiving``.
-2. **shard** (:func:`receive_shard`): spooled to disk; its size and sha256 must be the manifest's,
-   its rows are checked (ids sorted, unique, in range; labels finite), and it is stored as an
-   object named by a ``release_shards`` row. Memory: about one shard, whatever the message size.
-3. **complete** (:func:`complete_release`): with every shard held the release is ``complete``,
-   only then readable and trainable.
+1. **manifest** (:func:`receive_manifest`): Ed25519 signature over its exact bytes (at most 1 MiB),
+   schema and consistency, then dedupe on ``release_id`` before any shard; a new one is ``receiving``.
+2. **shard** (:func:`receive_shard`): spooled; size, sha256 and rows checked against the manifest,
+   stored as an object named by a ``release_shards`` row. Memory: about one shard.
+3. **complete** (:func:`complete_release`): with every shard held the release is readable.
 
-A release is accepted whether or not a feature table holds its ids yet: it was charged, so
-nothing the publisher can fix later may make it undeliverable; ``feature_table`` is only a hint
-and the join is checked when a training binds a table (:func:`features_party.jobs.create_training`).
-Nothing is stored on any error, and no database value is larger than the manifest.
-
-The publisher's own systems learn of arrivals without polling (:func:`inbox_event`): a
-``release.received`` event when a new manifest is stored and ``release.completed`` when its last
-shard made it readable, streamed by ``GET /v1/inbox/events`` (:class:`InboxFeed`, read from the
-catalogue, so any replica's stream sees every replica's arrivals) and sent to the webhook, if one
-is set (:mod:`labeldp.service.webhooks`). An event carries public catalogue facts only (ids,
-counts, ε, digests, the signing key id), never a row; nothing of it goes back to the labels party.
+A release is accepted whether or not a feature table holds its ids yet (it was charged; the join
+is checked when a training binds a table). Nothing is stored on any error, and no database value
+is larger than the manifest. Arrivals are announced as ``release.received``/``release.completed``
+events (:func:`inbox_event`, :class:`InboxFeed`; ``GET /v1/inbox/events`` and the webhook of
+:mod:`labeldp.service.webhooks`): public catalogue facts only, never a row, nothing sent back.
 """
 
 from __future__ import annotations

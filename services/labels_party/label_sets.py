@@ -12,11 +12,13 @@ import contextlib
 import json
 import math
 import uuid
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pa_compute
+import pyarrow.ipc as ipc
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -29,7 +31,7 @@ from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
-from . import audit, id_lookup, ledger
+from . import audit, external_sort, id_lookup, ledger
 from .columnar import get_array, get_table, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
@@ -111,26 +113,44 @@ def _validate_domain(body: LabelSetCreate) -> tuple[float, float, list[str] | No
     return low, high, None
 
 
-def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The ids sorted (the canonical release order) as one ``large_string`` array, or 422 naming what
-    is wrong with them. ``large_string``: the ids of a set may hold more than 2 GiB of text."""
-    ids = ids.cast(pa.large_string())
+def _bad_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Indices of the ids that are null, empty, longer than ``MAX_ID_LENGTH`` or hold control characters."""
     lengths = pc.fill_null(pc.utf8_length(ids), 0).to_numpy(zero_copy_only=False)
     control = pc.fill_null(pc.match_substring_regex(ids, r"[\x00-\x1f]"), True).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
+    return np.flatnonzero((lengths < 1) | (lengths > MAX_ID_LENGTH) | control)
+
+
+def _invalid_ids(count: int, first: list[int]) -> InvalidInput:
+    return InvalidInput(
+        "invalid_ids",
+        f"{count} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
+        [{"index": int(n)} for n in first[:MAX_REPORTED]],
+    )
+
+
+def _repeats(ordered: pa.Array) -> np.ndarray:
+    """Positions ``k`` of a sorted array whose id equals the one before it (``k - 1``)."""
+    if len(ordered) < 2:
+        return np.zeros(0, dtype=np.int64)
+    same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
+    return np.flatnonzero(same) + 1
+
+
+def canonical_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The ids sorted (the canonical release order) as one ``large_string`` array, or 422 naming what
+    is wrong with them. ``large_string``: the ids of a set may hold more than 2 GiB of text.
+
+    In memory: for inline ids (at most ``MAX_INLINE_IDS``); an upload goes through :func:`set_ids`,
+    which sorts externally and gives the same order and the same errors."""
+    ids = ids.cast(pa.large_string())
+    bad = _bad_ids(ids)
     if bad.size:
-        raise InvalidInput(
-            "invalid_ids",
-            f"{bad.size} ids are empty, longer than {MAX_ID_LENGTH} characters or hold control characters",
-            [{"index": int(n)} for n in bad[:MAX_REPORTED]],
-        )
+        raise _invalid_ids(int(bad.size), bad[:MAX_REPORTED].tolist())
     ordered = id_lookup.flat_ids(ids.take(pc.sort_indices(ids)))
-    if len(ordered) > 1:
-        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
-        dups = np.flatnonzero(same)
-        if dups.size:
-            names = ordered.take(dups[:MAX_REPORTED] + 1).to_pylist()
-            raise InvalidInput("duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
+    dups = _repeats(ordered)
+    if dups.size:
+        names = ordered.take(dups[:MAX_REPORTED]).to_pylist()
+        raise InvalidInput("duplicate_ids", f"{dups.size} duplicate ids", [{"id": d} for d in names])
     return ordered
 
 
@@ -204,32 +224,140 @@ def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Ar
 
 
 def set_ids(
-    ctx: LabelsContext, label_set_id: str, ids: pa.Array | pa.ChunkedArray, claim: Claim | None
+    ctx: LabelsContext,
+    label_set_id: str,
+    chunks: pa.Array | pa.ChunkedArray | Iterable[pa.Array],
+    claim: Claim | None,
+    *,
+    run_rows: int = external_sort.RUN_ROWS,
+    group_ids: int = ledger.GROUP_IDS,
 ) -> StoredResponse:
-    """Give a label set created without ids its ids (once)."""
-    if len(ids) == 0:
-        raise InvalidInput("invalid_ids", "the upload holds no ids")
-    ordered = canonical_ids(ids)
-    with ctx.sessions() as s:
-        domain_id = load_label_set(s, label_set_id).privacy_domain_id
-    ledger.register_ids(ctx, domain_id, ordered)  # touches only the buckets that gain ids
-    with ctx.sessions() as s:
-        domain_row = s.get(PrivacyDomainRow, domain_id)
-        assert domain_row is not None
-    # What the set's ids have left, read before the lock: a concurrent release of another set
-    # may charge some of them meanwhile, which the next GET shows.
-    id_remaining = ledger.remaining_for(ctx, None, domain_row, ordered)
-    with ctx.sessions.begin() as s:
-        ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
-        row = load_label_set(s, label_set_id, for_update=True)
-        if row.ids_ready:
-            raise Conflict("ids_already_set", "this label set already has its ids")
-        _attach_ids(ctx, s, row, ordered)
-        out = StoredResponse(200, describe(ctx, s, row, id_remaining))
-        if claim is not None:
-            claim.complete(s, out)
-    release_unused_memory()
+    """Give a label set created without ids its ids (once), read a chunk at a time.
+
+    Memory is bounded whatever the number of ids: the ids are sorted externally (sorted runs
+    of ``run_rows`` ids written as objects, merged a range at a time: :mod:`.external_sort`)
+    into one sorted object, written a chunk at a time; that object is split by ledger bucket
+    into groups of about ``group_ids`` ids (with the domain's ids in those buckets), and each
+    group is registered in the ledger by its own short compare-and-swap — touching only its
+    buckets. The set's ids object is put in place under the lock. The errors and their order
+    are those of the in-memory path (:func:`canonical_ids`): 422 ``invalid_ids`` and
+    ``duplicate_ids`` before 404 and 409. Working objects live under the set's prefix and are
+    removed at the end, whatever happened.
+    """
+    if isinstance(chunks, pa.Array):
+        chunks = [chunks]
+    elif isinstance(chunks, pa.ChunkedArray):
+        chunks = chunks.chunks
+    work = f"{label_set_prefix(label_set_id)}/upload-{uuid.uuid4().hex}"
+    runs = external_sort.SortedRuns(ctx.store, f"{work}/runs", run_rows=run_rows)
+    sorted_key = f"{work}/sorted"
+    group_keys: list[str] = []
+    try:
+        bad_count, bad_first = 0, list[int]()
+        for chunk in chunks:
+            bad = _bad_ids(chunk)
+            if bad.size:
+                bad_count += int(bad.size)
+                bad_first += (bad[: MAX_REPORTED - len(bad_first)] + runs.n).tolist()
+            elif not bad_count:
+                runs.add(chunk)
+                continue
+            runs.n += len(chunk)  # counted for the error's indices; a refused upload is not sorted
+        if runs.n == 0:
+            raise InvalidInput("invalid_ids", "the upload holds no ids")
+        if bad_count:
+            raise _invalid_ids(bad_count, bad_first)
+        _write_sorted(ctx, runs, sorted_key)
+        release_unused_memory()
+        with ctx.sessions() as s:
+            domain_id = load_label_set(s, label_set_id).privacy_domain_id
+        n_buckets = ledger.ensure_bucketed(ctx, domain_id)
+        with ctx.sessions() as s:
+            domain_row = s.get(PrivacyDomainRow, domain_id)
+            assert domain_row is not None
+            s.expunge(domain_row)
+        groups = ledger.bucket_groups(n_buckets, runs.n + domain_row.n_ids, group_ids)
+        group_keys = [f"{work}/group-{g:05d}" for g in range(int(groups.max()) + 1)]
+        _split_by_group(ctx, sorted_key, n_buckets, groups, group_keys)
+        # Registered a group of buckets at a time, each by its own short transaction. What the
+        # set's ids have left is read outside any lock: a concurrent release of another set may
+        # charge some of them meanwhile, which the next GET shows.
+        most_eps, most_delta = domain_row.epsilon_budget_micro, domain_row.delta_budget_units
+        for key in group_keys:
+            group = get_table(ctx.store, key).column("id")
+            if len(group):
+                ledger.register_ids(ctx, domain_id, group)
+                eps, delta = ledger.remaining_for(ctx, None, domain_row, group)
+                most_eps, most_delta = min(most_eps, eps), min(most_delta, delta)
+            del group
+            release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
+        with ctx.sessions.begin() as s:
+            ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
+            row = load_label_set(s, label_set_id, for_update=True)
+            if row.ids_ready:
+                raise Conflict("ids_already_set", "this label set already has its ids")
+            # copied under the lock: a concurrent upload to the same set never replaces the winner's ids
+            ctx.store.copy(sorted_key, ids_key(row.id))
+            row.n_ids = runs.n
+            row.ids_ready = 1
+            out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)))
+            if claim is not None:
+                claim.complete(s, out)
+    finally:
+        runs.close()
+        for key in (sorted_key, *group_keys):
+            ctx.store.delete(key)
+        release_unused_memory()
     return out
+
+
+_IDS = pa.schema({"id": pa.string()})
+
+
+def _write_sorted(ctx: LabelsContext, runs: external_sort.SortedRuns, key: str) -> None:
+    """Merge the runs into the object ``key`` (the layout of a set's ids: ``string`` chunks of at most
+    2²⁰ ids), or 422 ``duplicate_ids`` naming the first ones — and then no object is left."""
+    dup_count, dup_names = 0, list[Any]()
+    with ctx.store.open_output_stream(key) as out, ipc.new_file(out, _IDS) as writer:
+        last: str | None = None
+        for part in runs.merged():
+            if last is not None and part[0].as_py() == last:  # ranges never split equal ids; kept as a guard
+                dup_count += 1
+                dup_names.append(last)
+            dups = _repeats(part)
+            if dups.size:
+                dup_count += int(dups.size)
+                dup_names += part.take(dups[: max(0, MAX_REPORTED - len(dup_names))]).to_pylist()
+            last = part[len(part) - 1].as_py()
+            if not dup_count:
+                for piece in id_lookup.string_chunks(part).chunks:
+                    writer.write_batch(pa.record_batch([piece], schema=_IDS))
+        if dup_count:
+            raise InvalidInput(
+                "duplicate_ids", f"{dup_count} duplicate ids", [{"id": d} for d in dup_names[:MAX_REPORTED]]
+            )
+
+
+def _split_by_group(
+    ctx: LabelsContext, sorted_key: str, n_buckets: int, groups: np.ndarray, keys: list[str]
+) -> None:
+    """Each group's ids (still sorted) as its own object, reading the sorted object a chunk at a time."""
+    with contextlib.ExitStack() as stack:
+        writers = []
+        for key in keys:
+            out = stack.enter_context(ctx.store.open_output_stream(key))
+            writers.append(stack.enter_context(ipc.new_file(out, _IDS)))
+        source = stack.enter_context(ctx.store.open_input_file(sorted_key))
+        reader = ipc.open_file(source)
+        for k in range(reader.num_record_batches):
+            ids = reader.get_batch(k).column(0)
+            of = groups[ledger.bucket_of(ids, n_buckets)]
+            order = np.argsort(of, kind="stable")
+            taken, ordered = ids.take(order), of[order]
+            starts = np.searchsorted(ordered, np.arange(len(keys) + 1))
+            for g in np.flatnonzero(np.diff(starts)):
+                piece = taken.slice(int(starts[g]), int(starts[g + 1] - starts[g]))
+                writers[g].write_batch(pa.record_batch([piece], schema=_IDS))
 
 
 def class_names(row: LabelSetRow) -> list[str] | None:

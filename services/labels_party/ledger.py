@@ -1,32 +1,21 @@
 """The per-id privacy ledger of a privacy domain (docs/architecture.md, "The per-id ledger").
 
-A domain's ids are split into ``n_buckets`` hash buckets (a stable hash of the id's UTF-8
-bytes, fixed when the domain is created). A bucket's state is an immutable **base** — its
-ids sorted, with the µε and δ units each has spent — plus a short **chain** of the charges
-made since (the in-bucket positions each charged). Bases and charges are rows of immutable
-objects, each under a key only its writer uses (a fresh random name, never a content digest:
-see "Collection" below); the catalogue row of a bucket (:class:`LedgerBucketRow`) names
-its current base and chain and carries a version.
+A domain's ids are split into ``n_buckets`` hash buckets (fixed when the domain is created). A
+bucket's state is an immutable **base** (its ids sorted, with the µε and δ units each has spent)
+plus a short **chain** of charges since; both are objects under keys only their writer uses (a
+fresh random name, never a content digest), and the bucket's catalogue row
+(:class:`LedgerBucketRow`) names them and carries a version.
 
-A release costs what it touches, never the domain: it computes the next version of only the
-buckets its ids fall in — outside any lock — and writes them as new objects (one object of
-charged positions; a new base where a chain reached its bounds). One short
-transaction then takes the domain row's lock, checks that every touched bucket still has
-the version the computation read, and swaps them (compare-and-swap); a bucket another
-commit moved meanwhile is recomputed and the commit retried. Check and charge are exact:
-a committed version was checked against exactly the state it replaces. A crash before the
-commit leaves only unreferenced objects.
+A release costs what it touches: it computes the next version of only its buckets, outside any
+lock, writes them as new objects, then one short transaction checks every touched bucket still
+has the version it read and swaps them (compare-and-swap; a moved bucket is recomputed and the
+commit retried). Check and charge are exact; a crash before the commit leaves only unreferenced
+objects.
 
-Collection. A swap records, in its own transaction, the objects the swapped rows stopped
-naming (:class:`LedgerGarbageRow`); the sweep (:func:`collect_garbage`, from the labels API's
-sweeper and every release worker's) deletes one once its last supersession is older than
-``LABELDP_LEDGER_GRACE_SECONDS`` — longer than any lease, so a reader that loaded the old
-version before the swap still reads it — and no row names it any more (an object may hold
-several buckets). That check is final because keys are never reused: a row only ever gains a
-key that its own writer just wrote or that the row it replaces already named, so a key no row
-names can never be named again (a content digest could: a later release writing the same
-bytes would name an object the sweep is deleting). Objects no row ever named — a plan that
-lost its swap or died before it — go once older than the grace period too.
+Collection: a swap records the objects its rows stopped naming (:class:`LedgerGarbageRow`); the
+sweep (:func:`collect_garbage`) deletes one once it is older than ``LABELDP_LEDGER_GRACE_SECONDS``
+(longer than any lease: a reader of the old version still reads it) and no row names it. Keys are
+never reused, so a key no row names can never be named again.
 """
 
 from __future__ import annotations
@@ -64,6 +53,10 @@ CHAIN_PER_ID = 4
 4 bytes against ≥ 20 of a base row, so a check reads at most about twice the base, while a release
 writes about 4 bytes per id it charges plus, amortized, one base row per 4 charged positions."""
 MAX_ATTEMPTS = 100
+GROUP_IDS = 1 << 20
+"""Ids (new and already in the domain) whose buckets one registration step merges at once: a large
+upload registers its ids a group of buckets at a time (:func:`bucket_groups`), so its memory is
+bounded by the group, not by the upload or the domain. Decided in docs/decisions/0021-ids-upload-external-sort.md."""
 
 _BASE_COLUMNS: dict[str, pa.DataType] = {"id": pa.string(), "eps": pa.int64(), "delta": pa.int64()}
 _BASE = pa.schema(_BASE_COLUMNS)
@@ -532,7 +525,14 @@ def commit_charge(s: Session, domain: PrivacyDomainRow, plan: ChargePlan) -> Non
 # --------------------------------------------------------------------------- ids
 
 
-def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array) -> int:
+def bucket_groups(n_buckets: int, n_ids: int, group_ids: int = GROUP_IDS) -> np.ndarray:
+    """Each bucket's group (int32): contiguous bucket ranges expected to hold about ``group_ids`` of
+    ``n_ids`` ids each (hashing spreads ids evenly over buckets)."""
+    groups = max(1, min(n_buckets, -(-n_ids // group_ids)))
+    return (np.arange(n_buckets, dtype=np.int64) * groups // n_buckets).astype(np.int32)
+
+
+def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray) -> int:
     """Add the ids (sorted, unique) the domain has not seen, with nothing spent; returns how many.
 
     Rewrites only the bases of the buckets that gain ids, computed outside the lock and

@@ -39,6 +39,9 @@ log = logging.getLogger("labeldp.labels")
 
 
 SPOOL_MIN_AGE_SECONDS = 3600.0
+WORK_MIN_AGE_SECONDS = 86400.0
+"""An ids upload's working objects (sorted runs, the sorted ids, bucket groups: ``label_sets/<id>/upload-…``)
+are swept once a day old: a live upload of 10⁹ ids may read its first run an hour after writing it."""
 
 
 def lease_age(ctx: LabelsContext) -> float:
@@ -62,11 +65,14 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     # long as spools do; messages are read by nothing before their row commits.
     named_messages = {key.rpartition("/")[0] for key in named if key.count("/") == 2 and key.startswith(MESSAGES)}
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
-    for k in ctx.store.list(LABEL_SETS):
-        if k.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
-            candidates.append((k, cutoff))
-        elif is_labels_key(k):
-            candidates.append((k, spool_cutoff))
+    work_cutoff = min(spool_cutoff, time.time() - WORK_MIN_AGE_SECONDS)
+    for key in ctx.store.list(LABEL_SETS):
+        if key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
+            candidates.append((key, cutoff))
+        elif is_labels_key(key):
+            candidates.append((key, spool_cutoff))
+        elif "/upload-" in key:  # what an ids upload that crashed left (a finished one removes its own)
+            candidates.append((key, work_cutoff))
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue

@@ -508,11 +508,15 @@ def upload_ids(
     ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, claim: Claim | None,
     names: Columns = DEFAULT_COLUMNS,
 ) -> StoredResponse:
+    """Read the ids a chunk at a time into :func:`.label_sets.set_ids` (which sorts them externally):
+    the body is never held whole."""
     kind = media_type(content_type)
-    chunks, row = [], 1
-    for batch in read_batches(body, kind, ("id",), names):
-        chunks.append(utf8_text(batch["id"], code="invalid_id", what="id", first_row=row))
-        row += len(chunks[-1])
-    if kind in CSV_TYPES:
-        chunks = [_trimmed(c) for c in chunks]
-    return set_ids(ctx, label_set_id, pa.chunked_array(chunks, type=pa.string()), claim)
+
+    def chunks() -> Iterator[pa.Array]:
+        row = 1
+        for batch in read_batches(body, kind, ("id",), names):
+            ids = utf8_text(batch["id"], code="invalid_id", what="id", first_row=row)
+            row += len(ids)
+            yield _trimmed(ids) if kind in CSV_TYPES else ids
+
+    return set_ids(ctx, label_set_id, chunks(), claim)

@@ -1,30 +1,20 @@
 """One object store for every file a service keeps: a local folder or any S3-compatible bucket.
 
-Why objects, not files: replicas on several hosts share no POSIX folder, and object storage
-has no rename, hard link, append or mmap. So an object is written once, complete, and never
-changed (immutable; content-addressed, ``prefix/<sha256>`` by :meth:`ObjectStore.content_key`,
-where writers could race for a name), and the SQL catalogue is the only mutable state and the
-only compare-and-swap: a row names an object only once it is complete, and a crash leaves at
-most an unreferenced object (docs/architecture.md, "Storage").
+Replicas on several hosts share no POSIX folder, and object storage has no rename, hard link,
+append or mmap. So an object is written once, complete, and never changed (content-addressed by
+:meth:`ObjectStore.content_key` where writers could race for a name); the SQL catalogue is the
+only mutable state and names an object only once it is complete (docs/architecture.md, "Storage").
 
-Chosen by a URL (``LABELDP_STORAGE_URL``), over :mod:`pyarrow.fs`: a path or ``file://`` URL
-is a local folder (write to a temporary, fsync, rename: fine, as it is never what replicas
-share); ``s3://bucket/prefix`` is S3 or any S3-compatible server. On S3 a write streams
-straight to its key as a multipart upload (pyarrow's 10 MiB parts: up to about 98 GB an
-object, no copy, no second key): S3 shows the object only when the upload completes, so a
-reader sees it whole or not at all, and a writer killed mid-stream leaves only an incomplete
-upload that no listing or read shows (a bucket lifecycle rule reclaims its parts,
-docs/operations.md). pyarrow cannot abort an upload, though — closing the stream completes
-it — so a write whose block raises is held back while it is under one part (nothing was sent:
-a true abort, an earlier object under the key stays), and past that is completed and deleted
-at once. That is why, on S3, a large object's key must be **write-once**: named by its
-content or a fresh id, and named by a catalogue row only after the write returned, so the
-moment a cut-short object exists it is under a key nothing reads (docs/architecture.md,
-"Storage").
+Chosen by a URL (``LABELDP_STORAGE_URL``) over :mod:`pyarrow.fs`: a path or ``file://`` URL is a
+local folder (temporary, fsync, rename); ``s3://bucket/prefix`` is any S3-compatible server, where
+a write streams straight to its key as one multipart upload (10 MiB parts, no copy): readers see
+it whole or not at all. pyarrow cannot abort an upload, so a failing write is held back while
+under one part and past that completed and deleted at once: on S3 a large object's key must be
+write-once (its content or a fresh id, named by the catalogue only after the write returned).
 
 Keys are ``/``-separated names whose segments are not empty and do not start with ``.``
-(temporaries live under ``.incoming/``). A missing key raises
-:class:`~labeldp.errors.NotFound`; a failing backend :class:`~labeldp.errors.StorageError` (503).
+(temporaries live under ``.incoming/``). A missing key raises :class:`~labeldp.errors.NotFound`;
+a failing backend :class:`~labeldp.errors.StorageError` (503).
 """
 
 from __future__ import annotations
@@ -174,6 +164,16 @@ class ObjectStore:
                     self.delete(key)
             raise
         upload.finish()
+
+    def copy(self, source: str, key: str) -> str:
+        """Copy the object ``source`` to ``key`` (complete or not at all), a block at a time; returns ``key``.
+
+        Streamed through this process rather than the store's own copy: S3's CopyObject stops at 5 GB.
+        """
+        with self.open_input_stream(source) as f, self.open_output_stream(key) as out:
+            for block in iter(lambda: f.read(_COPY_CHUNK), b""):
+                out.write(block)
+        return key
 
     # --- reading --------------------------------------------------------------
 

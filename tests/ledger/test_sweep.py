@@ -87,3 +87,15 @@ def test_a_running_api_sweeps_leftovers_once_their_lease_expired(tmp_path: Path)
             assert time.monotonic() < deadline, "the leftovers were not swept while the API ran"
             time.sleep(0.1)
         assert spool.exists() and fresh.exists()
+
+
+def test_a_crashed_ids_uploads_working_objects_are_swept_once_a_day_old(tmp_path: Path) -> None:
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    work = ["label_sets/ls_x/upload-a/runs/run-000000-b", "label_sets/ls_x/upload-a/sorted"]
+    live = "label_sets/ls_x/upload-c/runs/run-000000-d"  # two hours old: a live upload may still read it
+    for key in (*work, live):
+        ctx.store.put_bytes(key, b"x")
+    for key, age in ((work[0], 90000), (work[1], 90000), (live, 7200)):
+        os.utime(ctx.data_dir / key, (time.time() - age, time.time() - age))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 2
+    assert ctx.store.list("label_sets/ls_x") == [live]

@@ -1,0 +1,149 @@
+"""Sorting an upload's ids with bounded memory: sorted runs as objects, then a merge by ranges.
+
+An ids upload may hold more ids than a process can sort in memory (10⁹ ids of 16 characters
+are 24 GB as an Arrow column). :class:`SortedRuns` takes the ids a chunk at a time, sorts
+every ``run_rows`` of them with ``pyarrow.compute.sort_indices`` and writes each sorted run as
+an Arrow IPC object of record batches of ``batch_rows`` ids, keeping only the first id of each
+batch. :meth:`SortedRuns.merged` then yields every id in order, a range at a time: the
+batch heads of all runs, sorted, give splitters ``batch_rows · per_range`` ids apart; the ids
+of one range are the batches of each run that overlap it (found by a binary search over that
+run's heads), filtered to the range and sorted — a k-way merge built from Arrow's own
+kernels, never a per-id loop in Python. A range holds at most
+``(per_range + runs) · batch_rows`` ids, so memory is bounded by the run size and the range
+size whatever n. Equal ids always fall in one range: duplicates are adjacent in its output.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pa_compute
+import pyarrow.ipc as ipc
+
+from labeldp.storage import ObjectStore
+
+from . import id_lookup
+from .columnar import release_unused_memory
+
+pc: Any = pa_compute
+
+RUN_ROWS = 1 << 22
+"""Ids sorted in memory at once: 4·2²⁰ ids of 16 characters are ≈ 100 MB with their sort indices."""
+BATCH_ROWS = 1 << 14
+"""Ids per record batch of a run: the grain a range reads (a range reads at most one extra batch per run)."""
+RANGE_BATCHES = 64
+"""Batch heads between two splitters: a range holds about 2²⁰ ids (the chunk of a stored id column).
+Decided in docs/decisions/0021-ids-upload-external-sort.md."""
+
+_SCHEMA = pa.schema({"id": pa.large_string()})
+
+
+@dataclass
+class _Run:
+    key: str
+    heads: pa.Array  # the first id of each batch (large_string)
+    n: int
+
+
+@dataclass
+class SortedRuns:
+    """Ids added a chunk at a time, kept as sorted runs under ``prefix`` in ``store``; :meth:`close` removes them."""
+
+    store: ObjectStore
+    prefix: str
+    run_rows: int = RUN_ROWS
+    batch_rows: int = BATCH_ROWS
+    runs: list[_Run] = field(default_factory=list)
+    n: int = 0
+    _pending: list[pa.Array] = field(default_factory=list)
+    _pending_rows: int = 0
+
+    def add(self, ids: pa.Array) -> None:
+        """Take a chunk of (valid, non-null) ids; a full run is sorted and written at once."""
+        ids = id_lookup.flat_ids(ids)
+        at = 0
+        while at < len(ids):
+            take = min(len(ids) - at, self.run_rows - self._pending_rows)
+            self._pending.append(ids.slice(at, take))
+            self._pending_rows += take
+            at += take
+            if self._pending_rows >= self.run_rows:
+                self._flush()
+        self.n += len(ids)
+
+    def _flush(self) -> None:
+        if not self._pending_rows:
+            return
+        chunk = id_lookup.flat_ids(pa.chunked_array(self._pending, type=pa.large_string()))
+        self._pending, self._pending_rows = [], 0
+        ordered = chunk.take(pc.sort_indices(chunk))
+        del chunk
+        key = f"{self.prefix}/run-{len(self.runs):06d}-{uuid.uuid4().hex}"
+        heads = []
+        with self.store.open_output_stream(key) as out, ipc.new_file(out, _SCHEMA) as writer:
+            for at in range(0, len(ordered), self.batch_rows):
+                part = ordered.slice(at, self.batch_rows)
+                writer.write_batch(pa.record_batch([part], schema=_SCHEMA))
+                heads.append(part.slice(0, 1))
+        self.runs.append(_Run(key, pa.concat_arrays(heads), len(ordered)))
+        del ordered
+        release_unused_memory()  # the pool would otherwise keep the run's peak for the merge and beyond
+
+    def merged(self, per_range: int = RANGE_BATCHES) -> Iterator[pa.Array]:
+        """Every id added, in UTF-8 byte order, as ``large_string`` arrays of about
+        ``per_range · batch_rows`` ids (duplicates kept, adjacent)."""
+        self._flush()
+        if not self.runs:
+            return
+        heads = pa.concat_arrays([r.heads for r in self.runs])
+        heads = heads.take(pc.sort_indices(heads))
+        splitters = pc.unique(heads.take(np.arange(per_range, len(heads), per_range))) if len(heads) > per_range \
+            else pa.array([], pa.large_string())
+        bounds: list[Any] = [None, *splitters.to_pylist(), None]
+        files = [self.store.open_input_file(r.key) for r in self.runs]
+        readers = [ipc.open_file(f) for f in files]
+        try:
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                parts = [self._range(run, reader, lo, hi) for run, reader in zip(self.runs, readers)]
+                part = id_lookup.flat_ids(pa.chunked_array([p for p in parts if len(p)], type=pa.large_string()))
+                if len(part):
+                    yield part.take(pc.sort_indices(part))
+        finally:
+            for f in files:
+                f.close()
+
+    @staticmethod
+    def _range(run: _Run, reader: Any, lo: str | None, hi: str | None) -> pa.Array:
+        """The ids of ``run`` in [lo, hi) (None: unbounded), reading only the batches that may hold them."""
+        n_batches = len(run.heads)
+        # a batch whose head is before ``lo`` may still hold ids from ``lo`` on: start one batch early
+        first = 0 if lo is None else max(0, _bound(run.heads, lo) - 1)
+        stop = n_batches if hi is None else _bound(run.heads, hi)
+        if first >= stop:
+            return pa.array([], pa.large_string())
+        ids = id_lookup.flat_ids(pa.chunked_array(
+            [reader.get_batch(k).column(0) for k in range(first, stop)], type=pa.large_string()
+        ))
+        keep = None
+        if lo is not None:
+            keep = pc.greater_equal(ids, pa.scalar(lo, pa.large_string()))
+        if hi is not None:
+            below = pc.less(ids, pa.scalar(hi, pa.large_string()))
+            keep = below if keep is None else pc.and_(keep, below)
+        return ids if keep is None else ids.filter(keep)
+
+    def close(self) -> None:
+        """Remove the run objects (a crash leaves them to the store's sweep of unreferenced objects)."""
+        for run in self.runs:
+            self.store.delete(run.key)
+        self.runs = []
+
+
+def _bound(heads: pa.Array, value: str) -> int:
+    """How many of the sorted ``heads`` come before ``value``."""
+    return int(id_lookup.lower_bounds(heads, pa.array([value], pa.large_string()))[0])
