@@ -18,8 +18,15 @@ pytestmark = pytest.mark.integration
 MAX_BODY = 2_000_000
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One labels API, outbox and features API for every module that does not start its own.
+
+    Shared by the whole session (starting the three processes is seconds per module on a loaded
+    machine): a test takes fresh names (privacy domains, feature tables, label sets) and looks
+    only at what it made, never at a count of everything the stack holds. A module that needs
+    other settings or a clean stack defines its own ``stack`` fixture, which takes precedence.
+    """
     # Many label sets over the same ids below: the default domain gets room for all of them
     # (the per-id ledger itself is tested in test_ledger.py with budgets that run out).
     # Shards of 500 rows: the 1500-row releases below reach the inbox in 3 shards each.
@@ -33,12 +40,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     s.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def data():
     return make_conversions(1500, seed=7)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def feature_table(stack: LocalStack, data) -> str:
     with stack.features_client() as f:
         r = f.post(

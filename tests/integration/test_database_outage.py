@@ -27,6 +27,9 @@ FAST_RETRIES = {
     "LABELDP_DATABASE_CONNECT_TIMEOUT_SECONDS": "2",
     "LABELDP_OUTBOX_TIMEOUT_SECONDS": "5",  # a lease left by a delivery cut short ends after 10 s
     "LABELDP_DEFAULT_DOMAIN_EPSILON": "100",
+    # A release job that meets the lock cannot hand itself back (that write is locked out too):
+    # it waits for its lease to expire, 30 s by default.
+    "LABELDP_RELEASE_LEASE_SECONDS": "5",
 }
 
 

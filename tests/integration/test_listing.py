@@ -5,10 +5,11 @@ from __future__ import annotations
 from .conftest import upload_csv, wait_charged
 
 
-def _pages(labels, url: str, limit: int) -> list[dict]:  # type: ignore[no-untyped-def]
+def _pages(labels, url: str, limit: int, **query: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    # The filters go in ``query``: httpx's ``params`` replace a query string written into ``url``.
     items, cursor = [], None
     while True:
-        params = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        params = {**query, "limit": limit, **({"cursor": cursor} if cursor else {})}
         page = labels.get(url, params=params).json()
         items += page["items"]
         cursor = page["next_cursor"]
@@ -33,7 +34,7 @@ def test_lists_page_through_everything_once_in_creation_order(stack) -> None:
         assert upload_csv(labels, ls, [("p0-a", 0.5), ("p0-b", 0.25)]).status_code == 200
         ids = [labels.post(f"/v1/label-sets/{ls}/releases", json={"mechanism": "laplace", "epsilon": 0.5}).json()["id"]
                for _ in range(3)]
-        assert [r["id"] for r in _pages(labels, f"/v1/releases?label_set_id={ls}", 2)] == ids
+        assert [r["id"] for r in _pages(labels, "/v1/releases", 2, label_set_id=ls)] == ids
 
 
 def test_raw_labels_can_be_deleted_after_release_and_the_ledger_stays(stack) -> None:

@@ -9,6 +9,7 @@ outbox (on B's host) delivers the message it reads from the shared store.
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,15 @@ def test_a_label_set_made_on_one_replica_is_released_on_another(
     a, b = replicas(tmp_path, postgres_server.url(database), s3_server.env(url))
     data = make_conversions(300, seed=5)
     try:
-        a.start("labels", "features")
-        b.start("labels", "outbox")
+        # Both hosts start at once (each start is seconds of imports and migrations); B's
+        # migrations wait on A's in the database, as a second host's would.
+        on_b = threading.Thread(target=b.start, args=("labels", "outbox"))
+        on_b.start()
+        try:
+            a.start("labels", "features")
+        finally:
+            on_b.join()
+        assert {"labels", "outbox"} <= set(b.processes) and b.processes["outbox"].poll() is None
         with a.labels_client() as on_a, b.labels_client() as on_b:
             ls = create_label_set(on_a, data.ids, budget=2.0, high=data.clip)
             r = upload_csv(on_a, ls["id"], list(zip(data.ids, map(float, data.labels))))

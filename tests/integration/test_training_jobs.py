@@ -58,9 +58,17 @@ class Fleet:
 
     def api(self, name: str, env: dict[str, str] | None = None) -> str:
         """Another features API on a free port; its URL once healthy."""
+        return self.wait_api(name, self.spawn_api(name, env))
+
+    def spawn_api(self, name: str, env: dict[str, str] | None = None) -> str:
+        """Start another features API on a free port without waiting for it; its URL (see wait_api)."""
         port = free_port()
-        proc = self.spawn(name, ["serve", "features", "--port", str(port)], env)
-        url = f"http://127.0.0.1:{port}"
+        self.spawn(name, ["serve", "features", "--port", str(port)], env)
+        return f"http://127.0.0.1:{port}"
+
+    def wait_api(self, name: str, url: str) -> str:
+        """``url`` once the features API ``name`` answers /healthz."""
+        proc = self.extra[name][0]
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             assert proc.poll() is None, self.stack.log_path(name).read_text()[-3000:]
@@ -184,9 +192,11 @@ def test_workers_apart_from_the_apis_run_resume_and_cancel(fleet: Fleet, databas
     and is read through B; a worker killed with SIGKILL mid-training leaves it to another worker,
     which resumes it from its checkpoint (attempt 2) to a model; a cancel sent to B stops a
     training a worker runs."""
-    release_id = _release(fleet.stack)
-    b_url = fleet.api("features-b")
+    # B and the first worker import torch while the release is made and delivered.
+    b_url = fleet.spawn_api("features-b")
     first = fleet.worker("worker-1")
+    release_id = _release(fleet.stack)
+    fleet.wait_api("features-b", b_url)
     with fleet.stack.features_client() as a, fleet.client(b_url) as b:
         # Queued through A while no worker of A's process exists; run by the worker, seen through B.
         quick = a.post("/v1/trainings", json={"release_id": release_id, "epochs": 2, "batch_size": 64}).json()["id"]
