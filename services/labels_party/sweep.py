@@ -67,12 +67,12 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
     work_cutoff = min(spool_cutoff, time.time() - WORK_MIN_AGE_SECONDS)
     for key in ctx.store.list(LABEL_SETS):
-        if key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
+        if "/upload-" in key:  # what an ids upload that crashed left (a finished one removes its own)
+            candidates.append((key, work_cutoff))
+        elif key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
             candidates.append((key, cutoff))
         elif is_labels_key(key):
             candidates.append((key, spool_cutoff))
-        elif "/upload-" in key:  # what an ids upload that crashed left (a finished one removes its own)
-            candidates.append((key, work_cutoff))
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue
