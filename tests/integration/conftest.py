@@ -89,7 +89,12 @@ def wait_for_status(labels: httpx.Client, release_id: str, *status: str, timeout
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        last = labels.get(f"/v1/releases/{release_id}").json()
+        r = labels.get(f"/v1/releases/{release_id}")
+        if r.status_code == 503:  # the catalogue is out for a moment (an outage test): the service says retry
+            time.sleep(0.1)
+            continue
+        assert r.status_code == 200, r.text
+        last = r.json()
         if last["status"] in status:
             return last
         if last["status"] == "failed":  # a release job ends there, nothing charged: no use waiting
