@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -380,6 +380,32 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
     if not row.ids_ready:
         return pa.table({"id": pa.array([], pa.string())})
     return get_table(ctx.store, ids_key(row.id))
+
+
+def iter_id_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[pa.Array]:
+    """The set's sorted ids a stored chunk at a time (at most 2²⁰ ids each): memory bounded by one chunk."""
+    if not row.ids_ready:
+        return
+    with ctx.store.open_input_file(ids_key(row.id)) as source:
+        reader = ipc.open_file(source)
+        for k in range(reader.num_record_batches):
+            yield reader.get_batch(k).column("id")
+
+
+def iter_labelled_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    """(ids, float64 labels) a stored ids chunk at a time, in the canonical sorted order; NaN where no
+    label was uploaded yet. 409 ``labels_deleted`` before anything is read.
+
+    The one way the release path reads a set's labels, so that their storage can be chunked
+    without the release job holding every label at once.
+    """
+    if row.labels_version == LABELS_DELETED:
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
+    labels = read_labels(ctx, row)
+    start = 0
+    for ids in iter_id_chunks(ctx, row):
+        yield ids, labels[start : start + len(ids)]
+        start += len(ids)
 
 
 def ids_key(label_set_id: str) -> str:

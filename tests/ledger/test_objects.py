@@ -149,3 +149,39 @@ def test_arrays_round_trip_through_either_store(backend: str, tmp_path: Path, re
     store.put_bytes("a/short.npy", store.get_bytes("a/0.npy")[:-8])
     with pytest.raises(ValueError, match="shorter"):
         get_array(store, "a/short.npy")
+
+
+def test_labelled_chunks_follow_the_sorted_ids_a_stored_chunk_at_a_time(tmp_path: Path) -> None:
+    """The release path's one reader of a set's labels: every id once, in sorted order, with its label."""
+    from labels_party.label_sets import iter_labelled_chunks, set_ids
+
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+    ids = [f"u{i:05d}" for i in range(3000)]
+    ls = create_label_set(ctx, LabelSetCreate.model_validate({"name": "s", "domain": {"low": 0, "high": 10},
+                                                              "privacy_domain": "d"}), None).body["id"]
+    import pyarrow as pa
+
+    set_ids(ctx, ls, [pa.array(ids[::-1][k : k + 700]) for k in range(0, 3000, 700)], None, run_rows=500)
+    values = {i: float(k % 11) for k, i in enumerate(ids)}
+    csv = tmp_path / "labels.csv"
+    csv.write_text("id,label\n" + "".join(f"{i},{values[i]!r}\n" for i in ids[:2000]))
+    upload_labels(ctx, ls, csv, "text/csv", validate_only=False, claim=None)
+    with ctx.sessions() as s:
+        row = load_label_set(s, ls)
+    seen_ids, seen_labels = [], []
+    for chunk_ids, chunk_labels in iter_labelled_chunks(ctx, row):
+        assert len(chunk_ids) == len(chunk_labels)
+        seen_ids += chunk_ids.to_pylist()
+        seen_labels += chunk_labels.tolist()
+    assert seen_ids == sorted(ids)
+    assert [values[i] for i in seen_ids if i in values and i in ids[:2000]] == [
+        v for i, v in zip(seen_ids, seen_labels) if i in ids[:2000]
+    ]
+    assert all(np.isnan(v) for i, v in zip(seen_ids, seen_labels) if i not in ids[:2000])
+    delete_labels(ctx, ls)
+    with ctx.sessions() as s:
+        row = load_label_set(s, ls)
+    with pytest.raises(LabelDPError) as refused:
+        next(iter_labelled_chunks(ctx, row))
+    assert refused.value.code == "labels_deleted"
