@@ -32,7 +32,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import store
+from features_party import responses, store
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound
 from labeldp.learning.id_partitions import repeated_ids
 from labeldp.learning.staging import PARTITION_ROWS
@@ -323,15 +323,15 @@ def table_id(row: store.FeatureTable) -> str:
     return "ft_" + PurePosixPath(row.path).stem
 
 
-def describe(row: store.FeatureTable) -> dict[str, Any]:
-    return {
-        "id": table_id(row),
-        "name": row.name,
-        "n_rows": row.n_rows,
-        "id_column": row.id_column,
-        "columns": row.columns,
-        "created_at": iso(row.created_at),
-    }
+def describe(row: store.FeatureTable) -> responses.FeatureTable:
+    return responses.FeatureTable(
+        id=table_id(row),
+        name=row.name,
+        n_rows=row.n_rows,
+        id_column=row.id_column,
+        columns=row.columns,
+        created_at=iso(row.created_at),
+    )
 
 
 @dataclass(frozen=True)
@@ -381,7 +381,7 @@ def create_feature_table(
             path=key,
             created_at=utcnow(),  # set here: the answer is built before the row is flushed
         )
-        response = StoredResponse(201, describe(row), {"Location": f"/v1/feature-tables/{name}"})
+        response = StoredResponse(201, describe(row).model_dump(), {"Location": f"/v1/feature-tables/{name}"})
         with session_factory.begin() as session:
             if session.get(store.FeatureTable, name) is not None:
                 raise _exists(name)
@@ -471,7 +471,7 @@ def replace_feature_table(
             row = _lock_unused(session, name)
             old = row.path
             row.path, row.id_column, row.n_rows, row.columns = key, id_column, parsed.n_rows, parsed.columns
-            response = StoredResponse(200, describe(row))
+            response = StoredResponse(200, describe(row).model_dump())
             if claim is not None:
                 claim.complete(session, response)
     except BaseException:
@@ -482,7 +482,9 @@ def replace_feature_table(
     return response
 
 
-def delete_feature_table(session_factory: sessionmaker[Session], objects: ObjectStore, name: str) -> dict[str, Any]:
+def delete_feature_table(
+    session_factory: sessionmaker[Session], objects: ObjectStore, name: str
+) -> responses.Deleted:
     """Delete the table ``name``: its row (409 ``feature_table_in_use`` while a training that has not
     finished names it), then its object. Models trained on it keep working: what they need travels
     in their own files; predictions by id then need another table."""
@@ -492,7 +494,7 @@ def delete_feature_table(session_factory: sessionmaker[Session], objects: Object
         session.delete(row)
     _delete_object(objects, path)
     log.info("feature table %s deleted", name)
-    return {"id": table, "deleted": True}
+    return responses.Deleted(id=table, deleted=True)
 
 
 def _delete_object(objects: ObjectStore, key: str) -> None:
@@ -533,12 +535,12 @@ def _exists(name: str) -> LabelDPError:
     return Conflict("feature_table_exists", f"feature table {name!r} already exists")
 
 
-def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dict[str, Any]:
+def list_feature_tables(session: Session, limit: int, cursor: str | None) -> responses.FeatureTablePage:
     """A page of feature tables, oldest first (keyset on creation time and name)."""
-    return keyset_page(
+    return responses.FeatureTablePage(**keyset_page(
         session, select(store.FeatureTable), store.FeatureTable.created_at, store.FeatureTable.name, limit, cursor,
         describe,
-    )
+    ))
 
 
 def get_feature_table(session: Session, name: str) -> store.FeatureTable:

@@ -30,7 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session, sessionmaker
 
-from features_party import store
+from features_party import responses, store
 from labeldp.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, parse_manifest, read_columns
 from labeldp.schema import LabelRelease, decode_columns
@@ -65,9 +65,9 @@ class ManifestAnswer:
     def http_status(self) -> int:
         return 201 if self.new else 200
 
-    def body(self) -> dict[str, Any]:
-        return {"id": self.release_id, "status": self.status, "missing": self.missing,
-                "message_sha256": self.message_sha256}
+    def body(self) -> responses.InboxReceipt:
+        return responses.InboxReceipt(id=self.release_id, status=self.status, missing=self.missing,
+                                      message_sha256=self.message_sha256)
 
 
 def bind_store(sessions: sessionmaker[Session], object_store: ObjectStore) -> None:
@@ -207,21 +207,21 @@ def get_release(session: Session, release_id: str) -> store.Release:
     return row
 
 
-def describe_release(row: store.Release) -> dict[str, Any]:
-    return {
-        "id": row.release_id,
-        "label_set_id": row.label_set_id,
-        "feature_table": row.feature_table,
-        "mechanism": row.mechanism_name,
-        "mechanism_spec": row.mechanism,
-        "prior": row.prior,
-        "accounting": row.accounting,
-        "row_count": row.row_count,
-        "created_at": iso(row.created_at),
-        "received_at": iso(row.received_at),
-        "message_sha256": row.body_sha256,
-        "signing_key_id": header_key_id(row.signature),
-    }
+def describe_release(row: store.Release) -> responses.ReceivedRelease:
+    return responses.ReceivedRelease(
+        id=row.release_id,
+        label_set_id=row.label_set_id,
+        feature_table=row.feature_table,
+        mechanism=row.mechanism_name,
+        mechanism_spec=row.mechanism,
+        prior=row.prior,
+        accounting=row.accounting,
+        row_count=row.row_count,
+        created_at=iso(row.created_at),
+        received_at=iso(row.received_at),
+        message_sha256=row.body_sha256,
+        signing_key_id=header_key_id(row.signature),
+    )
 
 
 def signed_manifest(row: store.Release) -> tuple[bytes, str]:
@@ -233,14 +233,14 @@ def signed_manifest(row: store.Release) -> tuple[bytes, str]:
 
 def list_releases(
     session: Session, limit: int, cursor: str | None, label_set_id: str | None = None
-) -> dict[str, Any]:
+) -> responses.ReceivedReleasePage:
     """A page of complete releases, oldest received first; never loads a message."""
     stmt = select(store.Release).where(store.Release.status == store.RELEASE_COMPLETE)
     if label_set_id is not None:
         stmt = stmt.where(store.Release.label_set_id == label_set_id)
-    return keyset_page(
+    return responses.ReceivedReleasePage(**keyset_page(
         session, stmt, store.Release.received_at, store.Release.release_id, limit, cursor, describe_release
-    )
+    ))
 
 
 def release_columns(row: store.Release, object_store: ObjectStore | None = None) -> tuple[pa.Array, np.ndarray]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, store
+from features_party import feature_tables, responses, store
 from labeldp.errors import InvalidInput, NotFound
 from labeldp.learning.batch_predict import PredictionError, check_feature_values, predict_columns
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, load_model
@@ -82,7 +82,7 @@ def learning_card(training: store.Training | None, model: TrainedModel | None) -
 
 def model_card(
     row: store.Model, training: store.Training | None = None, model: TrainedModel | None = None
-) -> dict[str, Any]:
+) -> responses.ModelCard:
     """Everything needed to judge a model: its task, its data, its privacy cost, its fit.
 
     The task and classes follow from the release's mechanism spec (as training chose
@@ -110,35 +110,35 @@ def model_card(
             + (" under softmax(f)·T (forward correction)" if corrected else "")
             + "; accuracy of the predicted class against privatized labels"
         )
-    return {
-        "task": task.task,
-        "classes": list(task.classes) if task.classes is not None else None,
-        "id": row.model_id,
-        "training_id": row.training_id,
-        "release_id": row.release_id,
-        "label_set_id": row.label_set_id,
-        "feature_table": row.feature_table,
-        "mechanism": row.mechanism_name,
-        "mechanism_spec": row.mechanism_spec,
-        "epsilon": row.total_epsilon_micro / 1_000_000,
-        "accounting": row.accounting,
-        "n_train": row.n_train,
-        "n_validation": row.n_validation,
-        "metrics": metrics,
-        "metrics_note": note,
-        "device": row.device,
-        "epochs": row.epochs,
-        "created_at": iso(row.created_at),
-        "architecture": row.architecture,
-        "training": {k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
-        "learning": learning_card(training, model) if task.task != CLASSIFICATION else None,
-        "runtime": runtime_card(model),
-    }
+    return responses.ModelCard(
+        task=task.task,
+        classes=list(task.classes) if task.classes is not None else None,
+        id=row.model_id,
+        training_id=row.training_id,
+        release_id=row.release_id,
+        label_set_id=row.label_set_id,
+        feature_table=row.feature_table,
+        mechanism=row.mechanism_name,
+        mechanism_spec=row.mechanism_spec,
+        epsilon=row.total_epsilon_micro / 1_000_000,
+        accounting=row.accounting,
+        n_train=row.n_train,
+        n_validation=row.n_validation,
+        metrics=metrics,
+        metrics_note=note,
+        device=row.device,
+        epochs=row.epochs,
+        created_at=iso(row.created_at),
+        architecture=row.architecture,
+        training={k: (training.config or {}).get(k) for k in TRAINING_FIELDS} if training is not None else None,
+        learning=learning_card(training, model) if task.task != CLASSIFICATION else None,
+        runtime=runtime_card(model),
+    )
 
 
 def list_models(
     session: Session, limit: int, cursor: str | None, release_id: str | None = None
-) -> dict[str, Any]:
+) -> responses.ModelPage:
     """A page of model cards, oldest first. Cards come from the catalogue alone: what model
     selection chose lives in each model file and is on ``GET /v1/models/{id}``."""
     limit = check_limit(limit)
@@ -152,23 +152,23 @@ def list_models(
         stmt = stmt.where(where)
     rows = session.execute(stmt.order_by(store.Model.created_at, store.Model.model_id).limit(limit + 1)).all()
     last = rows[limit - 1][0] if len(rows) > limit else None
-    return {
-        "items": [model_card(model, training) for model, training in rows[:limit]],
-        "next_cursor": encode_cursor(last.created_at, last.model_id) if last else None,
-    }
+    return responses.ModelPage(
+        items=[model_card(model, training) for model, training in rows[:limit]],
+        next_cursor=encode_cursor(last.created_at, last.model_id) if last else None,
+    )
 
 
 RUNTIME_FIELDS = ("device", "precision", "workers", "rows_per_second")
 
 
-def runtime_card(model: TrainedModel | None) -> dict[str, Any] | None:
+def runtime_card(model: TrainedModel | None) -> responses.Runtime | None:
     """Where and how fast the model trained (device, precision, workers, training rows/s), from its file.
 
     Models saved before these were recorded report ``None`` for each.
     """
     if model is None:
         return None
-    return {k: model.config_.get(k) for k in RUNTIME_FIELDS}
+    return responses.Runtime(**{k: model.config_.get(k) for k in RUNTIME_FIELDS})
 
 
 class ModelCache:
@@ -256,11 +256,12 @@ def predict(
     cache: ModelCache,
     model_id: str,
     request: PredictRequest,
-) -> dict[str, Any]:
+) -> responses.Predictions:
     """One prediction per requested id or row, in request order.
 
-    Regressor: ``{"predictions": [label units]}``. Classifier: ``{"predictions":
-    [class names], "probabilities": [[one per class]], "classes": [names in index order]}``.
+    Regressor: ``predictions`` in label units, ``probabilities`` and ``classes`` left unset (the
+    route excludes unset fields). Classifier: ``predictions`` as class names, ``probabilities``
+    (one per class) and ``classes`` (names in index order).
     """
     if (request.ids is None) == (request.rows is None):
         raise InvalidInput("invalid_request", "give exactly one of ids or rows")
@@ -281,16 +282,18 @@ def predict(
     return _response(model, features)
 
 
-def _response(model: TrainedModel, features: pa.Table) -> dict[str, Any]:
+def _response(model: TrainedModel, features: pa.Table) -> responses.Predictions:
     """The answer for ``features``; NaN, infinities and unpredictable values refused as by /predictions."""
     try:
         if not isinstance(model, TrainedClassifier):
-            return {"predictions": predict_columns(model, features)["prediction"].to_pylist()}
+            return responses.Predictions(predictions=predict_columns(model, features)["prediction"].to_pylist())
         check_feature_values(model, features)
     except PredictionError as exc:
         raise InvalidInput(exc.code, str(exc), exc.details) from None
     if isinstance(model, TrainedClassifier):
         probabilities = model.predict_proba(features)
         names = [model.classes_[i] for i in probabilities.argmax(axis=1)]
-        return {"predictions": names, "probabilities": probabilities.tolist(), "classes": list(model.classes_)}
-    return {"predictions": model.predict(features).tolist()}
+        return responses.Predictions(
+            predictions=names, probabilities=probabilities.tolist(), classes=list(model.classes_)
+        )
+    return responses.Predictions(predictions=model.predict(features).tolist())

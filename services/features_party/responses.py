@@ -2,8 +2,10 @@
 
 As on the labels party (labels_party/responses.py): every JSON route (features_party.routes)
 declares its model as ``response_model``, so FastAPI validates and serializes every answer
-through it; the models forbid unknown fields, so a body that drifts from its contract fails
-the request and every test that makes it (README "REST API", naming).
+through it. The domain modules build and return these models (an answer stored for an
+Idempotency-Key replay is kept as its model's dump); the models forbid unknown fields, so a
+body that drifts from its contract fails the request and every test that makes it (README
+"REST API", naming).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ read shows it in the same envelope as an HTTP error (:func:`error_body`).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from labeldp.errors import LabelDPError
+from labeldp.service.openapi import ErrorBody
 
 
 def safe_error(exc: Exception) -> tuple[str, str]:
@@ -32,10 +32,10 @@ def stored_error(code: str, message: str) -> str:
     return json.dumps({"code": code, "message": message})
 
 
-def error_body(stored: str | None) -> dict[str, Any] | None:
+def error_body(stored: str | None) -> ErrorBody | None:
     """A failed training's ``error``: the same envelope as every HTTP error (README, "REST API"),
     so a client branches on ``code`` whether a request or a training failed."""
     if stored is None:
         return None
     record = json.loads(stored)
-    return {"code": record["code"], "message": record["message"], "details": []}
+    return ErrorBody(code=record["code"], message=record["message"], details=[])

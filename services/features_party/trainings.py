@@ -21,7 +21,7 @@ import pyarrow as pa
 from sqlalchemy import CursorResult, and_, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, store
+from features_party import feature_tables, inbox, responses, store
 from features_party.progress import ProgressBoard, describe_progress, stored_progress
 from features_party.store import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, SUCCEEDED, TRAINING_STATUSES
 from features_party.training_errors import error_body
@@ -194,38 +194,28 @@ def get_training(session: Session, training_id: str) -> store.Training:
     return row
 
 
-def describe_training(row: store.Training) -> dict[str, Any]:
-    return {
-        "id": row.training_id,
-        "status": row.status,
-        "release_id": row.release_id,
-        "feature_table": row.feature_table,
-        "progress": {
-            "epoch": row.epoch,
-            "epochs": row.epochs,
-            "fraction": row.epoch / row.epochs if row.epochs else 0.0,
-        },
-        "history": row.history or [],
-        "model_id": row.model_id,
-        "device": row.device,
-        "attempt": row.attempt or 0,
-        "error": error_body(row.error),
-        "created_at": iso(row.created_at),
-        "started_at": iso(row.started_at),
-        "finished_at": iso(row.finished_at),
-    }
-
-
-def training_status(session: Session, row: store.Training, board: ProgressBoard | None) -> dict[str, Any]:
+def training_status(session: Session, row: store.Training, board: ProgressBoard | None) -> responses.Training:
     """``GET /v1/trainings/{id}``: the stored training with batch-level progress, elapsed time and
     ETA while this process runs it, and its place in the queue while it waits."""
-    body = describe_training(row)
     live = None
     if row.status in (RUNNING, CANCELLING):  # this process's own board, else what the worker wrote
         live = (board.get(row.training_id) if board is not None else None) or stored_progress(row.live)
-    body["progress"] = describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)
-    body["queue_position"] = queue_position(session, row)
-    return body
+    return responses.Training(
+        id=row.training_id,
+        status=row.status,
+        release_id=row.release_id,
+        feature_table=row.feature_table,
+        progress=responses.Progress(**describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)),
+        queue_position=queue_position(session, row),
+        history=row.history or [],
+        model_id=row.model_id,
+        device=row.device,
+        attempt=row.attempt or 0,
+        error=error_body(row.error),
+        created_at=iso(row.created_at),
+        started_at=iso(row.started_at),
+        finished_at=iso(row.finished_at),
+    )
 
 
 def queue_position(session: Session, row: store.Training) -> int | None:
@@ -251,7 +241,8 @@ def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoa
     """One poll of a training's event stream: its status without the epoch history (the last
     entry is ``last_epoch``); it changes with the status, the batch and the queue position."""
     with session_factory() as session:
-        body = training_status(session, get_training(session, training_id), board)
+        # As set: the event carries the error envelope without the HTTP-only ``request_id``.
+        body = training_status(session, get_training(session, training_id), board).model_dump(exclude_unset=True)
     history = body.pop("history")
     body["last_epoch"] = history[-1] if history else None
     progress = body["progress"]
@@ -259,9 +250,9 @@ def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoa
     return Snapshot(body, body["status"] in TERMINAL, key)
 
 
-def training_history(session: Session, training_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
+def training_history(session: Session, training_id: str, limit: int, cursor: str | None) -> responses.HistoryPage:
     """A page of a training's per-epoch history, first epoch first (the history only grows at its end)."""
-    return list_page(list(get_training(session, training_id).history or []), limit, cursor)
+    return responses.HistoryPage(**list_page(list(get_training(session, training_id).history or []), limit, cursor))
 
 
 def list_trainings(
@@ -271,7 +262,7 @@ def list_trainings(
     status: str | None = None,
     release_id: str | None = None,
     board: ProgressBoard | None = None,
-) -> dict[str, Any]:
+) -> responses.TrainingPage:
     """A page of trainings, oldest first (``status``/``release_id`` filter), each as
     ``GET /v1/trainings/{id}`` shows it (the contract's ``Training``)."""
     if status is not None and status not in STATUSES:
@@ -281,15 +272,15 @@ def list_trainings(
         stmt = stmt.where(store.Training.status == status)
     if release_id is not None:
         stmt = stmt.where(store.Training.release_id == release_id)
-    return keyset_page(
+    return responses.TrainingPage(**keyset_page(
         session, stmt, store.Training.created_at, store.Training.training_id, limit, cursor,
         lambda row: training_status(session, row, board),
-    )
+    ))
 
 
 def cancel_training(
     session_factory: sessionmaker[Session], board: ProgressBoard, training_id: str
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, responses.Training]:
     """Cancel a training: a queued one at once (200, ``cancelled``), a running one at its next
     batch boundary (202, ``cancelling``); one already over is a 409 ``training_finished``.
 

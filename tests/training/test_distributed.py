@@ -147,7 +147,7 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
             assert row.epoch == 4 and len(row.history) == 4
             model_row = s.get(store.Model, row.model_id)
             loaded = models.load_model(tmp_path / model_row.path)
-            cards[name] = models.model_card(model_row, row, loaded)
+            cards[name] = models.model_card(model_row, row, loaded).model_dump()
     assert cards["memory"]["runtime"]["workers"] == 1 and cards["torchrun"]["runtime"]["workers"] == 2
     assert cards["torchrun"]["runtime"]["device"] == "cpu" and cards["torchrun"]["runtime"]["precision"] == "fp32"
     assert cards["torchrun"]["learning"]["selected_epoch"] is not None

@@ -93,7 +93,7 @@ def test_a_bad_replacement_or_one_in_use_leaves_the_table_and_store_as_they_were
             s.get(store.Training, f"trn_{status}").status = store.CANCELLED  # type: ignore[union-attr]
     assert objects.list("tables") == before  # the refused replacements' objects were removed
     with sessions() as s:
-        assert feature_tables.describe(feature_tables.get_feature_table(s, "visits")) == first
+        assert feature_tables.describe(feature_tables.get_feature_table(s, "visits")).model_dump() == first
     with pytest.raises(NotFound) as unknown:
         feature_tables.replace_feature_table(sessions, objects, tmp_path / "scratch", "nope", source)
     assert unknown.value.code == "feature_table_not_found" and objects.list("tables") == before
@@ -107,7 +107,8 @@ def test_a_delete_removes_row_and_object_and_a_training_checked_meanwhile_is_ref
     first = feature_tables.create_feature_table(sessions, objects, tmp_path / "scratch", "visits", source).body
     with sessions() as s:
         checked = feature_tables.get_feature_table(s, "visits")  # a training checked its join against this
-    assert feature_tables.delete_feature_table(sessions, objects, "visits") == {"id": first["id"], "deleted": True}
+    deleted = feature_tables.delete_feature_table(sessions, objects, "visits")
+    assert deleted.model_dump() == {"id": first["id"], "deleted": True}
     assert objects.list("tables") == []
     with sessions() as s, pytest.raises(InvalidInput) as gone:
         trainings._check_table_unchanged(s, checked)

@@ -174,7 +174,7 @@ def test_a_running_training_stops_at_the_next_batch_and_leaves_no_model(sessions
             seen.append((epoch, step))
             if (epoch, step) == (2, 2):
                 status, body = trainings.cancel_training(sessions, self, training_id)  # as the API does
-                assert status == 202 and body["status"] == "cancelling"
+                assert status == 202 and body.status == "cancelling"
 
     _queue(sessions, "t1")
     statuses: list[str] = []
@@ -212,7 +212,7 @@ def test_a_cancel_after_the_last_batch_still_wins_over_success(sessions, tmp_pat
 def test_a_queued_training_is_cancelled_at_once_and_never_runs(sessions, tmp_path: Path) -> None:
     _queue(sessions, "t1")
     status, body = trainings.cancel_training(sessions, ProgressBoard(), "t1")
-    assert status == 200 and body["status"] == "cancelled" and body["queue_position"] is None
+    assert status == 200 and body.status == "cancelled" and body.queue_position is None
     statuses: list[str] = []
     training_run.run_training(_ctx(sessions, tmp_path, ProgressBoard(), statuses), "t1")
     row = _row(sessions, "t1")
@@ -261,7 +261,7 @@ def test_queue_positions_follow_creation_order(sessions) -> None:
 
     def positions() -> list[int | None]:
         with sessions() as s:
-            return [trainings.training_status(s, s.get(store.Training, t), ProgressBoard())["queue_position"]
+            return [trainings.training_status(s, s.get(store.Training, t), ProgressBoard()).queue_position
                     for t in ("running", "a", "b", "c")]
 
     assert positions() == [None, 1, 2, 3]
@@ -279,23 +279,23 @@ def test_status_shows_live_batches_elapsed_and_eta_while_running(sessions) -> No
     board._live["t1"].first_batch_at -= 8.0
     board.batch("t1", 2, 1, 4)  # epoch 2 running, 5 of 20 batches done
     with sessions() as s:
-        progress = trainings.training_status(s, s.get(store.Training, "t1"), board)["progress"]
-    assert (progress["epoch"], progress["batch"], progress["batches"]) == (1, 1, 4)
-    assert progress["fraction"] == pytest.approx(5 / 20)
-    assert 29 <= progress["elapsed_seconds"] <= 60
-    assert progress["eta_seconds"] == pytest.approx(2.0 * 15, rel=0.1)  # 2 s a batch, 15 to go
+        progress = trainings.training_status(s, s.get(store.Training, "t1"), board).progress
+    assert (progress.epoch, progress.batch, progress.batches) == (1, 1, 4)
+    assert progress.fraction == pytest.approx(5 / 20)
+    assert progress.elapsed_seconds is not None and 29 <= progress.elapsed_seconds <= 60
+    assert progress.eta_seconds == pytest.approx(2.0 * 15, rel=0.1)  # 2 s a batch, 15 to go
 
 
 # --------------------------------------------------------------------------- lists
 
 
-def _page_through(list_page, limit: int) -> list[dict]:  # type: ignore[no-untyped-def]
+def _page_through(list_page, limit: int) -> list:  # type: ignore[no-untyped-def]
     items, cursor = [], None
     while True:
         page = list_page(limit, cursor)
-        assert len(page["items"]) <= limit
-        items += page["items"]
-        cursor = page["next_cursor"]
+        assert len(page.items) <= limit
+        items += page.items
+        cursor = page.next_cursor
         if cursor is None:
             return items
 
@@ -310,10 +310,10 @@ def test_trainings_list_in_creation_order_with_filters(sessions) -> None:
         everything = _page_through(lambda limit, cursor: trainings.list_trainings(s, limit, cursor), 2)
         expected = [r.training_id for r in s.scalars(select(store.Training).order_by(store.Training.created_at,
                                                                                      store.Training.training_id))]
-        assert [t["id"] for t in everything] == expected
-        assert everything[0]["progress"]["elapsed_seconds"] is None and everything[0]["queue_position"] == 1
-        assert [t["id"] for t in trainings.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
-        assert trainings.list_trainings(s, 10, None, release_id="other")["items"] == []
+        assert [t.id for t in everything] == expected
+        assert everything[0].progress.elapsed_seconds is None and everything[0].queue_position == 1
+        assert [t.id for t in trainings.list_trainings(s, 10, None, status="cancelled").items] == ["t1"]
+        assert trainings.list_trainings(s, 10, None, release_id="other").items == []
         for bad in (lambda: trainings.list_trainings(s, 10, None, status="done"),
                     lambda: trainings.list_trainings(s, 10, "garbage"),
                     lambda: trainings.list_trainings(s, 0, None)):
@@ -342,13 +342,13 @@ def test_feature_tables_releases_and_models_page_through_once(sessions) -> None:
                 architecture="mlp", path=f"models/{k}.pt", created_at=T0 + timedelta(seconds=k)))
     with sessions() as s:
         tables = _page_through(lambda limit, cursor: feature_tables.list_feature_tables(s, limit, cursor), 3)
-        assert [t["name"] for t in tables] == ["f0", "f1", "f2", "f3", "t"]  # "t" was created now, after T0
+        assert [t.name for t in tables] == ["f0", "f1", "f2", "f3", "t"]  # "t" was created now, after T0
         releases = _page_through(lambda limit, cursor: inbox.list_releases(s, limit, cursor), 2)
-        assert [r["id"] for r in releases] == ["rel_0", "rel_1", "rel_2", "rel"]
-        assert inbox.list_releases(s, 10, None, label_set_id="nobody")["items"] == []
+        assert [r.id for r in releases] == ["rel_0", "rel_1", "rel_2", "rel"]
+        assert inbox.list_releases(s, 10, None, label_set_id="nobody").items == []
         cards = _page_through(lambda limit, cursor: models.list_models(s, limit, cursor), 2)
-        assert [c["id"] for c in cards] == ["m0", "m1", "m2"]
-        assert cards[0]["training_id"] == "tm0" and cards[0]["epsilon"] == 1e-6
+        assert [c.id for c in cards] == ["m0", "m1", "m2"]
+        assert cards[0].training_id == "tm0" and cards[0].epsilon == 1e-6
 
 
 def test_the_queue_gauge_counts_the_catalogue_at_each_scrape(sessions) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.unit.test_training_control import CONFIG, _data, _row
 from tests.unit.test_training_control import sessions as sessions
 
-from features_party import checkpoints, leases, store, training_errors, training_run, trainings, worker
+from features_party import checkpoints, leases, responses, store, training_errors, training_run, trainings, worker
 from features_party.progress import ProgressBoard
 from features_party.training_context import JobContext
 from labeldp.learning.classifier import fit_classifier
@@ -90,7 +90,7 @@ def test_an_expired_lease_is_requeued_or_failed_a_live_one_is_left_alone(catalog
     dead = _row(catalogue, "dead")
     assert (dead.status, dead.owner, dead.lease_expires_at, dead.attempt) == ("queued", None, None, 1)
     hopeless = _row(catalogue, "hopeless")
-    assert hopeless.status == "failed" and training_errors.error_body(hopeless.error)["code"] == "worker_lost"
+    assert hopeless.status == "failed" and training_errors.error_body(hopeless.error).code == "worker_lost"
     assert _row(catalogue, "stopping").status == "cancelled"
     # the next claim is the second attempt
     assert leases.claim(catalogue, "w2", 30.0, training_id="dead") == "dead"
@@ -126,11 +126,11 @@ def test_a_cancel_from_another_process_is_seen_between_batches(sessions, tmp_pat
             seen.append((epoch, step))
             if (epoch, step) == (2, 1):
                 status, body = trainings.cancel_training(sessions, ProgressBoard(), training_id)  # API B's board
-                assert status == 202 and body["status"] == "cancelling"
+                assert status == 202 and body.status == "cancelling"
 
     _add(sessions, "t1")
     ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1,
-                          board=OtherProcessCancels(), progress_seconds=0.0)
+                     board=OtherProcessCancels(), progress_seconds=0.0)
     training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.model_id is None and row.epoch == 1
@@ -140,7 +140,7 @@ def test_a_cancel_from_another_process_is_seen_between_batches(sessions, tmp_pat
 
 def test_progress_written_by_a_worker_shows_in_another_process(sessions, tmp_path: Path) -> None:
     """The API that did not run the training reads batch progress and an ETA from the row."""
-    snapshots: list[dict] = []
+    snapshots: list[responses.Training] = []
 
     class Observer(ProgressBoard):
         def batch(self, training_id: str, epoch: int, step: int, steps: int) -> None:
@@ -152,15 +152,15 @@ def test_progress_written_by_a_worker_shows_in_another_process(sessions, tmp_pat
 
     _add(sessions, "t1")
     ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=Observer(),
-                          progress_seconds=0.0)
+                     progress_seconds=0.0)
     training_run.run_training(ctx, "t1")
     (body,) = snapshots
-    progress = body["progress"]
+    progress = body.progress
     # written at batch 2 of epoch 2 (batch 3's write comes after the board call): 5 batches an epoch
-    assert (body["status"], progress["epoch"], progress["batch"], progress["batches"]) == ("running", 1, 2, 5)
-    assert progress["fraction"] == pytest.approx(7 / 25)
-    assert progress["eta_seconds"] is not None and progress["eta_seconds"] > 0
-    assert body["attempt"] == 1
+    assert (body.status, progress.epoch, progress.batch, progress.batches) == ("running", 1, 2, 5)
+    assert progress.fraction == pytest.approx(7 / 25)
+    assert progress.eta_seconds is not None and progress.eta_seconds > 0
+    assert body.attempt == 1
     assert _row(sessions, "t1").live is None  # cleared once over
 
 
@@ -259,7 +259,7 @@ def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(sessions, tmp_pat
 
     _add(sessions, "t1")
     ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=TakenOver(),
-                          progress_seconds=0.0)
+                     progress_seconds=0.0)
     training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
     assert (row.status, row.owner, row.attempt, row.error, row.model_id) == ("running", "other:2:cd", 2, None, None)
@@ -273,7 +273,7 @@ def test_a_claimed_training_that_cannot_start_fails_instead_of_staying_held(sess
     ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
     training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
-    assert row.status == "failed" and training_errors.error_body(row.error)["code"] == "training_failed"
+    assert row.status == "failed" and training_errors.error_body(row.error).code == "training_failed"
     assert row.lease_expires_at is None and statuses == ["failed"]
 
 

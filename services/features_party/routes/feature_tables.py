@@ -168,7 +168,7 @@ async def _upload(
         **errors(401, 404, 409, 422, 503, e404="feature_table_not_found", e409="feature_table_in_use"),
     },
 )
-def delete_feature_table(name: str, ctx: Context) -> dict[str, Any]:
+def delete_feature_table(name: str, ctx: Context) -> responses.Deleted:
     return feature_tables.delete_feature_table(ctx.sessions, ctx.store, name)
 
 
@@ -182,7 +182,7 @@ def delete_feature_table(name: str, ctx: Context) -> dict[str, Any]:
         **errors(401, 404, 422, 503, e404="feature_table_not_found"),
     },
 )
-def get_feature_table(name: str, ctx: Context) -> dict[str, Any]:
+def get_feature_table(name: str, ctx: Context) -> responses.FeatureTable:
     with ctx.sessions() as session:
         return feature_tables.describe(feature_tables.get_feature_table(session, name))
 
@@ -197,6 +197,8 @@ def get_feature_table(name: str, ctx: Context) -> dict[str, Any]:
         **errors(401, 422, 503, e422="invalid_cursor"),
     },
 )
-def list_feature_tables(ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
+def list_feature_tables(
+    ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> responses.FeatureTablePage:
     with ctx.sessions() as session:
         return feature_tables.list_feature_tables(session, limit, cursor)

@@ -5,7 +5,6 @@ publisher's API key: a shard is taken only if its digest is one the signed manif
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
@@ -59,7 +58,7 @@ ReleaseId = Path(max_length=256, description="the manifest's release id")
         "`X-Labeldp-Signature`",
     ),
 )
-async def receive_manifest(request: Request, ctx: Context, response: Response) -> dict[str, Any]:
+async def receive_manifest(request: Request, ctx: Context, response: Response) -> responses.InboxReceipt:
     raw = await request.body()  # at most inbox_max_manifest_bytes (1 MiB): the size limit holds it
     try:
         answer = await run_in_threadpool(
@@ -95,7 +94,7 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
 )
 async def receive_shard(
     request: Request, ctx: Context, release_id: str = ReleaseId, index: int = Path(ge=0, le=10**7)
-) -> dict[str, Any]:
+) -> responses.ShardReceipt:
     # A bounded number of shards at once, each on disk, one in memory while its rows are checked.
     if ctx.inbox_slots.locked():
         ctx.inbox_messages.labels(result="inbox_busy").inc()
@@ -113,7 +112,7 @@ async def receive_shard(
         finally:
             body.discard()
     ctx.inbox_messages.labels(result="shard_" + status).inc()
-    return {"id": release_id, "index": index, "status": status}
+    return responses.ShardReceipt(id=release_id, index=index, status=status)
 
 
 @router.post(
@@ -128,7 +127,7 @@ async def receive_shard(
                  e409="shards_missing"),
     },
 )
-def complete_release(ctx: Context, release_id: str = ReleaseId) -> dict[str, Any]:
+def complete_release(ctx: Context, release_id: str = ReleaseId) -> responses.InboxReceipt:
     answer = inbox.complete_release(ctx.sessions, release_id)
     ctx.inbox_messages.labels(result="complete").inc()
     ctx.announce(answer.event)

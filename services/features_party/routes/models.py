@@ -32,7 +32,7 @@ router = APIRouter(prefix="/v1", tags=["models"])
         **errors(401, 404, 422, 503, e404="model_not_found"),
     },
 )
-def get_model(model_id: str, ctx: Context) -> dict[str, Any]:
+def get_model(model_id: str, ctx: Context) -> responses.ModelCard:
     with ctx.sessions() as session:
         row = models.get_model(session, model_id)
         training = session.get(store.Training, row.training_id)
@@ -58,7 +58,7 @@ def list_models(
     release_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
-) -> dict[str, Any]:
+) -> responses.ModelPage:
     with ctx.sessions() as session:
         return models.list_models(session, limit, cursor, release_id)
 
@@ -75,7 +75,7 @@ def list_models(
     },
     openapi_extra=json_example({"ids": ["u001", "u002"]}),
 )
-def predict(model_id: str, body: models.PredictRequest, ctx: Context) -> dict[str, Any]:
+def predict(model_id: str, body: models.PredictRequest, ctx: Context) -> responses.Predictions:
     return models.predict(ctx.sessions, ctx.store, ctx.model_cache, model_id, body)
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
@@ -35,7 +35,7 @@ router = APIRouter(prefix="/v1", tags=["releases"])
         **errors(401, 404, 422, 503, e404="release_not_found"),
     },
 )
-def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
+def get_release(release_id: str, ctx: Context) -> responses.ReceivedRelease:
     with ctx.sessions() as session:
         return inbox.describe_release(inbox.get_release(session, release_id))
 
@@ -147,6 +147,6 @@ def list_releases(
     label_set_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
-) -> dict[str, Any]:
+) -> responses.ReceivedReleasePage:
     with ctx.sessions() as session:
         return inbox.list_releases(session, limit, cursor, label_set_id)

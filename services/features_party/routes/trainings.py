@@ -73,7 +73,7 @@ def start_training(
         **errors(401, 404, 422, 503, e404="training_not_found"),
     },
 )
-def get_training(training_id: str, ctx: Context) -> dict[str, Any]:
+def get_training(training_id: str, ctx: Context) -> responses.Training:
     with ctx.sessions() as session:
         return trainings.training_status(session, trainings.get_training(session, training_id), ctx.runner.board)
 
@@ -91,7 +91,7 @@ def get_training(training_id: str, ctx: Context) -> dict[str, Any]:
 )
 def training_history(
     training_id: str, ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
-) -> dict[str, Any]:
+) -> responses.HistoryPage:
     with ctx.sessions() as session:
         return trainings.training_history(session, training_id, limit, cursor)
 
@@ -112,7 +112,7 @@ def list_trainings(
     release_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
-) -> dict[str, Any]:
+) -> responses.TrainingPage:
     with ctx.sessions() as session:
         return trainings.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board)
 
@@ -129,7 +129,7 @@ def list_trainings(
         **errors(401, 404, 409, 422, 503, e404="training_not_found", e409="training_finished"),
     },
 )
-def cancel_training(training_id: str, ctx: Context, response: Response) -> dict[str, Any]:
+def cancel_training(training_id: str, ctx: Context, response: Response) -> responses.Training:
     status_code, body = trainings.cancel_training(ctx.sessions, ctx.runner.board, training_id)
     if status_code == 200:  # cancelled while queued: the worker, which counts the others, never saw it
         ctx.trainings.labels(status=store.CANCELLED).inc()

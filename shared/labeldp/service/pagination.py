@@ -59,9 +59,10 @@ def keyset_page(
     id_col: Any,
     limit: int,
     cursor: str | None,
-    describe: Callable[[Any], dict[str, Any]],
+    describe: Callable[[Any], Any],
 ) -> dict[str, Any]:
-    """One page of ``stmt``'s rows in (created, id) order, as ``{"items", "next_cursor"}``.
+    """One page of ``stmt``'s rows in (created, id) order, as ``{"items", "next_cursor"}``, each item as
+    ``describe`` shows its row (a dict, or the route's response model).
 
     The one keyset walk of every list endpoint: nothing is skipped or repeated while new
     items arrive, since a cursor names the last item's (created, id) and not an offset.
