@@ -27,6 +27,7 @@ from labeldp.service.pagination import keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
+from . import responses
 from .context import LabelsContext
 from .store import AuditEventRow, LabelSetRow, PrivacyDomainRow
 
@@ -123,24 +124,24 @@ def record_signing_key(sessions: sessionmaker[Session], kid: str) -> bool:
     return True
 
 
-def describe(row: AuditEventRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "action": row.action,
-        "privacy_domain_id": row.privacy_domain_id,
-        "privacy_domain": row.privacy_domain,
-        "key_id": row.key_id,
-        "scope": row.scope,
-        "subject_id": row.subject_id,
-        "details": json.loads(row.details_json),
-        "created_at": iso(row.created_at),
-    }
+def describe(row: AuditEventRow) -> responses.AuditEvent:
+    return responses.AuditEvent(
+        id=row.id,
+        action=row.action,
+        privacy_domain_id=row.privacy_domain_id,
+        privacy_domain=row.privacy_domain,
+        key_id=row.key_id,
+        scope=row.scope,
+        subject_id=row.subject_id,
+        details=json.loads(row.details_json),
+        created_at=iso(row.created_at),
+    )
 
 
 def list_events(
     ctx: LabelsContext, limit: int, cursor: str | None, domain: str | None, subject_id: str | None = None,
     action: str | None = None,
-) -> dict[str, Any]:
+) -> responses.AuditEventPage:
     stmt = select(AuditEventRow)
     if domain is not None:
         stmt = stmt.where(AuditEventRow.privacy_domain == domain)
@@ -149,4 +150,6 @@ def list_events(
     if action is not None:
         stmt = stmt.where(AuditEventRow.action == action)
     with ctx.sessions() as s:
-        return keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe)
+        return responses.AuditEventPage(
+            **keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe)
+        )

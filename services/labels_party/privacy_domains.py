@@ -33,7 +33,7 @@ from labeldp.service.pagination import keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
-from . import audit, ledger
+from . import audit, ledger, responses
 from .context import LabelsContext
 from .store import PrivacyDomainRow
 
@@ -102,7 +102,8 @@ def create_privacy_domain(
                 s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name, subject_id=row.id,
                 details=_audit_details(row),
             )
-            out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/privacy-domains/{body.name}"})
+            location = {"Location": f"/v1/privacy-domains/{body.name}"}
+            out = StoredResponse(201, describe(ctx, s, row).model_dump(), location)
             if claim is not None:
                 claim.complete(s, out)
     except IntegrityError as exc:
@@ -153,26 +154,26 @@ def find_domain(s: Session, name: str) -> PrivacyDomainRow:
     return row
 
 
-def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> dict[str, Any]:
+def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> responses.PrivacyDomain:
     most, exhausted = ledger.summary(s, row)  # catalogue facts: no ledger object is read
-    return {
-        "id": row.id,
-        "name": row.name,
-        "id_source": row.id_source,
-        "budget_per_id": {
-            "epsilon": from_micro(row.epsilon_budget_micro),
-            "epsilon_micro": row.epsilon_budget_micro,
-            "delta": from_delta_units(row.delta_budget_units),
-        },
-        "ids": row.n_ids,
-        "max_spent_epsilon": from_micro(most),
-        "ids_exhausted": exhausted,
-        "ledger_version": row.spent_version,
-        "created_at": iso(row.created_at),
-    }
+    return responses.PrivacyDomain(
+        id=row.id,
+        name=row.name,
+        id_source=row.id_source,
+        budget_per_id=responses.BudgetPerId(
+            epsilon=from_micro(row.epsilon_budget_micro),
+            epsilon_micro=row.epsilon_budget_micro,
+            delta=from_delta_units(row.delta_budget_units),
+        ),
+        ids=row.n_ids,
+        max_spent_epsilon=from_micro(most),
+        ids_exhausted=exhausted,
+        ledger_version=row.spent_version,
+        created_at=iso(row.created_at),
+    )
 
 
-def get_privacy_domain(ctx: LabelsContext, name: str) -> dict[str, Any]:
+def get_privacy_domain(ctx: LabelsContext, name: str) -> responses.PrivacyDomain:
     with ctx.sessions() as s:
         domain_id = find_domain(s, name).id
     ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
@@ -180,7 +181,7 @@ def get_privacy_domain(ctx: LabelsContext, name: str) -> dict[str, Any]:
         return describe(ctx, s, find_domain(s, name))
 
 
-def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[str, Any]:
+def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> responses.PrivacyDomainPage:
     """A page of privacy domains, oldest first, each as :func:`get_privacy_domain` describes it
     (catalogue facts: no ledger object is read once a domain is bucketed)."""
     with ctx.sessions() as s:
@@ -192,11 +193,11 @@ def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> 
         ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
     with ctx.sessions() as s:
         rows = {r.id: r for r in s.scalars(select(PrivacyDomainRow).where(PrivacyDomainRow.id.in_(page["items"])))}
-        page["items"] = [describe(ctx, s, rows[domain_id]) for domain_id in page["items"]]
-    return page
+        items = [describe(ctx, s, rows[domain_id]) for domain_id in page["items"]]
+    return responses.PrivacyDomainPage(items=items, next_cursor=page["next_cursor"])
 
 
-def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> dict[str, Any]:
+def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> responses.SpentHistogram:
     """The domain's ids by spent ε (:func:`ledger.spent_histogram`: bounded, read-only)."""
     with ctx.sessions() as s:
         domain_id = find_domain(s, name).id
@@ -206,15 +207,17 @@ def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> dict[str, Any]:
         hist = ledger.spent_histogram(ctx, s, row, bins)
         _, exhausted = ledger.summary(s, row)
     budget = row.epsilon_budget_micro
-    return {
-        "privacy_domain": row.name,
-        "epsilon_per_id": from_micro(budget),
-        "bins": [
-            {"low": from_micro(budget * i // bins), "high": from_micro(budget * (i + 1) // bins), "ids": int(n)}
+    return responses.SpentHistogram(
+        privacy_domain=row.name,
+        epsilon_per_id=from_micro(budget),
+        bins=[
+            responses.SpentBin(
+                low=from_micro(budget * i // bins), high=from_micro(budget * (i + 1) // bins), ids=int(n)
+            )
             for i, n in enumerate(hist.counts)
         ],
-        "ids": row.n_ids,
-        "ids_read": hist.ids_read,
-        "sampled": hist.buckets_read < hist.buckets_with_ids,
-        "ids_exhausted": exhausted,
-    }
+        ids=row.n_ids,
+        ids_read=hist.ids_read,
+        sampled=hist.buckets_read < hist.buckets_with_ids,
+        ids_exhausted=exhausted,
+    )

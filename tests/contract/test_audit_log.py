@@ -131,7 +131,7 @@ def test_the_outbox_logs_the_signing_key_it_starts_with_once_per_kid(tmp_path: P
     engine = open_database(first.labels_database_url, "labels_party.migrations", first)
     try:
         page = audit.list_events(_Ctx(make_session_factory(engine)), 50, None, None,  # type: ignore[arg-type]
-                                 action="signing_key.in_use")
+                                 action="signing_key.in_use").model_dump()
     finally:
         engine.dispose()
     kids = [key_id(public_key_of(s.signing_key)) for s in (first, second)]

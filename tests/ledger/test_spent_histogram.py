@@ -22,10 +22,10 @@ def test_bins_count_ids_by_spent_epsilon(database_url: str, tmp_path: Path) -> N
     release(ctx, labeled_set(ctx, tmp_path, "h", ids[:10]), 3)  # u0..u9: 4 ε, exhausted
     labeled_set(ctx, tmp_path, "h", ids)  # u40..u59 registered, nothing spent
     hist = spent_histogram(ctx, "h", 4)
-    assert [(b["low"], b["high"], b["ids"]) for b in hist["bins"]] == [
+    assert [(b.low, b.high, b.ids) for b in hist.bins] == [
         (0.0, 1.0, 20), (1.0, 2.0, 30), (2.0, 3.0, 0), (3.0, 4.0, 10)
     ]
-    assert (hist["ids"], hist["ids_read"], hist["sampled"], hist["ids_exhausted"]) == (60, 60, False, 10)
+    assert (hist.ids, hist.ids_read, hist.sampled, hist.ids_exhausted) == (60, 60, False, 10)
     assert sum(spent_per_id(ctx, "h").values()) == 40 * 1_000_000 + 10 * 3_000_000
 
     # Bounded: at most max_ids ids from whole buckets (at least one), a sample of the domain.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -37,5 +37,5 @@ def list_audit_events(
     subject_id: str | None = Query(None, max_length=40, description="only the events about this label set, "
                                    "release or signing key id"),
     action: Annotated[audit.Action | None, Query(description="only the events of this action")] = None,
-) -> dict[str, Any]:
+) -> responses.AuditEventPage:
     return audit.list_events(ctx, limit, cursor, privacy_domain, subject_id, action)

@@ -66,7 +66,7 @@ def list_privacy_domains(
     ctx: Context,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
-) -> dict[str, Any]:
+) -> responses.PrivacyDomainPage:
     return privacy_domains.list_privacy_domains(ctx, limit, cursor)
 
 
@@ -80,7 +80,7 @@ def list_privacy_domains(
         **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),
     },
 )
-def get_privacy_domain(name: str, ctx: Context) -> dict[str, Any]:
+def get_privacy_domain(name: str, ctx: Context) -> responses.PrivacyDomain:
     return privacy_domains.get_privacy_domain(ctx, name)
 
 
@@ -99,5 +99,5 @@ def get_privacy_domain(name: str, ctx: Context) -> dict[str, Any]:
 )
 def get_spent_histogram(
     name: str, ctx: Context, bins: int = Query(10, ge=1, le=50, description="how many equal bins")
-) -> dict[str, Any]:
+) -> responses.SpentHistogram:
     return privacy_domains.spent_histogram(ctx, name, bins)
