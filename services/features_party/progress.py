@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from features_party import store
+from features_party import responses, store
 from labeldp.service.timestamps import as_utc
 
 
@@ -147,28 +147,29 @@ def stored_progress(record: dict[str, Any] | None) -> LiveProgress | None:
 
 def describe_progress(
     row: store.Training, live: LiveProgress | None, now: datetime, *, succeeded: bool
-) -> dict[str, Any]:
+) -> responses.Progress:
     """The ``progress`` body of a training: epochs from the database, batches and ETA from ``live``
     (only while this process runs it); elapsed wall time from the stored start and finish."""
     started, finished = as_utc(row.started_at), as_utc(row.finished_at)
     elapsed = None
     if started is not None:
         elapsed = max(0.0, ((finished or now) - started).total_seconds())
-    body: dict[str, Any] = {
-        "epoch": row.epoch,
-        "epochs": row.epochs,
-        "batch": None,
-        "batches": None,
-        "fraction": 1.0 if succeeded else (row.epoch / row.epochs if row.epochs else 0.0),
-        "elapsed_seconds": elapsed,
-        "eta_seconds": 0.0 if succeeded else None,
-    }
     if live is not None and not succeeded:
-        body.update(
+        return responses.Progress(
             epoch=max(row.epoch, live.epoch),
+            epochs=row.epochs,
             batch=live.batch,
             batches=live.batches,
             fraction=live.fraction(),
+            elapsed_seconds=elapsed,
             eta_seconds=live.eta_seconds(time.monotonic()),
         )
-    return body
+    return responses.Progress(
+        epoch=row.epoch,
+        epochs=row.epochs,
+        batch=None,
+        batches=None,
+        fraction=1.0 if succeeded else (row.epoch / row.epochs if row.epochs else 0.0),
+        elapsed_seconds=elapsed,
+        eta_seconds=0.0 if succeeded else None,
+    )

@@ -205,7 +205,7 @@ def training_status(session: Session, row: store.Training, board: ProgressBoard 
         status=row.status,
         release_id=row.release_id,
         feature_table=row.feature_table,
-        progress=responses.Progress(**describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED)),
+        progress=describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED),
         queue_position=queue_position(session, row),
         history=row.history or [],
         model_id=row.model_id,
