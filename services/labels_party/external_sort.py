@@ -78,7 +78,10 @@ class SortedRuns:
         """Take a chunk of (valid, non-null) ids, with their ``payload`` ``columns`` (arrays of the same
         length) when the runs have one; a full run is sorted and written at once."""
         ids = id_lookup.flat_ids(ids)
-        values = [ids, *(pa.array(columns[f.name], f.type) for f in self.payload)] if self.payload else [ids]
+        values = [ids]
+        if self.payload is not None:
+            assert columns is not None, "runs with a payload take its columns with every chunk"
+            values += [pa.array(columns[f.name], f.type) for f in self.payload]
         table = pa.Table.from_arrays(values, schema=self.schema)
         at = 0
         while at < len(ids):

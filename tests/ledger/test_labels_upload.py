@@ -1,0 +1,177 @@
+"""A labels upload sorted externally and merge-joined with the set's stored id chunks stores and refuses
+exactly what the in-memory check (``parse_label_upload`` + ``row_errors``) does.
+
+The stored id chunks, the sort's runs and its ranges are a few dozen rows here, so a few
+thousand rows span many of each. Shown red by planting bugs (see the commit message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.s3_server import S3Server
+
+from labeldp.errors import LabelDPError
+from labels_party import id_lookup
+from labels_party.columnar import put_array
+from labels_party.context import LabelsContext, label_set_prefix
+from labels_party.label_sets import (
+    current_labels_key,
+    iter_labelled_chunks,
+    labels_prefix,
+    load_label_set,
+    read_ids,
+    read_labels,
+    set_ids,
+)
+from labels_party.store import LabelSetRow
+from labels_party.uploads import LabelRules, parse_label_upload, row_errors, upload_labels
+
+from .test_external_sort import _chunks, _empty_set, _ids
+from .test_ledger import make_ctx, new_domain
+
+SMALL = {"run_rows": 300, "batch_rows": 16}
+
+
+@pytest.fixture(autouse=True)
+def _small_id_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(id_lookup, "ID_CHUNK_ROWS", 97)  # the set's ids stored in chunks of 97
+
+
+def _set(ctx: LabelsContext, ids: list[str]) -> str:
+    label_set_id = _empty_set(ctx, "d")
+    set_ids(ctx, label_set_id, _chunks(ids), None, run_rows=500)
+    return label_set_id
+
+
+def _row(ctx: LabelsContext, label_set_id: str) -> LabelSetRow:
+    with ctx.sessions() as s:
+        row = load_label_set(s, label_set_id)
+        s.expunge(row)
+        return row
+
+
+def _csv(tmp_path: Path, rows: list[tuple[str, str]], name: str = "u.csv") -> Path:
+    path = tmp_path / name
+    path.write_text("id,label\n" + "".join(f"{i},{v}\n" for i, v in rows))
+    return path
+
+
+def _reference(ctx: LabelsContext, label_set_id: str, path: Path) -> tuple[str, object]:
+    """What the in-memory check answers: ("ok", the new labels) or ("error", (message, details))."""
+    row = _row(ctx, label_set_id)
+    upload = parse_label_upload(path, "text/csv", LabelRules("real", 0.0, 10.0))
+    labels = read_labels(ctx, row)
+    positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
+    if n_bad:
+        return "error", (f"{n_bad} of {len(upload.ids)} rows are invalid; nothing was stored", errors)
+    labels[positions] = upload.values
+    return "ok", labels
+
+
+def _streamed(ctx: LabelsContext, label_set_id: str, path: Path, validate_only: bool = False) -> tuple[str, object]:
+    try:
+        upload_labels(ctx, label_set_id, path, "text/csv", validate_only=validate_only, claim=None, **SMALL)
+    except LabelDPError as exc:
+        assert exc.code == "invalid_labels"
+        return "error", (exc.message, exc.details)
+    return "ok", read_labels(ctx, _row(ctx, label_set_id))
+
+
+def _same(a: tuple[str, object], b: tuple[str, object]) -> None:
+    assert a[0] == b[0]
+    if a[0] == "ok":
+        assert np.array_equal(a[1], b[1], equal_nan=True)  # type: ignore[arg-type]
+    else:
+        assert a[1] == b[1]
+
+
+def _no_work_left(ctx: LabelsContext, label_set_id: str) -> None:
+    assert not [k for k in ctx.store.list(label_set_prefix(label_set_id)) if "/upload-" in k]
+
+
+def _multi_chunk_uploads(ctx: LabelsContext, tmp_path: Path) -> str:
+    new_domain(ctx, "d", 5)
+    ids = _ids(3000, seed=7)
+    ls = _set(ctx, ids)
+    row = _row(ctx, ls)
+    assert len(read_ids(ctx, row).column("id").chunks) > 25  # the set's ids span many stored chunks
+    rng = np.random.default_rng(8)
+    values = rng.uniform(0, 10, len(ids))
+    first = [(ids[k], repr(float(values[k]))) for k in rng.permutation(2000)]
+    reference = _reference(ctx, ls, _csv(tmp_path, first))
+    assert reference[0] == "ok"
+    _same(_streamed(ctx, ls, _csv(tmp_path, first)), reference)
+    assert _row(ctx, ls).labeled == 2000 and current_labels_key(_row(ctx, ls)).endswith(".arrow")
+    # every kind of wrong row, more than 100 of them, in random order
+    wrong = [(ids[k], "1") for k in range(1500, 1700)]  # already labelled
+    wrong += [(ids[2500], "2"), (ids[2500], "3"), (ids[10], "4"), (ids[10], "4")]  # duplicates, one also labelled
+    wrong += [("", "1"), ("!below-all", "1"), ("zzzz-after-all", "1"), (ids[2001] + "x", "1")]  # missing, unknown
+    wrong += [(ids[k], v) for k, v in zip(range(2100, 2110), ["nan", "11", "-1", "inf", "x"] * 2)]
+    rest = [(ids[k], repr(float(values[k]))) for k in range(2200, 3000)]
+    second = [(wrong + rest)[k] for k in rng.permutation(len(wrong) + len(rest))]
+    path = _csv(tmp_path, second, "second.csv")
+    reference = _reference(ctx, ls, path)
+    assert reference[0] == "error" and len(reference[1][1]) == 100  # type: ignore[index]
+    before = ctx.store.list(labels_prefix(ls))
+    _same(_streamed(ctx, ls, path), reference)
+    assert ctx.store.list(labels_prefix(ls)) == before  # a refused upload leaves no labels object
+    # the rest, valid: validated only first (nothing written), then stored
+    path = _csv(tmp_path, [rest[k] for k in rng.permutation(len(rest))], "rest.csv")
+    reference = _reference(ctx, ls, path)
+    assert _streamed(ctx, ls, path, validate_only=True)[0] == "ok"
+    assert ctx.store.list(labels_prefix(ls)) == before and _row(ctx, ls).labeled == 2000
+    _same(_streamed(ctx, ls, path), reference)
+    _no_work_left(ctx, ls)
+    chunks = list(iter_labelled_chunks(ctx, _row(ctx, ls)))
+    assert len(chunks) > 25
+    got = {i: v for c_ids, c_labels in chunks for i, v in zip(c_ids.to_pylist(), c_labels.tolist())}
+    want = {ids[k]: float(values[k]) for k in [*range(2000), *range(2200, 3000)]}
+    assert {i: v for i, v in got.items() if not np.isnan(v)} == want
+    return ls
+
+
+def test_a_streamed_labels_upload_stores_and_refuses_what_the_in_memory_check_does(tmp_path: Path) -> None:
+    _multi_chunk_uploads(make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path), tmp_path)
+
+
+def test_the_streamed_labels_upload_is_the_same_on_an_s3_store(s3_server: S3Server, tmp_path: Path) -> None:
+    options = {
+        "storage_url": s3_server.url(), "storage_s3_endpoint": s3_server.endpoint, "storage_s3_region": "us-east-1",
+        "storage_s3_access_key": s3_server.options()["access_key"],
+        "storage_s3_secret_key": s3_server.options()["secret_key"],
+    }
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, **options)
+    ls = _multi_chunk_uploads(ctx, tmp_path)
+    assert not (ctx.data_dir / "label_sets").exists()
+    assert current_labels_key(_row(ctx, ls)) in s3_server.store(options["storage_url"]).list(labels_prefix(ls))
+
+
+def test_labels_stored_as_one_npy_before_are_read_and_replaced_chunk_by_chunk(tmp_path: Path) -> None:
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+    ids = _ids(1000, seed=9)
+    ls = _set(ctx, ids)
+    order = np.argsort(np.array([i.encode() for i in ids], dtype=object))
+    old = np.full(len(ids), np.nan)
+    old[:400] = np.arange(400) % 10  # what an upload before this layout stored: one .npy
+    key = f"{labels_prefix(ls)}/{hashlib.sha256(old.data).hexdigest()}"
+    put_array(ctx.store, key, old)
+    with ctx.sessions.begin() as s:
+        row = load_label_set(s, ls)
+        row.labels_version, row.labels_object, row.labeled = 1, key, 400
+    chunks = list(iter_labelled_chunks(ctx, _row(ctx, ls)))
+    assert len(chunks) > 5 and np.array_equal(np.concatenate([c for _, c in chunks]), old, equal_nan=True)
+    sorted_ids = [ids[k] for k in order]
+    path = _csv(tmp_path, [(sorted_ids[k], "7") for k in range(399, 700)])  # one already labelled
+    reference = _reference(ctx, ls, path)
+    assert reference[0] == "error"
+    _same(_streamed(ctx, ls, path), reference)
+    path = _csv(tmp_path, [(sorted_ids[k], "7") for k in range(400, 700)], "ok.csv")
+    reference = _reference(ctx, ls, path)
+    _same(_streamed(ctx, ls, path), reference)
+    assert current_labels_key(_row(ctx, ls)).endswith(".arrow")
+    _no_work_left(ctx, ls)
