@@ -57,6 +57,8 @@ from .store import LabelSetRow
 pc: Any = pa_compute
 
 MAX_REPORTED_ERRORS = 100
+CSV_BLOCK_BYTES = 1 << 22
+"""Bytes of CSV parsed at a time (read at each call: a test may make it small)."""
 CSV_TYPES = ("text/csv", "application/csv")
 JSON_TYPES = ("application/json",)
 PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet")
@@ -200,7 +202,7 @@ def _csv_batches(path: Body, columns: tuple[str, ...], cols: Columns) -> Iterato
     try:
         reader = pa_csv.open_csv(
             source,
-            read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=1 << 22),
+            read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=CSV_BLOCK_BYTES),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=list(wanted.values()),
                 # ids as bytes: utf8_text then names the row that is not UTF-8 (invalid_id)
