@@ -177,6 +177,38 @@ def test_labels_stored_as_one_npy_before_are_read_and_replaced_chunk_by_chunk(tm
     _no_work_left(ctx, ls)
 
 
+def test_a_body_refused_after_some_runs_leaves_nothing_and_a_crashed_ones_work_is_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    from labels_party import uploads
+    from labels_party.sweep import sweep_orphans
+
+    monkeypatch.setattr(uploads, "CSV_BLOCK_BYTES", 2048)  # ≈ 200 rows a batch: runs are written first
+
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+    ids = _ids(1200, seed=10)
+    ls = _set(ctx, ids)
+    path = tmp_path / "bad.csv"
+    path.write_bytes(b"id,label\n" + b"".join(f"{i},1\n".encode() for i in ids) + b"\xff\xfe,1\n")
+    with pytest.raises(LabelDPError) as refused:  # found while parsing, after three runs were written
+        upload_labels(ctx, ls, path, "text/csv", validate_only=False, claim=None, **SMALL)
+    assert refused.value.details == [{"row": len(ids) + 1, "code": "invalid_id"}]
+    assert ctx.store.list(label_set_prefix(ls)) == [f"{label_set_prefix(ls)}/ids.arrow"]
+    # what a killed upload leaves: swept once a day old, never taken for the set's labels
+    prefix = label_set_prefix(ls)
+    work = [f"{prefix}/upload-labels-a/runs/run-000000-b", f"{prefix}/upload-labels-a/staged.arrow"]
+    live = f"{prefix}/upload-labels-c/staged.arrow"
+    for key, age in ((work[0], 90000), (work[1], 90000), (live, 7200)):
+        ctx.store.put_bytes(key, b"x")
+        os.utime(ctx.data_dir / key, (time.time() - age, time.time() - age))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 2
+    assert ctx.store.list(prefix) == [f"{prefix}/ids.arrow", live]
+
+
 _CHILD = r"""
 import sys
 from pathlib import Path
