@@ -1,12 +1,14 @@
 """Uploads of labels (and of a label set's ids): spooled to disk, parsed in chunks, validated as columns.
 
 CSV, JSON, Parquet and Arrow IPC bodies are read with pyarrow a chunk at a time; a label
-chunk is parsed to float64 at once, so memory holds the id column and float labels, never
-the body. Every row is validated — id known, not repeated, not already labeled, value a
-finite number in the domain (an integer where required, a known class name) — and the
-upload is all or nothing: the next labels file is written and the catalogue moves to it
-with a compare-and-swap on its version. Row errors name the row (1-based), the public id
-and a code, never the label value (docs/architecture.md, invariant 5).
+chunk is parsed to float64 at once. A labels upload never holds the body, the set's ids or
+its labels whole: the parsed rows are sorted externally by id (:mod:`.external_sort`) and
+merge-joined with the set's sorted id chunks (:func:`upload_labels`). Every row is validated
+— id known, not repeated, not already labeled, value a finite number in the domain (an
+integer where required, a known class name) — and the upload is all or nothing: the next
+labels object is written a chunk at a time and the catalogue moves to it with a
+compare-and-swap on its version. Row errors name the row (1-based), the public id and a
+code, never the label value (docs/architecture.md, invariant 5).
 """
 
 from __future__ import annotations
