@@ -73,6 +73,19 @@ def put_array(store: ObjectStore, key: str, values: np.ndarray) -> None:
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
+def _npy_header(f: pa.NativeFile, key: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, offset of the data) of the ``.npy`` object open as ``f``."""
+    f.seek(0)
+    head = io.BytesIO(f.read(min(f.size(), 1 << 16)))
+    version = np.lib.format.read_magic(head)
+    if version not in _NPY_HEADERS:
+        raise ValueError(f"unsupported .npy version {version} in {key!r}")
+    shape, fortran, dtype = _NPY_HEADERS[version](head)
+    if dtype.hasobject:
+        raise ValueError(f"{key!r} holds Python objects, which are never loaded")
+    return shape, fortran, dtype, head.tell()
+
+
 def get_array(store: ObjectStore, key: str) -> np.ndarray:
     """A private, writable copy of the ``.npy`` object ``key``, read in one request after its header.
 
@@ -80,18 +93,33 @@ def get_array(store: ObjectStore, key: str) -> np.ndarray:
     one GET each (a 40 MB column took 15 s against a loopback S3 server, 150 requests).
     """
     with _named(key), store.open_input_file(key) as f:
-        head = io.BytesIO(f.read(min(f.size(), 1 << 16)))
-        version = np.lib.format.read_magic(head)
-        if version not in _NPY_HEADERS:
-            raise ValueError(f"unsupported .npy version {version} in {key!r}")
-        shape, fortran, dtype = _NPY_HEADERS[version](head)
-        if dtype.hasobject:
-            raise ValueError(f"{key!r} holds Python objects, which are never loaded")
+        shape, fortran, dtype, at = _npy_header(f, key)
         raw = np.empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, dtype=np.uint8)
-        f.seek(head.tell())
+        f.seek(at)
         if f.readinto(raw.data) != raw.size:
             raise ValueError(f"{key!r} is shorter than its .npy header says")
     return raw.view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
+@contextlib.contextmanager
+def npy_slices(store: ObjectStore, key: str) -> Iterator[Callable[[int, int], np.ndarray]]:
+    """``read(start, n)``: a private copy of elements ``[start, start + n)`` of the one-dimensional
+    ``.npy`` object ``key``, one ranged read each (the whole array is never loaded)."""
+    with _named(key), store.open_input_file(key) as f:
+        shape, _, dtype, at = _npy_header(f, key)
+        if len(shape) != 1:
+            raise ValueError(f"{key!r} is not one-dimensional")
+
+        def read(start: int, n: int) -> np.ndarray:
+            if start < 0 or start + n > shape[0]:
+                raise ValueError(f"{key!r} holds {shape[0]} values, not [{start}, {start + n})")
+            f.seek(at + start * dtype.itemsize)
+            raw = f.read(n * dtype.itemsize)
+            if len(raw) != n * dtype.itemsize:
+                raise ValueError(f"{key!r} is shorter than its .npy header says")
+            return np.frombuffer(raw, dtype=dtype).copy()
+
+        yield read
 
 
 def put_table(store: ObjectStore, key: str, table: pa.Table) -> None:

@@ -11,6 +11,8 @@ run's heads), filtered to the range and sorted — a k-way merge built from Arro
 kernels, never a per-id loop in Python. A range holds at most
 ``(per_range + runs) · batch_rows`` ids, so memory is bounded by the run size and the range
 size whatever n. Equal ids always fall in one range: duplicates are adjacent in its output.
+Payload columns (``payload``: a labels upload's value, value code and row number) travel with
+their ids through runs and ranges (:meth:`SortedRuns.merged_tables`).
 """
 
 from __future__ import annotations
@@ -52,24 +54,39 @@ class _Run:
 
 @dataclass
 class SortedRuns:
-    """Ids added a chunk at a time, kept as sorted runs under ``prefix`` in ``store``; :meth:`close` removes them."""
+    """Ids added a chunk at a time, kept as sorted runs under ``prefix`` in ``store``; :meth:`close` removes them.
+
+    ``payload``: further columns added with the ids (:meth:`add`'s ``columns``), kept row by row
+    with their id through the sort.
+    """
 
     store: ObjectStore
     prefix: str
     run_rows: int = RUN_ROWS
     batch_rows: int = BATCH_ROWS
+    payload: pa.Schema | None = None
     runs: list[_Run] = field(default_factory=list)
     n: int = 0
-    _pending: list[pa.Array] = field(default_factory=list)
+    _pending: list[pa.Table] = field(default_factory=list)
     _pending_rows: int = 0
 
-    def add(self, ids: pa.Array) -> None:
-        """Take a chunk of (valid, non-null) ids; a full run is sorted and written at once."""
+    @property
+    def schema(self) -> pa.Schema:
+        return _SCHEMA if self.payload is None else pa.schema([*_SCHEMA, *self.payload])
+
+    def add(self, ids: pa.Array, columns: dict[str, Any] | None = None) -> None:
+        """Take a chunk of (valid, non-null) ids, with their ``payload`` ``columns`` (arrays of the same
+        length) when the runs have one; a full run is sorted and written at once."""
         ids = id_lookup.flat_ids(ids)
+        values = [ids]
+        if self.payload is not None:
+            assert columns is not None, "runs with a payload take its columns with every chunk"
+            values += [pa.array(columns[f.name], f.type) for f in self.payload]
+        table = pa.Table.from_arrays(values, schema=self.schema)
         at = 0
         while at < len(ids):
             take = min(len(ids) - at, self.run_rows - self._pending_rows)
-            self._pending.append(ids.slice(at, take))
+            self._pending.append(table.slice(at, take))
             self._pending_rows += take
             at += take
             if self._pending_rows >= self.run_rows:
@@ -79,24 +96,27 @@ class SortedRuns:
     def _flush(self) -> None:
         if not self._pending_rows:
             return
-        chunk = id_lookup.flat_ids(pa.chunked_array(self._pending, type=pa.large_string()))
+        chunk = pa.concat_tables(self._pending).combine_chunks()
         self._pending, self._pending_rows = [], 0
-        ordered = chunk.take(pc.sort_indices(chunk))
+        ordered = chunk.take(pc.sort_indices(chunk.column("id")))
         del chunk
         key = f"{self.prefix}/run-{len(self.runs):06d}-{uuid.uuid4().hex}"
-        heads = []
-        with self.store.open_output_stream(key) as out, ipc.new_file(out, _SCHEMA) as writer:
-            for at in range(0, len(ordered), self.batch_rows):
-                part = ordered.slice(at, self.batch_rows)
-                writer.write_batch(pa.record_batch([part], schema=_SCHEMA))
-                heads.append(part.slice(0, 1))
-        self.runs.append(_Run(key, pa.concat_arrays(heads), len(ordered)))
+        with self.store.open_output_stream(key) as out, ipc.new_file(out, self.schema) as writer:
+            writer.write_table(ordered, max_chunksize=self.batch_rows)
+        starts = np.arange(0, len(ordered), self.batch_rows)
+        heads = id_lookup.flat_ids(ordered.column("id").take(starts))
+        self.runs.append(_Run(key, heads, len(ordered)))
         del ordered
         release_unused_memory()  # the pool would otherwise keep the run's peak for the merge and beyond
 
     def merged(self, per_range: int = RANGE_BATCHES) -> Iterator[pa.Array]:
         """Every id added, in UTF-8 byte order, as ``large_string`` arrays of about
         ``per_range · batch_rows`` ids (duplicates kept, adjacent)."""
+        for part in self.merged_tables(per_range):
+            yield id_lookup.flat_ids(part.column("id"))
+
+    def merged_tables(self, per_range: int = RANGE_BATCHES) -> Iterator[pa.Table]:
+        """:meth:`merged` with the payload: tables of ``id`` and the payload columns, sorted by id."""
         self._flush()
         if not self.runs:
             return
@@ -110,32 +130,31 @@ class SortedRuns:
         try:
             for lo, hi in zip(bounds[:-1], bounds[1:]):
                 parts = [self._range(run, reader, lo, hi) for run, reader in zip(self.runs, readers)]
-                part = id_lookup.flat_ids(pa.chunked_array([p for p in parts if len(p)], type=pa.large_string()))
+                part = pa.concat_tables([p for p in parts if len(p)] or parts[:1]).combine_chunks()
+                del parts
                 if len(part):
-                    yield part.take(pc.sort_indices(part))
+                    yield part.take(pc.sort_indices(part.column("id")))
         finally:
             for f in files:
                 f.close()
 
-    @staticmethod
-    def _range(run: _Run, reader: Any, lo: str | None, hi: str | None) -> pa.Array:
-        """The ids of ``run`` in [lo, hi) (None: unbounded), reading only the batches that may hold them."""
+    def _range(self, run: _Run, reader: Any, lo: str | None, hi: str | None) -> pa.Table:
+        """The rows of ``run`` with an id in [lo, hi) (None: unbounded), reading only the batches that may hold them."""
         n_batches = len(run.heads)
         # a batch whose head is before ``lo`` may still hold ids from ``lo`` on: start one batch early
         first = 0 if lo is None else max(0, _bound(run.heads, lo) - 1)
         stop = n_batches if hi is None else _bound(run.heads, hi)
         if first >= stop:
-            return pa.array([], pa.large_string())
-        ids = id_lookup.flat_ids(pa.chunked_array(
-            [reader.get_batch(k).column(0) for k in range(first, stop)], type=pa.large_string()
-        ))
+            return self.schema.empty_table()
+        rows = pa.Table.from_batches([reader.get_batch(k) for k in range(first, stop)], schema=self.schema)
+        ids = rows.column("id")
         keep = None
         if lo is not None:
             keep = pc.greater_equal(ids, pa.scalar(lo, pa.large_string()))
         if hi is not None:
             below = pc.less(ids, pa.scalar(hi, pa.large_string()))
             keep = below if keep is None else pc.and_(keep, below)
-        return ids if keep is None else ids.filter(keep)
+        return rows if keep is None else rows.filter(keep)
 
     def close(self) -> None:
         """Remove the run objects (a crash leaves them to the store's sweep of unreferenced objects)."""

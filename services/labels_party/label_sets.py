@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -24,15 +24,16 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, exact_micro, from_delta_units, from_micro
-from labeldp.errors import Conflict, InvalidInput, NotFound
+from labeldp.errors import Conflict, InvalidInput, NotFound, StorageError
 from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.pagination import after, check_limit, encode_cursor
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
+from labeldp.storage import ObjectStore
 
 from . import audit, external_sort, id_lookup, ledger
-from .columnar import get_array, get_table, put_table, release_unused_memory
+from .columnar import get_array, get_table, npy_slices, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
 from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
@@ -218,7 +219,7 @@ def create_label_set(
 
 def _attach_ids(ctx: LabelsContext, s: Session, row: LabelSetRow, ordered: pa.Array) -> None:
     """Store the set's sorted ids; the caller registered them in the domain's ledger first."""
-    put_table(ctx.store, ids_key(row.id), pa.table({"id": id_lookup.string_chunks(ordered)}))
+    put_table(ctx.store, ids_key(row.id), pa.table({"id": id_lookup.string_chunks(ordered, id_lookup.ID_CHUNK_ROWS)}))
     row.n_ids = len(ordered)
     row.ids_ready = 1
 
@@ -330,7 +331,7 @@ def _write_sorted(ctx: LabelsContext, runs: external_sort.SortedRuns, key: str) 
                 dup_names += part.take(dups[: max(0, MAX_REPORTED - len(dup_names))]).to_pylist()
             last = part[len(part) - 1].as_py()
             if not dup_count:
-                for piece in id_lookup.string_chunks(part).chunks:
+                for piece in id_lookup.string_chunks(part, id_lookup.ID_CHUNK_ROWS).chunks:
                     writer.write_batch(pa.record_batch([piece], schema=_IDS))
         if dup_count:
             raise InvalidInput(
@@ -396,16 +397,65 @@ def iter_labelled_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[tuple
     """(ids, float64 labels) a stored ids chunk at a time, in the canonical sorted order; NaN where no
     label was uploaded yet. 409 ``labels_deleted`` before anything is read.
 
-    The one way the release path reads a set's labels, so that their storage can be chunked
-    without the release job holding every label at once.
+    The one way the release path reads a set's labels: memory holds one chunk of ids and its
+    labels (each labels array a private, writable copy), whatever the set's size — the labels
+    object is read a record batch at a time, a set stored as one ``.npy`` a ranged read at a time.
     """
     if row.labels_version == LABELS_DELETED:
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
-    labels = read_labels(ctx, row)
+    with labels_chunks(ctx, row) as labels:
+        for k, (ids, start) in enumerate(_with_starts(iter_id_chunks(ctx, row))):
+            yield ids, labels(k, start, len(ids))
+
+
+def _with_starts(chunks: Iterator[pa.Array]) -> Iterator[tuple[pa.Array, int]]:
     start = 0
-    for ids in iter_id_chunks(ctx, row):
-        yield ids, labels[start : start + len(ids)]
-        start += len(ids)
+    for chunk in chunks:
+        yield chunk, start
+        start += len(chunk)
+
+
+LABELS_SCHEMA = pa.schema({"label": pa.float64()})
+"""A labels object: record batch k holds the float64 labels (NaN: none yet) of the ids object's batch k."""
+LABELS_SUFFIX = ".arrow"
+
+
+@contextlib.contextmanager
+def labels_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[Callable[[int, int, int], np.ndarray]]:
+    """``read(k, start, n)``: a private copy of the labels of ids chunk ``k`` (ids ``[start, start + n)``).
+
+    Either layout: an Arrow IPC labels object (batch ``k``, aligned with the ids object's) or,
+    for sets labelled before it, one ``.npy`` array (elements ``[start, start + n)``).
+    """
+    if row.labels_version == LABELS_DELETED:
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
+    if row.labels_version == 0:
+        yield lambda k, start, n: np.full(n, np.nan)
+        return
+    key = current_labels_key(row)
+    if not key.endswith(LABELS_SUFFIX):
+        with npy_slices(ctx.store, key) as read:
+            yield lambda k, start, n: read(start, n)
+        return
+    with _named_labels(ctx, key) as reader:
+
+        def batch(k: int, start: int, n: int) -> np.ndarray:
+            values = reader.get_batch(k).column(0).to_numpy(zero_copy_only=False)
+            if len(values) != n:
+                raise ValueError(f"labels batch {k} of {key!r} holds {len(values)} labels, its ids chunk {n}")
+            return np.array(values, dtype=np.float64)  # a private, writable copy
+
+        yield batch
+
+
+@contextlib.contextmanager
+def _named_labels(ctx: LabelsContext, key: str) -> Iterator[Any]:
+    try:
+        source = ctx.store.open_input_file(key)
+    except NotFound as exc:
+        raise StorageError("stored_object_missing", f"the stored object {key!r} is missing from the store") from exc
+    with source:
+        yield ipc.open_file(source)
 
 
 def ids_key(label_set_id: str) -> str:
@@ -418,8 +468,14 @@ def labels_key(label_set_id: str, version: int) -> str:
 
 
 def labels_prefix(label_set_id: str) -> str:
-    """Every labels object of a set: ``<prefix>/<sha256 of the float64 labels>``."""
+    """Every labels object of a set: ``<prefix>/<sha256 of the float64 labels>[.arrow]`` (see
+    :func:`labels_object_key`; without the suffix, the ``.npy`` of a set labelled before it)."""
     return f"{label_set_prefix(label_set_id)}/labels"
+
+
+def labels_object_key(label_set_id: str, digest: str) -> str:
+    """The labels object whose labels, in the ids' order as float64, have the SHA-256 ``digest``."""
+    return ObjectStore.content_key(labels_prefix(label_set_id), digest) + LABELS_SUFFIX
 
 
 def current_labels_key(row: LabelSetRow) -> str:
@@ -432,12 +488,20 @@ def is_labels_key(key: str) -> bool:
 
 
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
-    """float64 labels aligned with the sorted ids; NaN where no label was uploaded yet."""
+    """Every float64 label at once, aligned with the sorted ids; NaN where no label was uploaded yet.
+
+    Whole: for readers that need every label (tests, the release job until it reads
+    :func:`iter_labelled_chunks`); the upload and the release path read a chunk at a time.
+    """
     if row.labels_version == LABELS_DELETED:
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
     if row.labels_version == 0:
         return np.full(row.n_ids, np.nan)
-    return get_array(ctx.store, current_labels_key(row))
+    key = current_labels_key(row)
+    if not key.endswith(LABELS_SUFFIX):
+        return get_array(ctx.store, key)
+    labels = get_table(ctx.store, key).column("label")
+    return np.array(labels.to_numpy(), dtype=np.float64) if len(labels) else np.zeros(0)
 
 
 def budget(

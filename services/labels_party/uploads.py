@@ -1,23 +1,27 @@
 """Uploads of labels (and of a label set's ids): spooled to disk, parsed in chunks, validated as columns.
 
 CSV, JSON, Parquet and Arrow IPC bodies are read with pyarrow a chunk at a time; a label
-chunk is parsed to float64 at once, so memory holds the id column and float labels, never
-the body. Every row is validated — id known, not repeated, not already labeled, value a
-finite number in the domain (an integer where required, a known class name) — and the
-upload is all or nothing: the next labels file is written and the catalogue moves to it
-with a compare-and-swap on its version. Row errors name the row (1-based), the public id
-and a code, never the label value (docs/architecture.md, invariant 5).
+chunk is parsed to float64 at once. A labels upload never holds the body, the set's ids or
+its labels whole: the parsed rows are sorted externally by id (:mod:`.external_sort`) and
+merge-joined with the set's sorted id chunks (:func:`upload_labels`). Every row is validated
+— id known, not repeated, not already labeled, value a finite number in the domain (an
+integer where required, a known class name) — and the upload is all or nothing: the next
+labels object is written a chunk at a time and the catalogue moves to it with a
+compare-and-swap on its version. Row errors name the row (1-based), the public id and a
+code, never the label value (docs/architecture.md, invariant 5).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +38,20 @@ from labeldp.parquet_batches import check_column_type, check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.storage import ObjectStore
 
-from . import id_lookup
-from .columnar import put_array, release_unused_memory
-from .context import LabelsContext
-from .label_sets import class_names, labels_prefix, load_label_set, read_ids, read_labels, set_ids
+from . import external_sort, id_lookup
+from .columnar import release_unused_memory
+from .context import LabelsContext, label_set_prefix
+from .label_sets import (
+    LABELS_DELETED,
+    LABELS_SCHEMA,
+    LABELS_SUFFIX,
+    class_names,
+    iter_id_chunks,
+    labels_chunks,
+    labels_object_key,
+    load_label_set,
+    set_ids,
+)
 from .sources import Body
 from .store import LabelSetRow
 
@@ -45,6 +59,8 @@ from .store import LabelSetRow
 pc: Any = pa_compute
 
 MAX_REPORTED_ERRORS = 100
+CSV_BLOCK_BYTES = 1 << 22
+"""Bytes of CSV parsed at a time (read at each call: a test may make it small)."""
 CSV_TYPES = ("text/csv", "application/csv")
 JSON_TYPES = ("application/json",)
 PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet")
@@ -188,7 +204,7 @@ def _csv_batches(path: Body, columns: tuple[str, ...], cols: Columns) -> Iterato
     try:
         reader = pa_csv.open_csv(
             source,
-            read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=1 << 22),
+            read_options=pa_csv.ReadOptions(column_names=generated, skip_rows=1, block_size=CSV_BLOCK_BYTES),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=list(wanted.values()),
                 # ids as bytes: utf8_text then names the row that is not UTF-8 (invalid_id)
@@ -447,61 +463,241 @@ def rules_of(row: LabelSetRow) -> LabelRules:
     return LabelRules(row.label_type, row.domain_low, row.domain_high, class_names(row))
 
 
+UPLOAD_PAYLOAD = pa.schema({"value": pa.float64(), "code": pa.int8(), "row": pa.int64()})  # type: ignore[arg-type]
+"""What a labels upload's rows carry through the external sort with their id: the parsed label, its
+value code (VALUE_CODES) and the row number (0-based) that errors name."""
+ROW_CODES = ("", "missing_id", "unknown_id", "duplicate_id", "already_labeled", *VALUE_CODES[1:])
+"""Every row problem: an id's (the first that applies wins over the value's), then the value's."""
+_MISSING, _UNKNOWN, _DUPLICATE, _ALREADY = 1, 2, 3, 4
+
+
+@dataclass
+class RowErrors:
+    """How many rows are wrong and the first ``MAX_REPORTED_ERRORS`` of them by row, found in any order
+    (a sorted upload meets its rows in id order): memory holds at most that many."""
+
+    count: int = 0
+    first: list[tuple[int, int, str | None]] = field(default_factory=list)  # (row, code, id)
+
+    def add(self, rows: np.ndarray, codes: np.ndarray, ids: Callable[[np.ndarray], list[Any]] | None) -> None:
+        """``rows`` (0-based) with their ``codes`` (ROW_CODES); ``ids(index)``: the ids of ``rows[index]``."""
+        self.count += len(rows)
+        if not len(rows) or (len(self.first) >= MAX_REPORTED_ERRORS and rows.min() > self.first[-1][0]):
+            return
+        pick = np.argsort(rows, kind="stable")[:MAX_REPORTED_ERRORS]
+        names = ids(pick) if ids is not None else [None] * len(pick)
+        found = [(int(rows[i]), int(codes[i]), names[n]) for n, i in enumerate(pick)]
+        self.first = sorted(self.first + found)[:MAX_REPORTED_ERRORS]
+
+    def details(self) -> list[dict[str, Any]]:
+        out = []
+        for row, code, ident in self.first:
+            name = ROW_CODES[code]
+            out.append({"row": row + 1, "id": ident or None, "code": name,
+                        "message": ID_MESSAGES.get(name) or VALUE_MESSAGES[name]})
+        return out
+
+
+def sort_upload(
+    body: Body, kind: str, rules: LabelRules, names: Columns, runs: external_sort.SortedRuns, errors: RowErrors
+) -> int:
+    """Parse the body a batch at a time into ``runs`` (id, value, value code, row); rows without an id
+    go to ``errors`` at once. Returns how many rows the body has."""
+    row = 1
+    for batch in read_batches(body, kind, ("id", "label"), names):
+        ident = utf8_text(batch["id"], code="invalid_id", what="id", first_row=row)
+        ident = _trimmed(ident) if kind in CSV_TYPES else ident
+        values, codes = parse_labels(batch["label"], rules, row)
+        rows = np.arange(row - 1, row - 1 + len(ident), dtype=np.int64)
+        row += len(ident)
+        missing = np.asarray(
+            pc.fill_null(pc.equal(pc.utf8_length(ident), 0), True).to_numpy(zero_copy_only=False), dtype=np.bool_
+        )
+        if missing.any():
+            errors.add(rows[missing], np.full(int(missing.sum()), _MISSING, dtype=np.int8), None)
+            keep = ~missing
+            ident, values, codes, rows = ident.filter(pa.array(keep)), values[keep], codes[keep], rows[keep]
+        if len(ident):
+            runs.add(ident, {"value": values, "code": codes, "row": rows})
+    return row - 1
+
+
+class _Join:
+    """The set's sorted ids and labels a stored chunk at a time, met by the sorted upload's rows.
+
+    Each chunk's labels are updated in place and (when ``writer``) written as the next labels
+    batch once the upload has moved past the chunk, while no row was wrong.
+    """
+
+    def __init__(self, chunks: Iterator[pa.Array], labels: Callable[[int, int, int], np.ndarray],
+                 errors: RowErrors, writer: Any, digest: Any) -> None:
+        self.chunks, self.read, self.errors, self.writer, self.digest = chunks, labels, errors, writer, digest
+        self.k, self.start = -1, 0
+        self.ids: pa.Array | None = None
+        self.labels = np.zeros(0)
+        self.upper = pa.array([""], pa.large_string())
+
+    def advance(self) -> bool:
+        """Write the current chunk's labels and move to the next chunk; False past the last."""
+        if self.ids is not None and self.writer is not None and not self.errors.count:
+            self.writer.write_batch(pa.record_batch([pa.array(self.labels, pa.float64())], schema=LABELS_SCHEMA))
+            self.digest.update(self.labels.data)
+        if self.ids is not None:
+            self.start += len(self.ids)
+        self.ids = next(self.chunks, None)
+        if self.ids is None:
+            return False
+        self.k += 1
+        self.labels = self.read(self.k, self.start, len(self.ids))
+        # an upload id belongs to this chunk up to its last id: every id < that id + NUL (none: empty chunk)
+        last = self.ids[len(self.ids) - 1].as_py() + "\x00" if len(self.ids) else ""
+        self.upper = pa.array([last], pa.large_string())
+        return True
+
+    def rows_in_chunk(self, ids: pa.Array) -> int:
+        """How many of the sorted ``ids`` sort up to the current chunk's last id."""
+        return int(id_lookup.lower_bounds(ids, self.upper)[0])
+
+    def check(self, ids: pa.Array, part: pa.Table) -> None:
+        """Validate the sorted upload rows ``part`` (ids ``ids``) against the current chunk (none: past the
+        set's last id); store their labels when no row is wrong."""
+        n = len(ids)
+        rows = part.column("row").to_numpy()
+        pos = id_lookup.positions(self.ids, ids) if self.ids is not None else np.full(n, -1, dtype=np.int32)
+        known = pos >= 0
+        duplicate = np.zeros(n, dtype=bool)
+        kpos = pos[known]
+        if kpos.size > 1:
+            # sorted by id: the rows of one id are adjacent; the first by row number is not a duplicate
+            starts = np.flatnonzero(np.r_[True, kpos[1:] != kpos[:-1]])
+            if starts.size < kpos.size:
+                sizes = np.diff(np.r_[starts, kpos.size])
+                krows = rows[known]
+                first = np.minimum.reduceat(krows, starts)
+                duplicate[known] = krows != np.repeat(first, sizes)
+        already = np.zeros(n, dtype=bool)
+        already[known] = ~np.isnan(self.labels[kpos])
+        already &= ~duplicate
+        code = part.column("code").to_numpy().astype(np.int8)
+        code = np.where(code > 0, code + _ALREADY, 0).astype(np.int8)
+        code[already] = _ALREADY
+        code[duplicate] = _DUPLICATE
+        code[~known] = _UNKNOWN
+        bad = np.flatnonzero(code)
+        if bad.size:
+            self.errors.add(rows[bad], code[bad], lambda pick: ids.take(bad[pick]).to_pylist())
+        elif not self.errors.count:
+            self.labels[kpos] = part.column("value").to_numpy()
+
+
+def merge_upload(ctx: LabelsContext, row: LabelSetRow, runs: external_sort.SortedRuns, errors: RowErrors,
+                 writer: Any, digest: Any) -> None:
+    """Walk the sorted upload and the set's sorted id chunks together: every row checked, and (with a
+    ``writer`` and no wrong row) the set's new labels written a chunk at a time."""
+    with labels_chunks(ctx, row) as labels:
+        join = _Join(iter_id_chunks(ctx, row), labels, errors, writer, digest)
+        join.advance()
+        for part in runs.merged_tables():
+            ids = id_lookup.flat_ids(part.column("id"))
+            at = 0
+            while at < len(ids):
+                end = len(ids) if join.ids is None else at + join.rows_in_chunk(ids.slice(at))
+                if end > at:
+                    join.check(ids.slice(at, end - at), part.slice(at, end - at))
+                if end < len(ids):
+                    join.advance()
+                at = end
+            del part, ids
+        if writer is not None and not errors.count:
+            while join.advance():  # the chunks no row reached, copied
+                pass
+
+
+def put_labels(store: ObjectStore, key: str, staged: str) -> None:
+    """Put the staged labels object under its content key (known only once every batch is written)."""
+    store.copy(staged, key)
+
+
 def upload_labels(
     ctx: LabelsContext, label_set_id: str, body: Body, content_type: str, *, validate_only: bool, claim: Claim | None,
-    names: Columns = DEFAULT_COLUMNS,
+    names: Columns = DEFAULT_COLUMNS, run_rows: int = external_sort.RUN_ROWS,
+    batch_rows: int = external_sort.BATCH_ROWS,
 ) -> StoredResponse:
-    """Validate and (unless ``validate_only``) store labels; all rows or none."""
+    """Validate and (unless ``validate_only``) store labels; all rows or none.
+
+    Memory is bounded whatever the upload's and the set's size: the body is parsed a batch at a
+    time into sorted runs of ``run_rows`` rows (:mod:`.external_sort`, ``batch_rows`` rows per
+    run batch), merged a range at a time and joined with the set's sorted ids a stored chunk at
+    a time (:func:`merge_upload`); the new labels object is written a batch per ids chunk while
+    no row is wrong, then put under its content key. The errors are those of the in-memory
+    check (:func:`row_errors`): the count, the first ``MAX_REPORTED_ERRORS`` by row. Working
+    objects live under the set's prefix (``upload-labels-…``) and are removed at the end,
+    whatever happened; a refused upload leaves no labels object.
+    """
     kind = media_type(content_type)
     with ctx.sessions() as s:
         row = load_label_set(s, label_set_id)
     if not row.ids_ready:
         raise Conflict("ids_missing", "upload the label set's ids first")
-    labels = read_labels(ctx, row)  # 409 labels_deleted before any parsing
-    upload = parse_label_upload(body, kind, rules_of(row), names)
-    if len(upload.ids) == 0:
-        raise InvalidInput("empty_upload", "upload has no rows")
-    positions, errors, n_bad = row_errors(upload, read_ids(ctx, row).column("id"), ~np.isnan(labels))
-    if n_bad:
-        raise InvalidInput(
-            "invalid_labels", f"{n_bad} of {len(upload.ids)} rows are invalid; nothing was stored", errors
-        )
-    labeled_after = row.labeled + (0 if validate_only else len(positions))
-    response = {
-        "label_set_id": label_set_id,
-        "validate_only": validate_only,
-        "accepted_rows": int(len(positions)),
-        "labeled": int(labeled_after),
-        "missing": int(row.n_ids - labeled_after),
-    }
-    if validate_only:
-        return StoredResponse(200, response)
-    new_labels = labels  # a private copy read from the file: updated in place
-    new_labels[positions] = upload.values
-    del upload
-    version = row.labels_version + 1
-    # Named by content, not by version: an upload that loses the compare-and-swap below has
-    # written its own object, never over the winner's.
-    key = ObjectStore.content_key(labels_prefix(label_set_id), hashlib.sha256(new_labels.data).hexdigest())
-    put_array(ctx.store, key, new_labels)
-    out = StoredResponse(200, response)
-    with ctx.sessions.begin() as s:
-        moved = s.execute(
-            update(LabelSetRow)
-            .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
-            .values(labels_version=version, labels_object=key, labeled=labeled_after)
-        )
-        if moved.rowcount != 1:  # type: ignore[attr-defined]
-            raise Conflict(
-                "concurrent_upload", "another upload to this label set finished first; retry",
-                headers={"Retry-After": "1"},
+    if row.labels_version == LABELS_DELETED:  # 409 before any parsing
+        raise Conflict("labels_deleted", "this label set's raw labels were deleted")
+    work = f"{label_set_prefix(label_set_id)}/upload-labels-{uuid.uuid4().hex}"
+    runs = external_sort.SortedRuns(
+        ctx.store, f"{work}/runs", run_rows=run_rows, batch_rows=batch_rows, payload=UPLOAD_PAYLOAD
+    )
+    staged = f"{work}/staged{LABELS_SUFFIX}"
+    errors = RowErrors()
+    try:
+        n = sort_upload(body, kind, rules_of(row), names, runs, errors)
+        if n == 0:
+            raise InvalidInput("empty_upload", "upload has no rows")
+        digest = hashlib.sha256()
+        with contextlib.ExitStack() as stack:
+            writer = None
+            if not validate_only:
+                writer = stack.enter_context(ipc.new_file(stack.enter_context(
+                    ctx.store.open_output_stream(staged)), LABELS_SCHEMA))
+            merge_upload(ctx, row, runs, errors, writer, digest)
+            if errors.count:  # raised inside the stream: the staged object is never completed
+                raise InvalidInput(
+                    "invalid_labels", f"{errors.count} of {n} rows are invalid; nothing was stored", errors.details()
+                )
+        runs.close()
+        labeled_after = row.labeled + (0 if validate_only else n)
+        response = {
+            "label_set_id": label_set_id,
+            "validate_only": validate_only,
+            "accepted_rows": int(n),
+            "labeled": int(labeled_after),
+            "missing": int(row.n_ids - labeled_after),
+        }
+        out = StoredResponse(200, response)
+        if validate_only:
+            return out
+        # Named by content, not by version: an upload that loses the compare-and-swap below has
+        # written its own object, never over the winner's.
+        key = labels_object_key(label_set_id, digest.hexdigest())
+        put_labels(ctx.store, key, staged)
+        with ctx.sessions.begin() as s:
+            moved = s.execute(
+                update(LabelSetRow)
+                .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
+                .values(labels_version=row.labels_version + 1, labels_object=key, labeled=labeled_after)
             )
-        if claim is not None:
-            claim.complete(s, out)
-    # The object this one replaces may still be open in a reader that loaded the row before
-    # the swap: the sweep removes it once no row names it and it is old.
-    release_unused_memory()
-    return out
+            if moved.rowcount != 1:  # type: ignore[attr-defined]
+                raise Conflict(
+                    "concurrent_upload", "another upload to this label set finished first; retry",
+                    headers={"Retry-After": "1"},
+                )
+            if claim is not None:
+                claim.complete(s, out)
+        # The object this one replaces may still be open in a reader that loaded the row before
+        # the swap: the sweep removes it once no row names it and it is old.
+        return out
+    finally:
+        runs.close()
+        ctx.store.delete(staged)
+        release_unused_memory()
 
 
 def upload_ids(

@@ -67,6 +67,23 @@ def test_the_merged_runs_are_the_sorted_ids_with_duplicates_adjacent(tmp_path: P
     assert store.list("work") == []
 
 
+def test_payload_columns_travel_with_their_ids_through_runs_and_ranges(tmp_path: Path) -> None:
+    store = ObjectStore.from_url(str(tmp_path / "store"))
+    ids = _ids(4000, seed=6)
+    payload = pa.schema([pa.field("row", pa.int64()), pa.field("value", pa.float64())])
+    runs = SortedRuns(store, "work/runs", run_rows=450, batch_rows=16, payload=payload)
+    for at in range(0, len(ids), 137):
+        part = ids[at : at + 137]
+        runs.add(pa.array(part), {"row": np.arange(at, at + len(part)), "value": np.arange(at, at + len(part)) / 2})
+    parts = list(runs.merged_tables(per_range=5))
+    assert len(runs.runs) == 9 and len(parts) > 30
+    rows = [r for p in parts for r in p.to_pylist()]
+    assert [r["id"] for r in rows] == sorted(ids, key=lambda s: s.encode("utf-8"))
+    assert all(ids[r["row"]] == r["id"] and r["value"] == r["row"] / 2 for r in rows)
+    runs.close()
+    assert store.list("work") == []
+
+
 def _domain(ctx: LabelsContext, name: str) -> PrivacyDomainRow:
     with ctx.sessions() as s:
         row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == name))

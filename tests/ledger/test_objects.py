@@ -86,20 +86,20 @@ def test_an_upload_that_loses_the_swap_never_replaces_the_winners_labels(
     ls = create_label_set(ctx, LabelSetCreate.model_validate(
         {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d", "ids": ids}), None).body["id"]
     a_written, b_written, a_done = threading.Event(), threading.Event(), threading.Event()
-    real_put = uploads.put_array
+    real_put = uploads.put_labels
 
-    def interleaved(store: ObjectStore, key: str, values: np.ndarray) -> None:
+    def interleaved(store: ObjectStore, key: str, staged: str) -> None:
         if threading.current_thread().name == "A":
-            real_put(store, key, values)
+            real_put(store, key, staged)
             a_written.set()
             assert b_written.wait(30)
         else:
             assert a_written.wait(30)
-            real_put(store, key, values)
+            real_put(store, key, staged)
             b_written.set()
             assert a_done.wait(30)  # B's swap comes after A's commit
 
-    monkeypatch.setattr(uploads, "put_array", interleaved)
+    monkeypatch.setattr(uploads, "put_labels", interleaved)
     outcome: dict[str, object] = {}
 
     def upload(name: str, part: list[str], value: float) -> None:
