@@ -240,7 +240,8 @@ def set_ids(
     into one sorted object, written a chunk at a time; that object is split by ledger bucket
     into groups of about ``group_ids`` ids (with the domain's ids in those buckets), and each
     group is registered in the ledger by its own short compare-and-swap — touching only its
-    buckets. The set's ids object is put in place under the lock. The errors and their order
+    buckets. The sorted object is the set's ids object: the lock only names it (``ids_object``),
+    so the time under the lock does not grow with the ids. The errors and their order
     are those of the in-memory path (:func:`canonical_ids`): 422 ``invalid_ids`` and
     ``duplicate_ids`` before 404 and 409. Working objects live under the set's prefix and are
     removed at the end, whatever happened.
@@ -251,7 +252,8 @@ def set_ids(
         chunks = chunks.chunks
     work = f"{label_set_prefix(label_set_id)}/upload-{uuid.uuid4().hex}"
     runs = external_sort.SortedRuns(ctx.store, f"{work}/runs", run_rows=run_rows)
-    sorted_key = f"{work}/sorted"
+    sorted_key = f"{label_set_prefix(label_set_id)}/{IDS_OBJECT_PREFIX}{uuid.uuid4().hex}.arrow"
+    named = False
     group_keys: list[str] = []
     try:
         bad_count, bad_first = 0, list[int]()
@@ -297,16 +299,18 @@ def set_ids(
             row = load_label_set(s, label_set_id, for_update=True)
             if row.ids_ready:
                 raise Conflict("ids_already_set", "this label set already has its ids")
-            # copied under the lock: a concurrent upload to the same set never replaces the winner's ids
-            ctx.store.copy(sorted_key, ids_key(row.id))
+            # named under the lock, written before it: a concurrent upload to the same set wrote its
+            # own object, never over the winner's
+            row.ids_object = sorted_key
             row.n_ids = runs.n
             row.ids_ready = 1
             out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)))
             if claim is not None:
                 claim.complete(s, out)
+        named = True
     finally:
         runs.close()
-        for key in (sorted_key, *group_keys):
+        for key in (*group_keys, *(() if named else (sorted_key,))):
             ctx.store.delete(key)
         release_unused_memory()
     return out
@@ -380,14 +384,14 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
     ledger have it in one chunk, and an unused ``pos``)."""
     if not row.ids_ready:
         return pa.table({"id": pa.array([], pa.string())})
-    return get_table(ctx.store, ids_key(row.id))
+    return get_table(ctx.store, current_ids_key(row))
 
 
 def iter_id_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[pa.Array]:
     """The set's sorted ids a stored chunk at a time (at most 2²⁰ ids each): memory bounded by one chunk."""
     if not row.ids_ready:
         return
-    with ctx.store.open_input_file(ids_key(row.id)) as source:
+    with ctx.store.open_input_file(current_ids_key(row)) as source:
         reader = ipc.open_file(source)
         for k in range(reader.num_record_batches):
             yield reader.get_batch(k).column("id")
@@ -459,7 +463,20 @@ def _named_labels(ctx: LabelsContext, key: str) -> Iterator[Any]:
 
 
 def ids_key(label_set_id: str) -> str:
+    """Where inline ids are kept, and uploaded ids were before ``ids_object`` named them."""
     return f"{label_set_prefix(label_set_id)}/ids.arrow"
+
+
+IDS_OBJECT_PREFIX = "ids-"
+
+
+def current_ids_key(row: LabelSetRow) -> str:
+    return row.ids_object or ids_key(row.id)
+
+
+def is_ids_object(key: str) -> bool:
+    """An uploaded ids object (``label_sets/<id>/ids-<uuid>.arrow``), named by its row or not yet."""
+    return key.rsplit("/", 1)[-1].startswith(IDS_OBJECT_PREFIX)
 
 
 def labels_key(label_set_id: str, version: int) -> str:

@@ -123,6 +123,11 @@ class LabelSetRow(Base):
         nullable=True,
         comment="key of the current labels object (label_sets/<id>/labels/<sha256>); null: labels-<version>.npy",
     )
+    ids_object: Mapped[str | None] = mapped_column(
+        String(200),
+        nullable=True,
+        comment="key of the sorted ids object (label_sets/<id>/ids-<uuid>.arrow); null: ids.arrow",
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -31,7 +31,7 @@ from labeldp.errors import NotFound
 
 from . import ledger
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
-from .label_sets import current_labels_key, is_labels_key
+from .label_sets import current_labels_key, is_ids_object, is_labels_key
 from .resumable import UPLOADS
 from .store import LabelSetRow, ReleaseRow
 
@@ -40,9 +40,9 @@ log = logging.getLogger("labeldp.labels")
 
 SPOOL_MIN_AGE_SECONDS = 3600.0
 WORK_MIN_AGE_SECONDS = 86400.0
-"""An upload's working objects (sorted runs, the sorted ids, bucket groups, staged labels:
-``label_sets/<id>/upload-…``, ``…/upload-labels-…``) are swept once a day old: a live upload of 10⁹
-rows may read its first run an hour after writing it."""
+"""An upload's working objects (sorted runs, bucket groups, staged labels: ``label_sets/<id>/upload-…``,
+``…/upload-labels-…``) and sorted ids no row names yet (``…/ids-<uuid>.arrow``) are swept once a day
+old: a live upload of 10⁹ rows may read its first run an hour after writing it."""
 
 
 def lease_age(ctx: LabelsContext) -> float:
@@ -60,6 +60,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
         named = {message_key(name) for name in s.scalars(select(ReleaseRow.message_file)) if name is not None}
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
+        named |= {key for key in s.scalars(select(LabelSetRow.ids_object)) if key is not None}
         sets = set(s.scalars(select(LabelSetRow.id)))
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.
     # Replaced labels may still be read by a request that loaded its row before: they wait as
@@ -68,7 +69,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
     work_cutoff = min(spool_cutoff, time.time() - WORK_MIN_AGE_SECONDS)
     for key in ctx.store.list(LABEL_SETS):
-        if "/upload-" in key:  # what an ids or labels upload that crashed left (a finished one removes its own)
+        if "/upload-" in key or is_ids_object(key):  # what an ids or labels upload that crashed left
             candidates.append((key, work_cutoff))
         elif key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
             candidates.append((key, cutoff))

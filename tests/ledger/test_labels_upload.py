@@ -19,6 +19,7 @@ from labels_party import id_lookup
 from labels_party.columnar import put_array
 from labels_party.context import LabelsContext, label_set_prefix
 from labels_party.label_sets import (
+    current_ids_key,
     current_labels_key,
     iter_labelled_chunks,
     labels_prefix,
@@ -197,7 +198,9 @@ def test_a_body_refused_after_some_runs_leaves_nothing_and_a_crashed_ones_work_i
     with pytest.raises(LabelDPError) as refused:  # found while parsing, after three runs were written
         upload_labels(ctx, ls, path, "text/csv", validate_only=False, claim=None, **SMALL)
     assert refused.value.details == [{"row": len(ids) + 1, "code": "invalid_id"}]
-    assert ctx.store.list(label_set_prefix(ls)) == [f"{label_set_prefix(ls)}/ids.arrow"]
+    with ctx.sessions() as s:
+        ids_object = current_ids_key(load_label_set(s, ls))
+    assert ctx.store.list(label_set_prefix(ls)) == [ids_object]
     # what a killed upload leaves: swept once a day old, never taken for the set's labels
     prefix = label_set_prefix(ls)
     work = [f"{prefix}/upload-labels-a/runs/run-000000-b", f"{prefix}/upload-labels-a/staged.arrow"]
@@ -206,7 +209,7 @@ def test_a_body_refused_after_some_runs_leaves_nothing_and_a_crashed_ones_work_i
         ctx.store.put_bytes(key, b"x")
         os.utime(ctx.data_dir / key, (time.time() - age, time.time() - age))
     assert sweep_orphans(ctx, min_age_seconds=3600) == 2
-    assert ctx.store.list(prefix) == [f"{prefix}/ids.arrow", live]
+    assert ctx.store.list(prefix) == [ids_object, live]
 
 
 _CHILD = r"""

@@ -185,3 +185,41 @@ def test_labelled_chunks_follow_the_sorted_ids_a_stored_chunk_at_a_time(tmp_path
     with pytest.raises(LabelDPError) as refused:
         next(iter_labelled_chunks(ctx, row))
     assert refused.value.code == "labels_deleted"
+
+
+def test_uploaded_ids_are_named_under_the_lock_never_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock's work does not grow with the ids: the sorted object is the set's ids object, named
+    by its row; a second upload's object goes, the winner's stays; the sweep keeps what a row names."""
+    import os
+    import time
+
+    import pyarrow as pa
+
+    from labels_party.label_sets import current_ids_key, iter_id_chunks, set_ids
+    from labels_party.sweep import sweep_orphans
+
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+
+    def no_copy(*args: object) -> None:
+        raise AssertionError("an object copy under the domain's lock")
+
+    monkeypatch.setattr(ctx.store, "copy", no_copy)
+    body = LabelSetCreate.model_validate({"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d"})
+    ls = create_label_set(ctx, body, None).body["id"]
+    set_ids(ctx, ls, pa.array([f"u{i}" for i in range(50)]), None)
+    with ctx.sessions() as s:
+        key = current_ids_key(load_label_set(s, ls))
+    assert key != ids_key(ls) and key.startswith(f"label_sets/{ls}/ids-")
+    with pytest.raises(LabelDPError) as again:
+        set_ids(ctx, ls, pa.array(["x", "y"]), None)
+    assert again.value.code == "ids_already_set"
+    assert ctx.store.list(f"label_sets/{ls}") == [key]  # the loser's object is gone
+    stray = f"label_sets/{ls}/ids-0123.arrow"  # what a crashed upload left
+    ctx.store.put_bytes(stray, b"x")
+    for k in (key, stray):
+        os.utime(ctx.data_dir / k, (time.time() - 90000, time.time() - 90000))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 1
+    assert ctx.store.list(f"label_sets/{ls}") == [key]
+    assert get_label_set(ctx, ls)
+    assert sum(len(ids) for ids in iter_id_chunks(ctx, load_label_set(ctx.sessions(), ls))) == 50
