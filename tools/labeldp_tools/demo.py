@@ -235,12 +235,12 @@ def run_demo(
                     if mech != "auto":
                         request["mechanism"] = mech
                     rel = _expect(labels.post(f"/v1/label-sets/{ls['id']}/releases", json=request), 202)
-                    if mech == "auto":
-                        label = f"ε={eps:g} auto→{rel['mechanism']}"
                     _wait_delivered(labels, rel["id"], label)
                     # auto's pick is final once the release is charged: its prior may turn rp_with_prior into
                     # rr_on_bins (docs/decisions/0025-auto-tail-rule.md)
                     rel = _expect(labels.get(f"/v1/releases/{rel['id']}"), 200)
+                    if mech == "auto":
+                        label = f"ε={eps:g} auto→{rel['mechanism']}"
                     _say(f"  {label}: release {rel['id']} delivered, training")
                     got = _expect(features.get(f"/v1/releases/{rel['id']}/labels"), 200)
                     noisy = np.asarray(got["labels"])
