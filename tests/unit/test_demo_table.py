@@ -49,3 +49,12 @@ def test_the_baseline_trains_with_the_options_and_seed_of_every_demo_training() 
         served = TrainingOptions(**TrainingRequest(**body).options())
         assert served.seed == DEMO_SEED
         assert baseline_config(epochs).options() == served.options()
+
+
+def test_no_trade_off_line_where_the_best_other_is_the_mechanism_the_default_ran() -> None:
+    """auto→rr_on_bins against a named rr_on_bins release: another draw of the same mechanism, not a trade-off."""
+    rows = [Row(0.5, "auto", "rr_on_bins", 67.6, 66.9), Row(0.5, "rr_on_bins", "rr_on_bins", 67.2, 66.4),
+            Row(0.5, "laplace", "laplace", 292.3, 70.6)]
+    lines = default_table(rows)
+    assert not [line for line in lines if line.startswith("at ε")]
+    assert next(line for line in lines if line.strip().startswith("0.5 |")).rstrip().endswith("2 of 3")
