@@ -759,22 +759,37 @@ def _fmt_seconds(s: float) -> str:
 DEFAULT = "default"
 
 
+def _prior_tail(spec: Any, prior: Any) -> dict[str, float]:
+    """``prior_tail`` of an ``rp_with_prior`` release (what ``auto``'s tail rule reads), else nothing."""
+    from labeldp.release.defaults import prior_tail
+
+    if getattr(spec, "name", None) != "rp_with_prior" or prior is None or not hasattr(prior, "grid"):
+        return {}
+    return {"prior_tail": prior_tail(prior, (float(spec.a1), float(spec.a2)))}
+
+
 def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str], n: int | None = None) -> list[Cell]:
     """The project's default configuration as its own column.
 
     ``labeldp.release.defaults.default_mechanism`` picks the mechanism from the label type,
     ε and the rows trained on, ``n`` (public); at each (ε, trial) the default *is* that mechanism's cell, so
-    its numbers are copied, not recomputed. ε values whose pick was not run are left out.
+    its numbers are copied, not recomputed. Where the pick is ``rp_with_prior`` and its cell records a
+    ``prior_tail`` past ``TAIL_CLIP_ABOVE`` (``auto``'s tail rule), the same trial's ``rr_on_bins`` cell is
+    copied instead (its prior is another draw of the same law). ε values whose pick was not run are left out.
     """
-    from labeldp.release.defaults import default_mechanism
+    from labeldp.release.defaults import TAIL_CLIP_ABOVE, default_mechanism
 
+    by_key = {(c.mechanism, c.epsilon, c.trial): c for c in cells}
     out = []
     for c in cells:
         if c.mechanism == NON_PRIVATE or math.isinf(c.epsilon):
             continue
         pick = default_mechanism(label_type, c.epsilon, n)
         if c.mechanism == pick and pick in mechanisms:
-            out.append(dataclasses.replace(c, mechanism=DEFAULT))
+            source = c
+            if c.mechanism_metrics.get("prior_tail", 0.0) > TAIL_CLIP_ABOVE:
+                source = by_key.get(("rr_on_bins", c.epsilon, c.trial), c)
+            out.append(dataclasses.replace(source, mechanism=DEFAULT))
     return out
 
 
@@ -929,6 +944,7 @@ def run_utility(
             mech_metrics = {
                 "mechanism_mse": float(np.mean((released - y_train) ** 2)),
                 **mean_predictors(released[fit_pos], y_train[fit_pos], spec, data.labels[test], prior),
+                **_prior_tail(spec, prior),
             }
 
         job = FitJob(

@@ -161,7 +161,9 @@ def privatize_csv(
         classes=classes,
         params=params,
         epsilon_prior_micro=epsilon_prior_micro,
+        auto=requested == AUTO,
     )
+    mechanism = out.mechanism.name  # auto's rp_with_prior may have become rr_on_bins from its prior
     del labels
     with open(output_path, "w", newline="") as f:
         writer = csv.writer(f)

@@ -273,6 +273,7 @@ def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], 
         public_prior=public_prior,
         classes=classes,
         params=body.params,
+        auto=body.mechanism == AUTO,  # auto's rp_with_prior may become rr_on_bins from its own prior
     )
     del labels  # raw labels go no further than this function
     if out.accounting.total_epsilon_micro != charge:
@@ -353,6 +354,7 @@ def _commit(
             raise _exhausted(f"epsilon {from_micro(charge)}", "less of the label set's cap")
         ledger.commit_charge(s, domain_row, plan)
         ls.spent_micro = ls.spent_micro + charge
+        row.mechanism = message.mechanism.name  # auto's pick after its prior (defaults.tail_pick)
         row.delta_units = delta_units
         row.accounting_json = message.accounting.model_dump_json()
         row.row_count = message.row_count

@@ -438,6 +438,20 @@ def test_default_column_copies_the_cells_of_the_mechanism_the_rule_picks():
     assert default_cells(cells, "real", ["laplace"]) == []  # the pick was not run: no column
 
 
+def test_default_column_follows_the_tail_rule_where_the_cell_records_the_prior_s_tail():
+    """Decision 0025: an rp_with_prior cell whose prior's tail passes TAIL_CLIP_ABOVE stands for rr_on_bins."""
+    from labeldp.release.defaults import TAIL_CLIP_ABOVE
+    from labeldp_research.utility import Cell, default_cells
+
+    tails = {0: TAIL_CLIP_ABOVE * 2, 1: TAIL_CLIP_ABOVE / 2}
+    cells = [Cell("rp_with_prior", 1.0, t, {"mechanism_mse": 1.0, "prior_tail": tails[t]},
+                  {"private": {"test_mse": 10.0 + t}}, 0.1) for t in (0, 1)]
+    cells += [Cell("rr_on_bins", 1.0, t, {"mechanism_mse": 2.0}, {"private": {"test_mse": 20.0 + t}}, 0.1)
+              for t in (0, 1)]
+    out = {c.trial: c.learners["private"]["test_mse"] for c in default_cells(cells, "real", ["rp_with_prior"])}
+    assert out == {0: 20.0, 1: 11.0}
+
+
 def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):
     learners = utility.learners_for("regression", ["plain", "private", "oracle"])
     result = utility.run_utility(

@@ -25,6 +25,7 @@ from labeldp.errors import RandomizerError
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.registry import NAMES, REGISTRY, Entry
+from labeldp.release.defaults import tail_pick
 from labeldp.release.priors import PriorRequest, PublicPrior, need_classes, need_domain, obtain_prior
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
@@ -148,11 +149,14 @@ def _randomize(
     params: dict[str, Any] | None = None,
     epsilon_prior_micro: int | None = None,
     public_prior: PublicPrior | None = None,
+    auto: bool = False,
 ) -> Randomized:
     """Privatize ``labels`` (in the caller's canonical id order) with ``mechanism``.
 
     ``domain`` for real/integer labels, ``classes`` (labels = class indices) for
-    categorical ones.
+    categorical ones. ``auto``: ``mechanism`` is ``auto``'s pick; an ``rp_with_prior`` pick without
+    parameters may become ``rr_on_bins`` from its prior (:func:`labeldp.release.defaults.tail_pick`);
+    the returned spec names the mechanism used.
     """
     label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
     entry = entry_for(mechanism, label_type)
@@ -163,6 +167,12 @@ def _randomize(
     ask = PriorRequest(mechanism, labels, domain, classes, p, epsilon_micro, epsilon_prior_micro, public_prior)
     obtained = obtain_prior(entry.prior_kind(p), ask, rng)
     mech = obtained.fit(_build(mechanism, from_micro(obtained.epsilon_micro), domain, classes, p))
+    if auto and mechanism == "rp_with_prior" and not params and obtained.spec is not None:
+        # Post-processing of the prior just drawn (and public facts): the same prior fits either mechanism.
+        pick = tail_pick(obtained.spec, obtained.mechanism_spec(mech))
+        if pick != mechanism:
+            alt = parse_params(entry_for(pick, label_type), None)
+            mech = obtained.fit(_build(pick, from_micro(obtained.epsilon_micro), domain, classes, alt))
     out = obtained.privatize(mech, labels, rng)
     accounting = compose([*obtained.parts, ("randomizer", obtained.epsilon_micro, mech.guarantee)])
     return Randomized(obtained.mechanism_spec(mech), obtained.spec, accounting, np.asarray(out, dtype=np.float64))
