@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import torch
 
 from labeldp.learning.preprocessing import Preprocessor
-from labeldp.learning.staging import TARGET, TRAIN_FILE
+from labeldp.learning.staging import TARGET, TRAIN_FILE, write_options
 
 log = logging.getLogger("labeldp.features")
 
@@ -134,7 +134,7 @@ def copy_shards(layout: ShardLayout, shards: Sequence[int], directory: str | Pat
         source = layout.sources[s]
         reader = pq.ParquetFile(source.path)
         path = directory / f"train-shard-{s:05d}-of-{layout.shards:05d}.parquet"
-        with pq.ParquetWriter(path, reader.schema_arrow) as writer:
+        with pq.ParquetWriter(path, reader.schema_arrow, **write_options(reader.schema_arrow)) as writer:
             for g in source.groups:
                 group = reader.read_row_group(g)
                 writer.write_table(group, row_group_size=max(1, group.num_rows))
