@@ -45,11 +45,11 @@ import torch.distributed as dist
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import LabelLaw, label_law, law_from_dict
-from labeldp.learning.loader import SHARDS_FILE, copy_shards, fetch_own_shards, stage_layout
+from labeldp.learning.loader import copy_shards, fetch_own_shards, stage_layout
 from labeldp.learning.loop import EpochReport, Plan, Workers
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor
-from labeldp.learning.staging import StagedRelease
+from labeldp.learning.staging import META_FILE, StagedRelease
 from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
@@ -399,7 +399,7 @@ def _own_stage(folder: Path, job: dict[str, Any], shards: int, local_rank: int) 
     if not job.get("stage_store"):
         return StagedRelease.open(folder / job["stage"])
     directory = folder / job["stage"] / f"rank-{local_rank}"
-    if (directory / SHARDS_FILE).exists():
+    if (directory / META_FILE).exists():  # written last: a complete copy
         return StagedRelease.open(directory)
     spec = json.loads(os.environ[STORE_ENV])
     objects = ObjectStore.from_url(spec["url"], **spec["options"])
