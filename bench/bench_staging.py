@@ -17,7 +17,12 @@ partitioning), ``-`` leaves the argument out (for running this program against a
 ``stage_release`` that has none). The side-by-side table divides each configuration's
 peak by the first one's; with ``--before FILE.json`` (the JSON another run wrote next to its
 ``--out``, e.g. on the code before a change) a second table divides that run's join memory
-and time by this run's.
+and time by this run's. ``--before-ref REF[,REF…]`` runs each configuration also with ``shared/``
+as of each git commit ``REF`` (exported by ``git archive`` onto the children's ``PYTHONPATH``),
+in the same run, interleaved with this checkout's (the first REF is the ratios' base);
+``--repeat R`` runs each R times and keeps
+the median (the machine may be shared). CPU s: the child's user + system time during
+``stage_release``, less disturbed by other jobs than the wall time.
 """
 
 from __future__ import annotations
@@ -77,20 +82,27 @@ def child(data: Path, work: Path, partition_rows: str) -> dict[str, Any]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    cpu = os.times()
     started = time.perf_counter()
     staged = stage_release(data, "id", ids, labels, targets, is_val, work / "stage", 65_536, **extra)
     seconds = time.perf_counter() - started
+    cpu_seconds = sum(os.times()[:2]) - sum(cpu[:2])
     done.set()
     sampler.join()
     peak = max(peak, rss_mb())
     n = len(labels)
-    return {"n": n, "seconds": seconds, "before_mb": before, "peak_mb": peak, "join_mb": peak - before,
-            "bytes_per_row": (peak - before) * 2**20 / n, "rows": staged.n_train + staged.n_validation}
+    return {"n": n, "seconds": seconds, "cpu_seconds": cpu_seconds, "before_mb": before, "peak_mb": peak,
+            "join_mb": peak - before, "bytes_per_row": (peak - before) * 2**20 / n,
+            "rows": staged.n_train + staged.n_validation}
 
 
-def measure(data: Path, work: Path, partition_rows: str) -> dict[str, Any] | None:
+def measure(data: Path, work: Path, partition_rows: str, code: Path | None = None) -> dict[str, Any] | None:
+    """One configuration in a fresh process; ``code``: a ``shared/`` folder put first on its ``PYTHONPATH``."""
     cmd = [sys.executable, __file__, "--child", partition_rows, "--data", str(data), "--work", str(work)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -98,10 +110,23 @@ def measure(data: Path, work: Path, partition_rows: str) -> dict[str, Any] | Non
     return None
 
 
+def median_run(runs: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Per measure, the median over the repeats (None if any failed); ``repeats`` holds each run's seconds."""
+    if not runs or any(r is None for r in runs):
+        return None
+    done = [r for r in runs if r is not None]
+    out: dict[str, Any] = {key: float(np.median([r[key] for r in done])) for key in done[0] if key != "rows"}
+    out["rows"] = done[0]["rows"]
+    out["repeats"] = [round(r["seconds"], 2) for r in done]
+    return out
+
+
 def label(partition_rows: str) -> str:
-    if partition_rows == "-":
-        return "(no argument)"
-    return "one partition" if partition_rows == "0" else f"partitions of {int(partition_rows):,} rows"
+    config, _, ref = partition_rows.partition("@")
+    suffix = f" — code of {ref}" if ref else ""
+    if config == "-":
+        return "(no argument)" + suffix
+    return ("one partition" if config == "0" else f"partitions of {int(config):,} rows") + suffix
 
 
 def before_and_after(before: list[Any], results: list[tuple[int, str, dict[str, Any] | None]]) -> list[str]:
@@ -134,25 +159,31 @@ def render(results: list[tuple[int, str, dict[str, Any] | None]], args: argparse
         "memory just before it (when the process already holds the release's ids, labels, targets and split). "
         "Per row: divided by the release's rows.",
         "",
-        "| n | configuration | join MB | B/row | RSS before MB | peak RSS MB | s | staged rows |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| n | configuration | join MB | B/row | RSS before MB | peak RSS MB | s | CPU s | staged rows |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, config, r in results:
         if r is None:
-            lines.append(f"| {n:,} | {label(config)} | failed | | | | | |")
+            lines.append(f"| {n:,} | {label(config)} | failed | | | | | | |")
             continue
+        cpu = f"{r['cpu_seconds']:.1f}" if "cpu_seconds" in r else ""
         lines.append(f"| {n:,} | {label(config)} | {r['join_mb']:,.0f} | {r['bytes_per_row']:,.0f} | "
-                     f"{r['before_mb']:,.0f} | {r['peak_mb']:,.0f} | {r['seconds']:.1f} | {r['rows']:,} |")
+                     f"{r['before_mb']:,.0f} | {r['peak_mb']:,.0f} | {r['seconds']:.1f} | {cpu} | {r['rows']:,} |")
+    if args.repeat > 1:
+        lines += ["", f"Each row: the median of {args.repeat} runs, interleaved; the runs' seconds: "
+                  + "; ".join(f"{label(c)} at {n:,}: {r['repeats']}" for n, c, r in results if r is not None) + "."]
     lines += ["", "## Side by side (÷ the first configuration of the same n)", "",
-              "| n | configuration | join MB ratio | time ratio |", "|---:|---|---:|---:|"]
+              "| n | configuration | join MB ratio | time ratio | CPU time ratio |", "|---:|---|---:|---:|---:|"]
     for n in dict.fromkeys(n for n, _, _ in results):
         rows = [(c, r) for m, c, r in results if m == n and r is not None]
         if not rows:
             continue
         base = rows[0][1]
         for config, r in rows[1:]:
+            cpu = (f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}×"
+                   if "cpu_seconds" in r and "cpu_seconds" in base else "")
             lines.append(f"| {n:,} | {label(config)} | {r['join_mb'] / base['join_mb']:.2f}× | "
-                         f"{r['seconds'] / base['seconds']:.2f}× |")
+                         f"{r['seconds'] / base['seconds']:.2f}× | {cpu} |")
     if args.before:
         lines += before_and_after(json.loads(Path(args.before).read_text()), results)
         lines += ["", f"The `--before` run: {json.loads(Path(args.before).with_suffix('.cmd').read_text())}"
@@ -169,6 +200,9 @@ def main() -> None:
                         help="rewrite the feature table in row groups of this many rows (default: as written, 10^6)")
     parser.add_argument("--out", default="bench/results/staging.md")
     parser.add_argument("--before", help="the .json of an earlier run to compare with (side by side)")
+    parser.add_argument("--before-ref", help="also run each configuration with shared/ as of these git commits "
+                        "(comma-separated; side by side, same run, the first is the ratios' base)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (the median is kept)")
     parser.add_argument("--work", default=None, help="scratch folder (default: the system's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -181,15 +215,29 @@ def main() -> None:
     started = time.perf_counter()
     results: list[tuple[int, str, dict[str, Any] | None]] = []
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
+        before_codes: list[tuple[str, Path]] = []
+        for ref in filter(None, (args.before_ref or "").split(",")):
+            folder = Path(scratch) / f"before-{len(before_codes)}"
+            folder.mkdir()
+            archive = subprocess.run(["git", "archive", ref, "shared"], check=True, capture_output=True)
+            subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+            before_codes.append((ref, folder / "shared"))
         for n in (int(s) for s in args.sizes.split(",")):
             data = Path(scratch) / f"data_{n}.parquet"
             write_data(data, n)
             if args.table_row_group:
                 pq.write_table(pq.read_table(data), data, row_group_size=args.table_row_group)
             for config in args.partition_rows.split(","):
-                r = measure(data, Path(scratch), config)
-                results.append((n, config, r))
-                print(n, config, r, flush=True)
+                codes: list[tuple[str, Path | None]] = [(f"{config}@{ref}", code) for ref, code in before_codes]
+                codes.append((config, None))
+                runs: dict[str, list[dict[str, Any] | None]] = {name: [] for name, _ in codes}
+                for _ in range(max(1, args.repeat)):
+                    for name, code in codes:
+                        runs[name].append(measure(data, Path(scratch), config, code))
+                for name, _ in codes:
+                    r = median_run(runs[name])
+                    results.append((n, name, r))
+                    print(n, name, r, flush=True)
             data.unlink()
     text = render(results, args, time.perf_counter() - started)
     Path(args.out).write_text(text)

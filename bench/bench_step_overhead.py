@@ -6,7 +6,9 @@ Issue 23 asks one process to train within 10 % of a plain PyTorch loop over the 
 Both sides train the default MLP (8 numeric + 3 categorical columns) for one epoch with Adam at
 each batch size, once with PyTorch's default Adam kernels and once with the fused kernel
 (``fused=True``, one launch for all parameters). ``plain``: tensors already on the device, a
-shuffled index per epoch, forward, MSE, backward, step: nothing else. ``labeldp``:
+shuffled index per epoch, forward, MSE, backward, step: nothing else — the loop of
+``bench_training.py``'s ``plain`` mode (``bench_training.plain_epochs``), here over random
+tensors of the table's shapes. ``labeldp``:
 ``fit_regressor`` (its own preprocessing, validation split and epoch loop; its rows/s counts the
 optimizer passes only, as ``plain`` does). Each pair runs side by side in one process.
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from labeldp.learning.config import TrainingConfig
 from labeldp.learning.networks import MLPRegressor
 from labeldp.learning.regression import fit_regressor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_training import plain_epochs  # the one plain loop of both baselines
+
 VOCAB = 20
 
 
@@ -40,11 +44,6 @@ def make_table(n: int) -> tuple[pa.Table, np.ndarray]:
     return pa.table(cols), rng.normal(size=n) + np.asarray(cols["x0"])
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def plain(n_train: int, batch: int, fused: bool, device: str) -> float:
     torch.manual_seed(0)
     model = MLPRegressor(8, [VOCAB] * 3).to(device)
@@ -52,16 +51,8 @@ def plain(n_train: int, batch: int, fused: bool, device: str) -> float:
     x = torch.randn(n_train, 8, device=device)
     c = torch.randint(0, VOCAB + 1, (n_train, 3), device=device)
     y = torch.randn(n_train, device=device)
-    sync(device)
-    started = time.perf_counter()
-    order = torch.randperm(n_train, generator=torch.Generator().manual_seed(0)).to(device)
-    for start in range(0, n_train, batch):
-        rows = order[start : start + batch]
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x[rows], c[rows]), y[rows]).backward()
-        optimizer.step()
-    sync(device)
-    return n_train / (time.perf_counter() - started)
+    (seconds,) = plain_epochs(model, optimizer, x, c, y, batch, 1, torch.Generator().manual_seed(0))
+    return n_train / seconds
 
 
 def ours(table: pa.Table, y: np.ndarray, batch: int, fused: bool, device: str) -> float:

@@ -169,6 +169,33 @@ def run_mode(
     return result
 
 
+def plain_epochs(model: Any, optimizer: Any, x: Any, c: Any, t: Any, batch: int, epochs: int,
+                 generator: Any) -> list[float]:
+    """The plain PyTorch loop both baselines time (``plain`` here, and in ``bench_step_overhead.py``):
+    per epoch a permutation drawn from ``generator``, then per ``batch`` rows of the tensors ``x``,
+    ``c``, ``t`` (already on the device) forward, MSE, backward and the optimizer's step; nothing
+    else. The seconds of each epoch, the permutation included, the device synchronized."""
+    import torch
+    from torch.nn import functional
+
+    device, n = t.device, len(t)
+    seconds = []
+    for _ in range(epochs):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        order = torch.randperm(n, generator=generator, device=generator.device).to(device)
+        for start in range(0, n, batch):
+            rows = order[start : start + batch]
+            optimizer.zero_grad(set_to_none=True)
+            functional.mse_loss(model(x[rows], c[rows]), t[rows]).backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
 def plain_loop(data: Path, y: np.ndarray, config: Any) -> dict[str, Any]:
     """The baseline: the training's MLP on the training's rows as in-memory tensors, a plain PyTorch loop.
 
@@ -177,7 +204,6 @@ def plain_loop(data: Path, y: np.ndarray, config: Any) -> dict[str, Any]:
     selection, progress, checkpoint or loader. rows/s: training rows over the epochs' loops.
     """
     import torch
-    from torch.nn import functional
 
     from labeldp.learning.loop import make_optimizer, make_plan
     from labeldp.learning.networks import MLPRegressor
@@ -199,21 +225,9 @@ def plain_loop(data: Path, y: np.ndarray, config: Any) -> dict[str, Any]:
     model = MLPRegressor(numeric.shape[1], [len(v) for v in pre.vocabularies]).to(device)
     optimizer = make_optimizer(model, config)  # the same Adam kernels as the loop (fused on CUDA, decision 0019)
     generator = torch.Generator(device=device).manual_seed(plan.seed)
-    n, batch = len(scaled), config.batch_size
+    n = len(scaled)
     prepare = time.perf_counter() - started
-    epoch_seconds = []
-    for _ in range(config.epochs):
-        t0 = time.perf_counter()
-        order = torch.randperm(n, generator=generator, device=device)
-        for start in range(0, n, batch):
-            rows = order[start : start + batch]
-            optimizer.zero_grad(set_to_none=True)
-            loss = functional.mse_loss(model(x[rows], c[rows]), t[rows])
-            loss.backward()
-            optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        epoch_seconds.append(time.perf_counter() - t0)
+    epoch_seconds = plain_epochs(model, optimizer, x, c, t, config.batch_size, config.epochs, generator)
     total = sum(epoch_seconds)
     result = {"prepare_s": prepare, "s_per_epoch": total / len(epoch_seconds),
               "rows_per_s": n * len(epoch_seconds) / total, "n_train": n}

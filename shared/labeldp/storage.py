@@ -58,6 +58,8 @@ class ObjectStore:
         self._root = root.rstrip("/")
         self._local = local
         self.url = url
+        self.options: dict[str, Any] = {}
+        """What :meth:`from_url` was given besides the URL: another process reopens the store with both."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> ObjectStore:
@@ -83,7 +85,9 @@ class ObjectStore:
             except (OSError, pa.ArrowException) as exc:
                 raise _unavailable("open the object store", exc) from exc
             root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-            return cls(fs, root, url, local=False)
+            store = cls(fs, root, url, local=False)
+            store.options = {k: v for k, v in options.items() if v not in (None, "")}
+            return store
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
             path = unquote(parsed.path) if parsed.scheme == "file" else url
             folder = Path(path).absolute()

@@ -27,6 +27,7 @@ from labeldp.learning.regression import fit_staged_regressor
 from labeldp.learning.staging import StagedRelease, stage_release
 from labeldp.schema import LaplaceSpec
 from labeldp.specs.base import LabelDomainSpec
+from labeldp.storage import ObjectStore
 
 SPEC = LaplaceSpec(epsilon=4, domain=LabelDomainSpec(low=-12, high=12), step=0.01, scale=6)
 CONFIG = TrainingConfig(epochs=4, batch_size=128, seed=21, device="cpu", threads=1, row_group_rows=250)
@@ -44,14 +45,18 @@ def same_network(a: TrainedRegressor, b: TrainedRegressor) -> None:
     assert all(d == 0.0 for d in diffs.values()), diffs
 
 
-def _stage(tmp_path: Path, n: int, config: TrainingConfig) -> tuple[StagedRelease, Any, TrainingConfig]:
+def _stage(
+    tmp_path: Path, n: int, config: TrainingConfig, objects: ObjectStore | None = None, partition_rows: int = 1 << 18
+) -> tuple[StagedRelease, Any, TrainingConfig]:
+    """Staged for this process alone, or with ``objects`` into that store under ``stages/trn_m/s1``."""
     ids, y, features = write_table(tmp_path / "f.parquet", n)
     labels = np.round(np.clip(y, -12, 12) + np.random.default_rng(9).laplace(scale=SPEC.scale, size=n), 2)
     plan = make_plan(n, config)
     is_val = np.zeros(n, bool)
     is_val[plan.val_idx] = True
     staged = stage_release(
-        tmp_path / "f.parquet", "id", ids, labels, labels, is_val, tmp_path / "stage", config.row_group_rows
+        tmp_path / "f.parquet", "id", ids, labels, labels, is_val, tmp_path / "stage", config.row_group_rows,
+        partition_rows, objects=objects, prefix="stages/trn_m/s1",
     )
     return staged, features, config.replace(seed=plan.seed)
 
@@ -187,16 +192,20 @@ def test_one_host_stays_standalone_and_an_endpoint_makes_a_c10d_job_of_every_hos
 def test_two_hosts_through_the_s3_store_share_no_folder_and_train_one_process_model(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
-    """Named peers (LABELDP_TORCHRUN_PEER_NAMES): the home launcher puts the peer's job and its own data
-    shard in the object store (moto's S3 here), the peer (``labeldp torchrun-host``, a process with only
-    its own folder and the store's settings) takes them from its mailbox; the model is one process's,
-    bit for bit, and the job's objects are gone afterwards. Planted once: publishing every shard to the
-    peer (``own = range(shards)``) made it train on the wrong shard and the networks differ."""
+    """Named peers (LABELDP_TORCHRUN_PEER_NAMES): the stage lies in the object store (moto's S3 here,
+    ~8 id-hash partitions); the home launcher puts only the peer's job in its mailbox, and the peer
+    (``labeldp torchrun-host``, a process with only its own folder and the store's settings) takes it;
+    its rank reads its own data shard straight from the stage's partition objects. The model is one
+    process's, bit for bit; nothing but the stage is left in the store, and no row passed through
+    the launcher (the job is the one object it wrote). Planted once: the peer rank reading shard 0
+    instead of its own made the job fail (its rows dealt wrong: test_stage_store checks them)."""
     config = CONFIG.replace(epochs=2)
-    staged, features, run = _stage(tmp_path, 2000, config)
-    one = _one_process(staged, run)
     url = s3_server.url()
     objects = s3_server.store(url)
+    staged, features, run = _stage(tmp_path, 2000, config, objects, partition_rows=256)
+    assert staged.store_prefix == "stages/trn_m/s1"
+    stage_objects = set(objects.list(""))
+    one = _one_process(staged, run)
     home, peer = tmp_path / "host-a", tmp_path / "host-b"
     home.mkdir()
     hosts = Hosts(f"127.0.0.1:{_free_port()}", ("b",), local_addr="127.0.0.1", objects=objects)
@@ -206,6 +215,7 @@ def test_two_hosts_through_the_s3_store_share_no_folder_and_train_one_process_mo
         [sys.executable, "-m", "labeldp_tools.cli", "torchrun-host", "b", str(peer), "--local-addr", "127.0.0.1",
          "--once"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
     )
+    written = _record_writes(objects)
     try:
         two = run_torchrun(staged, spec, label_law(spec), run, DEFAULT_LEARNING, 1, home, None, hosts)
         output = process.communicate(timeout=60)[0]
@@ -215,9 +225,36 @@ def test_two_hosts_through_the_s3_store_share_no_folder_and_train_one_process_mo
             process.kill()
     same_network(two, one)
     assert np.array_equal(two.predict(features), one.predict(features))
-    assert objects.list("torchrun") == []  # the delivery taken, the job's shards withdrawn
+    assert set(written) == {"torchrun/hosts/b/job.json"}  # the job alone: no shard went through the launcher
+    assert set(objects.list("")) == stage_objects  # the delivery taken; the stage stays the training's
     assert not (peer / STAGE_DIR).exists() and not (peer / JOB_FILE).exists()
     assert not (home / STAGE_DIR).exists()  # nothing was delivered to a folder
+
+
+def _record_writes(objects: ObjectStore) -> list[str]:
+    """The keys the home launcher writes from now on (every way of writing an object, still done)."""
+    written: list[str] = []
+    for name in ("put_bytes", "put_file", "open_output_stream"):
+        method = getattr(objects, name)
+
+        def recorded(key: str, *args: Any, _method: Any = method) -> Any:
+            written.append(key)
+            return _method(key, *args)
+
+        setattr(objects, name, recorded)
+    return written
+
+
+def test_a_job_through_the_store_needs_its_stage_there(tmp_path: Path, s3_server: S3Server) -> None:
+    """A stage kept for one process (not in the store) cannot be read by a peer's ranks: refused before
+    any job is delivered."""
+    staged, _, run = _stage(tmp_path, 300, CONFIG)
+    objects = s3_server.store()
+    hosts = Hosts(f"127.0.0.1:{_free_port()}", ("b",), local_addr="127.0.0.1", objects=objects)
+    spec = SPEC.model_dump(mode="json")
+    with pytest.raises(ValueError, match="needs its stage"):
+        run_torchrun(staged, spec, label_law(spec), run, DEFAULT_LEARNING, 1, tmp_path, None, hosts)
+    assert objects.list("") == []
 
 
 def test_named_peers_are_reached_through_the_store(tmp_path: Path) -> None:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from tests.s3_server import S3Server
 from tests.training.data import write_table
 
 from labeldp.learning.config import PLAIN, TrainingConfig
 from labeldp.learning.id_partitions import partitions_for
+from labeldp.learning.loader import ShardLayout, fetch_own_shards, stage_layout
 from labeldp.learning.loop import make_plan
 from labeldp.learning.staging import (
     PARTS,
@@ -138,6 +140,36 @@ def test_the_join_holds_one_partition_at_a_time_and_writes_each_as_its_own_objec
     staged = fetch_stage(objects, "stage", tmp_path / "cache")
     assert staged.n_train == meta["n_train"] and len(staged.val_labels) == is_val.sum()
     assert remove_stage(objects, "stage") == len(expected) + 2 and objects.list("stage") == []
+
+
+def test_each_rank_reads_its_own_shard_straight_from_the_stage_as_the_home_cache_deals_it(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """A rank on another host (its own folder, only the store and the stage's prefix) reads exactly the
+    rows the home host's ``train.parquet`` deals to its data shard, in the same row groups, and the
+    layout every rank cuts steps from. Stage of ~40 partitions (their last row groups short), 3 shards.
+    Planted once: dealing the stage's row groups from the second (``groups[s + 1::shards]``) gave
+    shard 0 shard 1's rows and this test failed."""
+    n, shards = 3000, 3
+    ids, labels, _ = write_table(tmp_path / "f.parquet", n, extra=411)
+    objects = s3_server.store()
+    is_val = np.random.default_rng(3).random(n) < 0.1
+    stage_to_store(tmp_path / "f.parquet", "id", ids, labels, labels, is_val, objects, "stages/trn_r/s1",
+                   tmp_path / "join", 64, 80)
+    home = fetch_stage(objects, "stages/trn_r/s1", tmp_path / "home")
+    assert home.store_prefix == "stages/trn_r/s1"
+    dealt = ShardLayout.of_file(home.train_path, shards)
+    source = pq.ParquetFile(home.train_path)
+    for s in range(shards):
+        rank = fetch_own_shards(objects, "stages/trn_r/s1", [s], shards, tmp_path / f"rank-{s}")
+        layout = stage_layout(rank.directory, shards)
+        assert layout.rows == dealt.rows and list(layout.sources) == [s]  # only its own shard is here
+        mine = pq.ParquetFile(layout.sources[s].path)
+        assert mine.read().equals(source.read_row_groups(list(dealt.sources[s].groups)))
+        assert [mine.metadata.row_group(i).num_rows for i in range(mine.num_row_groups)] == [
+            source.metadata.row_group(g).num_rows for g in dealt.sources[s].groups]
+        assert rank.preprocessor == home.preprocessor and len(rank.val_labels) == 0
+        assert not (tmp_path / f"rank-{s}" / "validation.parquet").exists()  # the lead alone evaluates
 
 
 def test_a_failed_stage_leaves_no_object_and_a_finished_training_removes_its_stage(

@@ -4,13 +4,14 @@ One host (the default): the launcher writes ``job.json`` next to the staged rele
 ``python -m torch.distributed.run --standalone --nproc_per_node N -m labeldp.learning.distributed job.json``
 (gloo on the CPU, NCCL on GPUs; loopback rendezvous).
 
-Several hosts (:class:`Hosts`: ``LABELDP_TORCHRUN_RDZV_ENDPOINT`` set): no ``--standalone``
-but torchrun's c10d rendezvous at that endpoint with ``--nnodes`` = 1 + the peers. Nothing
-is shared between the hosts but the rendezvous and the process group: the training rows are
-dealt into one data shard per process (:mod:`labeldp.learning.loader`), and the launcher
-that owns the training (the *home* host) delivers to every peer's own working folder a copy
-of what that host needs — its ``job.json``, the stage's fitted statistics and only its own
-shards — which :func:`host` there waits for (a copy per host folder; not yet the ObjectStore).
+Several hosts (:class:`Hosts`: ``LABELDP_TORCHRUN_RDZV_ENDPOINT`` set): torchrun's c10d rendezvous
+at that endpoint, ``--nnodes`` = 1 + the peers; the hosts share only it and the process group. The
+training rows are dealt into one data shard per process (:mod:`labeldp.learning.loader`); the home
+host (its launcher owns the training) delivers each peer its ``job.json`` — to its mailbox in the
+object store, which :func:`host` there waits for, or into its folder. Through the store no row
+passes the launcher: the job names the stage's prefix, and each peer rank reads its own shard from
+the stage's partition objects (:func:`~labeldp.learning.loader.fetch_own_shards`; the store from
+``STORE_ENV``). Into a folder, the launcher copies the peer's shards and fitted statistics.
 
 Every worker fits its shards (``fit_staged_regressor`` or ``fit_staged_classifier``). The
 *lead* — local rank 0 of the home host — alone evaluates the validation rows, runs private
@@ -30,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -45,11 +45,11 @@ import torch.distributed as dist
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import LabelLaw, label_law, law_from_dict
-from labeldp.learning.loader import ShardLayout, copy_shards, stage_layout
+from labeldp.learning.loader import copy_shards, fetch_own_shards, stage_layout
 from labeldp.learning.loop import EpochReport, Plan, Workers
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor
-from labeldp.learning.staging import StagedRelease
+from labeldp.learning.staging import META_FILE, StagedRelease
 from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
@@ -65,9 +65,9 @@ LOG_TAIL_LINES = 30
 STORE_TIMEOUT = datetime.timedelta(minutes=5)
 MAILBOX = "torchrun/hosts"
 """Under the object store: one folder per peer host name, holding the job delivered to it."""
-JOBS_PREFIX = "torchrun/jobs"
-"""Under the object store: each job's parts for its peers (``<run id>/node-<h>/``), removed after it."""
 MAX_RESTARTS = 2
+STORE_ENV = "LABELDP_TORCHRUN_STORE"
+"""In a peer's torchrun environment: the object store (URL and options, JSON) its ranks read their shards from."""
 """torchrun restarts the whole worker group this often after a worker dies; it resumes from the checkpoint."""
 
 
@@ -133,9 +133,13 @@ def torchrun_command(
     ]
 
 
-def torchrun_env(config_threads: int, rendezvous: Rendezvous | None) -> dict[str, str]:
-    """The launcher's environment for torchrun."""
+def torchrun_env(
+    config_threads: int, rendezvous: Rendezvous | None, objects: ObjectStore | None = None
+) -> dict[str, str]:
+    """The launcher's environment for torchrun; with ``objects``, the store its ranks read from (``STORE_ENV``)."""
     env = dict(os.environ)
+    if objects is not None:
+        env[STORE_ENV] = json.dumps({"url": objects.url, "options": objects.options})
     if rendezvous is None or rendezvous.loopback:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the workers talk over loopback only
     if rendezvous is not None:
@@ -283,20 +287,23 @@ def _deal_hosts(
     rendezvous: Rendezvous,
 ) -> dict[str, Any]:
     """Cut the training rows into one data shard per process of the job and deliver each peer host
-    (node ``h`` ≥ 1, in ``hosts.peers`` order) its copy: its shards, the fitted statistics (no
-    validation rows or labels: the lead, beside this launcher, alone evaluates) and its job file,
-    written last. The home host reads its own shards from the stage itself; the home job."""
+    (node ``h`` ≥ 1, in ``hosts.peers`` order) its job file. Through the store the job names the stage
+    there and the peer's shards, which its ranks read themselves; into a peer's folder, the launcher
+    copies its shards and the fitted statistics (no validation rows or labels: the lead, beside this
+    launcher, alone evaluates) and writes the job file last. The home host reads its own shards from
+    its cache of the stage; the home job."""
     shards = rendezvous.nnodes * workers
-    layout = stage_layout(staged.directory, shards)
     job = {**job, "config": config.replace(data_shards=shards).model_dump(), "rendezvous": rendezvous.to_dict()}
+    if hosts.objects is not None and staged.store_prefix is None:
+        raise ValueError("a job across hosts through the object store needs its stage there (stage_to_store)")
+    layout = stage_layout(staged.directory, shards) if hosts.objects is None else None
     for node, folder in enumerate(hosts.peers, start=1):
         own = [node * workers + i for i in range(workers)]
         if hosts.objects is not None:  # through the store: no folder of the peer is reached from here
-            prefix = f"{JOBS_PREFIX}/{rendezvous.run_id}/node-{node}"
-            _publish(staged, layout, own, hosts.objects, prefix, work_dir)
-            peer = {**job, "stage": STAGE_DIR, "stage_objects": prefix, "shards": own, "home": False}
+            peer = {**job, "stage": STAGE_DIR, "stage_store": staged.store_prefix, "shards": own, "home": False}
             hosts.objects.put_bytes(mailbox_key(str(folder)), json.dumps(peer).encode())
             continue
+        assert layout is not None
         stage = Path(folder) / STAGE_DIR
         copy_shards(layout, own, stage)
         dataclasses.replace(staged, directory=stage, val_labels=np.empty((0,))).save()
@@ -310,22 +317,8 @@ def mailbox_key(name: str) -> str:
     return f"{MAILBOX}/{name}/{JOB_FILE}"
 
 
-def _publish(
-    staged: StagedRelease, layout: ShardLayout, own: list[int], objects: ObjectStore, prefix: str, work_dir: Path
-) -> None:
-    """One peer's part of the stage as objects under ``prefix``: its shards, ``shards.json`` and the fitted
-    statistics. Cut in a scratch folder of the home host, one file at a time, then removed."""
-    with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
-        folder = Path(scratch)
-        copy_shards(layout, own, folder)
-        dataclasses.replace(staged, directory=folder, val_labels=np.empty((0,))).save()
-        for path in sorted(folder.iterdir()):
-            objects.put_file(f"{prefix}/{path.name}", path)
-            path.unlink()
-
-
 def _withdraw(hosts: Hosts, run_id: str) -> None:
-    """After a job through the store: its stage objects, and every delivery no peer took, removed."""
+    """After a job through the store: every delivery no peer took, removed (the stage stays: the training owns it)."""
     objects = hosts.objects
     if objects is None:
         return
@@ -336,8 +329,6 @@ def _withdraw(hosts: Hosts, run_id: str) -> None:
                 objects.delete(key)
         except Exception as exc:  # cleaning up is best effort: the job's outcome is decided
             log.warning("torchrun job %s: delivery to %s not withdrawn (%s)", run_id, name, type(exc).__name__)
-    for key in objects.list(f"{JOBS_PREFIX}/{run_id}"):
-        objects.delete(key)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -355,7 +346,7 @@ def host(
 ) -> int:
     """A peer host's part of a multi-node job: wait for the home launcher's delivery of ``job.json`` to
     ``folder`` (this host's own working folder) or, with ``objects``, to this host's mailbox in the store
-    (``name``: the host's name in the home's peers; its shards are then read from the store into
+    (``name``: the host's name in the home's peers; its ranks then read their shards from the store into
     ``folder``), run its torchrun (log in ``torchrun.log``; ``local_addr``: this host's address as the
     others reach it), then remove the copy of the stage and the job file (the folder is ready for the
     next delivery); torchrun's exit status."""
@@ -377,7 +368,7 @@ def host(
     with open(folder / LOG_FILE, "wb") as logfile:
         proc = subprocess.Popen(
             torchrun_command(job_path, len(job["shards"]), rendezvous, local_addr), stdout=logfile,
-            stderr=subprocess.STDOUT, env=torchrun_env(config.threads, rendezvous), start_new_session=True,
+            stderr=subprocess.STDOUT, env=torchrun_env(config.threads, rendezvous, objects), start_new_session=True,
         )
         try:
             proc.wait()
@@ -390,8 +381,7 @@ def host(
 
 
 def _take_delivery(objects: ObjectStore, name: str, folder: Path, wait_seconds: float) -> None:
-    """Wait for the job in this host's mailbox, take it (remove it there), and read its own part of
-    the stage from the store into ``folder``, one object at a time; the job file is written last."""
+    """Wait for the job in this host's mailbox, take it (remove it there) and write it into ``folder``."""
     key = mailbox_key(name)
     deadline = time.monotonic() + wait_seconds
     while not objects.exists(key):
@@ -400,14 +390,20 @@ def _take_delivery(objects: ObjectStore, name: str, folder: Path, wait_seconds: 
         time.sleep(POLL_SECONDS)
     job = json.loads(objects.get_bytes(key))
     objects.delete(key)
-    prefix = str(job.pop("stage_objects"))
-    stage = folder / STAGE_DIR
-    stage.mkdir(parents=True, exist_ok=True)
-    for object_key in objects.list(prefix):
-        with objects.open_input_stream(object_key) as source, open(stage / object_key.rsplit("/", 1)[1], "wb") as out:
-            while block := source.read(1 << 20):
-                out.write(block)
     _write_atomic(folder / JOB_FILE, json.dumps(job))
+
+
+def _own_stage(folder: Path, job: dict[str, Any], shards: int, local_rank: int) -> StagedRelease:
+    """This rank's stage: the host's copy, or (``stage_store`` in the job) its own shard read straight from
+    the stage in the store named by ``STORE_ENV`` into a folder of its own (kept for a restarted group)."""
+    if not job.get("stage_store"):
+        return StagedRelease.open(folder / job["stage"])
+    directory = folder / job["stage"] / f"rank-{local_rank}"
+    if (directory / META_FILE).exists():  # written last: a complete copy
+        return StagedRelease.open(directory)
+    spec = json.loads(os.environ[STORE_ENV])
+    objects = ObjectStore.from_url(spec["url"], **spec["options"])
+    return fetch_own_shards(objects, str(job["stage_store"]), [int(job["shards"][local_rank])], shards, directory)
 
 
 def _relay(progress: Path, seen: int, on_epoch: Callable[[EpochReport], None] | None) -> int:
@@ -498,7 +494,7 @@ def worker(job_path: str | Path) -> None:
         lead = _find_lead(bool(job.get("home", True)) and local_rank == 0, world)
         shards = None if job.get("shards") is None else (int(job["shards"][local_rank]),)
         workers = Workers(rank, world, lead, shards)
-        staged = StagedRelease.open(folder / job["stage"])
+        staged = _own_stage(folder, job, config.data_shards or world, local_rank)
         seed = int(config.seed if config.seed is not None else 0)
         plan = Plan(seed, device, np.empty(0, np.int64), np.empty(0, np.int64))
         main = workers.is_main

@@ -158,11 +158,13 @@ def join_by_partition(
             release_files[p].unlink()
             feature_files[p].unlink()
             found = pc.index_in(features.column(0), value_set=release.column("id").combine_chunks())
-            keep = pc.is_valid(found)
-            positions = release.column("position").combine_chunks().take(pc.filter(found, keep))
-            rows = features.remove_column(0).filter(keep)
+            rows = features.remove_column(0)
+            if found.null_count:  # feature rows the release does not hold (else no copy of the rows)
+                keep = pc.is_valid(found)
+                found, rows = pc.filter(found, keep), rows.filter(keep)
+            positions = release.column("position").combine_chunks().take(found)
             yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release.num_rows)
-            del release, features, found, keep, rows, positions
+            del release, features, found, rows, positions
     finally:
         for path in feature_files + release_files:
             path.unlink(missing_ok=True)

@@ -37,7 +37,18 @@ import pyarrow.parquet as pq
 import torch
 
 from labeldp.learning.preprocessing import Preprocessor
-from labeldp.learning.staging import TARGET, TRAIN_FILE
+from labeldp.learning.staging import (
+    PARTS,
+    TARGET,
+    TRAIN_FILE,
+    StagedRelease,
+    open_stage,
+    part_key,
+    stage_groups,
+    staged_of,
+    write_options,
+)
+from labeldp.storage import ObjectStore
 
 log = logging.getLogger("labeldp.features")
 
@@ -134,7 +145,7 @@ def copy_shards(layout: ShardLayout, shards: Sequence[int], directory: str | Pat
         source = layout.sources[s]
         reader = pq.ParquetFile(source.path)
         path = directory / f"train-shard-{s:05d}-of-{layout.shards:05d}.parquet"
-        with pq.ParquetWriter(path, reader.schema_arrow) as writer:
+        with pq.ParquetWriter(path, reader.schema_arrow, **write_options(reader.schema_arrow)) as writer:
             for g in source.groups:
                 group = reader.read_row_group(g)
                 writer.write_table(group, row_group_size=max(1, group.num_rows))
@@ -142,6 +153,50 @@ def copy_shards(layout: ShardLayout, shards: Sequence[int], directory: str | Pat
     copied = ShardLayout(layout.rows, sources)
     (directory / SHARDS_FILE).write_text(json.dumps(copied.to_dict(directory)))
     return copied
+
+
+def fetch_own_shards(
+    objects: ObjectStore, prefix: str, own: Sequence[int], shards: int, directory: str | Path
+) -> StagedRelease:
+    """A rank's own data shards of the stage under ``prefix``, read straight from the store into ``directory``.
+
+    The stage's training row groups (:func:`labeldp.learning.staging.stage_groups`, the row groups of
+    the home host's ``train.parquet``) are dealt into ``shards`` as :meth:`ShardLayout.of_file` deals
+    them; only ``own``'s are read, one row group at a time, each shard into its own file (written
+    under a temporary name, then renamed), with ``shards.json`` and the fitted statistics (no
+    validation rows or labels). What a rank on another host needs: the store and the stage's prefix.
+    """
+    meta = open_stage(objects, prefix)
+    groups = stage_groups(meta)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    sources: dict[int, ShardSource] = {}
+    for s in own:
+        path = directory / f"train-shard-{s:05d}-of-{shards:05d}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        writer: pq.ParquetWriter | None = None
+        mine = groups[s::shards]
+        for partition in dict.fromkeys(p for p, _, _ in mine):
+            with objects.open_input_file(part_key(prefix, False, partition)) as source:
+                reader = pq.ParquetFile(source)
+                writer = writer or pq.ParquetWriter(tmp, reader.schema_arrow, **write_options(reader.schema_arrow))
+                for _, g, rows in (group for group in mine if group[0] == partition):
+                    table = reader.read_row_group(g)
+                    if table.num_rows != rows:
+                        raise ValueError(f"row group {g} of partition {partition} under {prefix!r} is not as staged")
+                    writer.write_table(table, row_group_size=max(1, rows))
+        if writer is None:  # more shards than row groups: an empty shard
+            first = next(i for i, part in enumerate(meta["partitions"]) if part[PARTS[False]])
+            with objects.open_input_file(part_key(prefix, False, first)) as source:
+                writer = pq.ParquetWriter(tmp, pq.ParquetFile(source).schema_arrow)
+        writer.close()
+        os.replace(tmp, path)
+        sources[s] = ShardSource(path, tuple(range(len(mine))))
+    shard_rows = tuple(sum(n for _, _, n in groups[s::shards]) for s in range(shards))
+    (directory / SHARDS_FILE).write_text(json.dumps(ShardLayout(shard_rows, sources).to_dict(directory)))
+    staged = staged_of(meta, directory, np.empty((0,)), prefix)
+    staged.save()
+    return staged
 
 
 @dataclass(frozen=True)

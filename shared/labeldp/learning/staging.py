@@ -10,16 +10,19 @@ last: a stage is complete once it is there. The join goes partition by partition
 ``partition_rows`` rows is joined, split (as :func:`labeldp.learning.loop.make_plan` draws it)
 and written before the next is read, so the join holds one partition (``staged.json`` records
 what each held). The preprocessor and the target scaling are fitted on the training rows in
-the same pass. The cache holds ``train.parquet`` and ``validation.parquet``, the partitions in
-order, in row groups of ``row_group_rows`` that :class:`labeldp.learning.loader.RowGroupLoader`
-streams (docs/architecture.md, "Training at scale").
+the same pass. The cache holds ``train.parquet`` and ``validation.parquet``: each partition's row
+groups of ``row_group_rows`` (its last shorter), in partition order, which
+:class:`labeldp.learning.loader.RowGroupLoader` streams; a peer host's rank reads its own of them
+straight from the store (:func:`stage_groups`; docs/architecture.md, "Training at scale").
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +60,8 @@ class StagedRelease:
     n_train: int
     n_validation: int
     val_labels: np.ndarray
+    store_prefix: str | None = None
+    """Where the stage lies in the object store (``stage_to_store``'s prefix); None: staged for one process."""
 
     @property
     def train_path(self) -> Path:
@@ -74,6 +79,7 @@ class StagedRelease:
             "target_std": self.target_std,
             "n_train": self.n_train,
             "n_validation": self.n_validation,
+            "store_prefix": self.store_prefix,
         }
         np.savez(self.directory / LABELS_FILE, val_labels=self.val_labels)
         (self.directory / META_FILE).write_text(json.dumps(meta))
@@ -92,39 +98,15 @@ class StagedRelease:
             int(meta["n_train"]),
             int(meta["n_validation"]),
             val_labels,
+            meta.get("store_prefix"),
         )
 
 
-class _GroupWriter:
-    """Buffers batches and writes row groups of exactly ``rows`` rows (the last one shorter)."""
-
-    def __init__(self, path: Path, schema: pa.Schema, rows: int) -> None:
-        self.rows = rows
-        self.writer = pq.ParquetWriter(path, schema)
-        self.pending: list[pa.Table] = []
-        self.n_pending = 0
-        self.written = 0
-
-    def add(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        self.pending.append(table)
-        self.n_pending += table.num_rows
-        while self.n_pending >= self.rows:
-            merged = pa.concat_tables(self.pending)
-            self._write(merged.slice(0, self.rows))
-            rest = merged.slice(self.rows)
-            self.pending, self.n_pending = ([rest] if rest.num_rows else []), rest.num_rows
-
-    def _write(self, table: pa.Table) -> None:
-        self.writer.write_table(table, row_group_size=self.rows)
-        self.written += table.num_rows
-
-    def close(self) -> None:
-        if self.n_pending:
-            self._write(pa.concat_tables(self.pending))
-        self.pending, self.n_pending = [], 0
-        self.writer.close()
+def write_options(schema: pa.Schema) -> dict[str, Any]:
+    """How the stage's Parquet is written: dictionary encoding for every column but the floating-point
+    ones (random reals fill a dictionary page, then fall back to plain: 4× the write time for nothing).
+    Decided in docs/decisions/0024-stage-parquet-encoding.md."""
+    return {"use_dictionary": [f.name for f in schema if not pa.types.is_floating(f.type)]}
 
 
 STORE_META = "staged.json"
@@ -216,7 +198,7 @@ def stage_to_store(
                 if chosen.num_rows:
                     key = part_key(prefix, flag, part.index)
                     with objects.open_output_stream(key) as out:
-                        pq.write_table(chosen, out, row_group_size=row_group_rows)
+                        pq.write_table(chosen, out, row_group_size=row_group_rows, **write_options(chosen.schema))
                     written.append(key)
             partitions.append(counts)
             del table, chosen, rows, validation
@@ -249,34 +231,26 @@ def stage_to_store(
     return meta
 
 
-def fetch_stage(objects: ObjectStore, prefix: str, directory: str | Path) -> StagedRelease:
-    """The complete stage under ``prefix`` copied into the local cache ``directory`` (one row group
-    at a time): ``train.parquet`` and ``validation.parquet`` (the partitions in order, in row
-    groups of the stage's ``row_group_rows``), ``val.npz`` and ``staged.json``. The cache can be
-    removed at any time and fetched again; it is what the loader and a torchrun job read."""
+def stage_groups(meta: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """The training row groups of a stage in order, as (partition, row group in its object, rows): each
+    partition's ``train`` rows in row groups of ``row_group_rows`` (its last one shorter), partition after
+    partition. The row groups of the cache's ``train.parquet``, and what data shards are dealt from."""
+    rows = int(meta["row_group_rows"])
+    return [(index, g, min(rows, part["train"] - g * rows))
+            for index, part in enumerate(meta["partitions"]) for g in range(math.ceil(part["train"] / rows))]
+
+
+def open_stage(objects: ObjectStore, prefix: str) -> dict[str, Any]:
+    """The ``staged.json`` of the complete stage under ``prefix``, checked for this code's layout."""
     meta = stage_meta(objects, prefix)
     if meta.get("version") != STAGE_VERSION:
         raise ValueError(f"the stage under {prefix!r} has another layout version ({meta.get('version')})")
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    rows = int(meta["row_group_rows"])
-    schema: pa.Schema | None = None
-    for flag, name in ((False, TRAIN_FILE), (True, VALIDATION_FILE)):
-        writer: _GroupWriter | None = None
-        for index, part in enumerate(meta["partitions"]):
-            if not part[PARTS[flag]]:
-                continue
-            with objects.open_input_file(part_key(prefix, flag, index)) as source:
-                reader = pq.ParquetFile(source)
-                schema = schema or reader.schema_arrow
-                writer = writer or _GroupWriter(directory / name, schema, rows)
-                for group in range(reader.num_row_groups):
-                    writer.add(reader.read_row_group(group))
-        assert schema is not None  # n_train > 0: the training rows came first
-        (writer or _GroupWriter(directory / name, schema, rows)).close()
-    with np.load(io.BytesIO(objects.get_bytes(f"{prefix}/{LABELS_FILE}"))) as data:
-        val_labels = np.asarray(data["val_labels"], dtype=np.float64)
-    staged = StagedRelease(
+    return meta
+
+
+def staged_of(meta: dict[str, Any], directory: Path, val_labels: np.ndarray, prefix: str) -> StagedRelease:
+    """The :class:`StagedRelease` of a stage's ``staged.json``, its cache in ``directory``."""
+    return StagedRelease(
         directory,
         Preprocessor.from_dict(meta["preprocessor"]),
         float(meta["target_mean"]),
@@ -284,7 +258,36 @@ def fetch_stage(objects: ObjectStore, prefix: str, directory: str | Path) -> Sta
         int(meta["n_train"]),
         int(meta["n_validation"]),
         val_labels,
+        prefix,
     )
+
+
+def fetch_stage(objects: ObjectStore, prefix: str, directory: str | Path) -> StagedRelease:
+    """The complete stage under ``prefix`` copied into the local cache ``directory`` (one row group
+    at a time): ``train.parquet`` and ``validation.parquet`` (each partition's row groups in partition
+    order, as :func:`stage_groups` lists them), ``val.npz`` and ``staged.json``. The cache can be
+    removed at any time and fetched again; it is what the loader and a torchrun job read."""
+    meta = open_stage(objects, prefix)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    schema: pa.Schema | None = None
+    for flag, name in ((False, TRAIN_FILE), (True, VALIDATION_FILE)):
+        writer: pq.ParquetWriter | None = None
+        for index, part in enumerate(meta["partitions"]):
+            if not part[PARTS[flag]]:
+                continue
+            with objects.open_input_file(part_key(prefix, flag, index)) as source:
+                reader = pq.ParquetFile(source)
+                schema = schema or reader.schema_arrow
+                writer = writer or pq.ParquetWriter(directory / name, schema, **write_options(schema))
+                for group in range(reader.num_row_groups):
+                    table = reader.read_row_group(group)
+                    writer.write_table(table, row_group_size=max(1, table.num_rows))
+        assert schema is not None  # n_train > 0: the training rows came first
+        (writer or pq.ParquetWriter(directory / name, schema)).close()
+    with np.load(io.BytesIO(objects.get_bytes(f"{prefix}/{LABELS_FILE}"))) as data:
+        val_labels = np.asarray(data["val_labels"], dtype=np.float64)
+    staged = staged_of(meta, directory, val_labels, prefix)
     staged.save()
     return staged
 
@@ -312,7 +315,11 @@ def stage_release(
     try:
         stage_to_store(feature_path, id_column, ids, labels, targets, is_validation, store, prefix,
                        directory / "join", row_group_rows, partition_rows)
-        return fetch_stage(store, prefix, directory)
+        staged = fetch_stage(store, prefix, directory)
+        if objects is None:  # nothing of it stays in a store
+            staged = dataclasses.replace(staged, store_prefix=None)
+            staged.save()
+        return staged
     finally:
         if objects is None:
             shutil.rmtree(local, ignore_errors=True)

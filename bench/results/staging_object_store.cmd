@@ -1,0 +1,1 @@
+"`python bench/bench_staging.py --sizes 1000000 --table-row-group 65536 --partition-rows 262144 --before-ref c42d002,696c24c --repeat 5 --out bench/results/staging_object_store.md --work /tmp/fleet23/b1`, 2026-11-28 05:43 UTC"

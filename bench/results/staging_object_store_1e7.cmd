@@ -1,0 +1,1 @@
+"`python bench/bench_staging.py --sizes 10000000 --table-row-group 65536 --partition-rows 262144 --before-ref c42d002 --repeat 1 --out bench/results/staging_object_store_1e7.md --work /tmp/fleet23/b4`, 2026-11-28 06:16 UTC"
