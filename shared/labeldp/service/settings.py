@@ -367,7 +367,9 @@ class Settings(BaseSettings):
         "limit, `ulimit -n`)",
     )
     server_limit_concurrency: int = Field(
-        500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+        500, ge=1, le=1_000_000,
+        description="requests in progress at once (half-open connections do not count); one more gets 503 "
+        "service_unavailable with Retry-After",
     )
     server_tls_certfile: str = Field(
         "",
