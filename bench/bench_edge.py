@@ -85,6 +85,13 @@ def process_stats(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listening socket's accept queue was full."""
+    with open("/proc/net/netstat") as f:
+        lines = [line.split() for line in f if line.startswith("TcpExt:")]
+    return int(dict(zip(lines[0][1:], lines[1][1:], strict=True)).get("ListenOverflows", 0))
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -122,6 +129,7 @@ def run(connections: int, hold: float) -> dict[str, Any]:
                 idle_rss, idle_fds = process_stats(pid)
                 idle_log = log.stat().st_size
                 idle_cpu = cpu_seconds(pid)
+                overflows = listen_overflows()
                 start = mp.Event()
                 out: mp.Queue[dict[str, Any]] = mp.Queue()
                 shares = [connections // processes + (k < connections % processes) for k in range(processes)]
@@ -145,13 +153,14 @@ def run(connections: int, hold: float) -> dict[str, Any]:
                 time.sleep(1.0)
                 end_rss, end_fds = process_stats(pid)
                 flood_cpu = cpu_seconds(pid) - idle_cpu
+                overflows = listen_overflows() - overflows
                 after = [probe(client, "/healthz", {}) for _ in range(3)]
         finally:
             log_growth = stack.log_path("labels").stat().st_size - idle_log
             stack.stop()
     return {
-        "load": load, "flood_cpu": flood_cpu, "soft": soft, "hard": hard, "processes": processes,
-        "connections": connections, "hold": hold,
+        "load": load, "flood_cpu": flood_cpu, "overflows": overflows, "soft": soft, "hard": hard,
+        "processes": processes, "connections": connections, "hold": hold,
         "reports": reports, "probes": probes, "idle_rss": idle_rss, "peak_rss": peak_rss, "end_rss": end_rss,
         "idle_fds": idle_fds, "peak_fds": peak_fds, "end_fds": end_fds, "log_growth": log_growth, "after": after,
     }
@@ -182,8 +191,9 @@ def render(r: dict[str, Any]) -> str:
         f"{r['end_rss'] / mib:.0f} MiB (peak − idle {(r['peak_rss'] - r['idle_rss']) / mib:.1f} MiB) |",
         f"| server CPU time during the flood | {r['flood_cpu']:.1f} s "
         f"({r['flood_cpu'] / r['connections'] * 1e6:.0f} µs a connection) |",
+        f"| SYNs the kernel dropped, accept queue full (ListenOverflows, whole machine) | {r['overflows']} |",
         f"| server descriptors: idle / peak / after | {r['idle_fds']} / {r['peak_fds']} / {r['end_fds']} |",
-        f"| server log written during the flood | {r['log_growth']} bytes |",
+        f"| server log written during the flood (the probes' own access lines) | {r['log_growth']} bytes |",
     ]
     opening = max(x["opened_in"] for x in r["reports"])
     for path, results in r["probes"].items():
