@@ -208,3 +208,22 @@ def test_the_default_schedule_spans_half_a_day() -> None:
     assert (fields["inbox_webhook_max_attempts"].default, fields["inbox_webhook_initial_backoff_seconds"].default,
             fields["inbox_webhook_max_backoff_seconds"].default) == (
         DEFAULT_MAX_ATTEMPTS, DEFAULT_INITIAL_BACKOFF_SECONDS, DEFAULT_MAX_BACKOFF_SECONDS)
+
+
+def test_a_training_worker_sends_what_an_api_committed(tmp_path: Path, receiver: str) -> None:
+    """`labeldp worker features` runs a sender too: the API that received the release never started one."""
+    from features_party.worker import run_worker
+
+    settings = _settings(tmp_path, receiver)
+    api = TestClient(create_app(settings))  # no `with`: this API sends nothing
+    _receive(api, "rel-worker")
+    stop = threading.Event()
+    worker = threading.Thread(target=run_worker, args=(settings, stop), daemon=True)
+    worker.start()
+    try:
+        _wait(lambda: len(_deliveries(api, state="delivered")) == 2)
+    finally:
+        stop.set()
+        worker.join(30)
+    assert sorted(json.loads(body)["type"] for _, body in Receiver.calls) == ["release.completed", "release.received"]
+    assert all(verify_webhook(WEBHOOK_SECRET, body, headers) for headers, body in Receiver.calls)
