@@ -9,14 +9,18 @@ is deliberately no route or client that reaches the labels party.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
+from features_party import sweep
 from features_party.context import AppContext, build_context
 from features_party.routes import console, feature_tables, inbox, models, ops, releases, trainings
+from labeldp.errors import LabelDPError
 from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
@@ -31,6 +35,8 @@ from labeldp.service.metrics import instrument
 from labeldp.service.openapi import documented_app
 from labeldp.service.settings import Settings, require_secrets, require_webhook_secret
 from labeldp.signing import secrets_of
+
+log = logging.getLogger("labeldp.features")
 
 DESCRIPTION = """The publisher's side of labeldp: feature tables, the inbox that receives the labels
 party's signed release messages, trainings on features × privatized labels, models and predictions.
@@ -53,16 +59,24 @@ TAGS = [
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The training worker and the inbox's webhook sender live as long as the app."""
+    """The training worker, the inbox's webhook sender and the sweeper live as long as the app."""
     ctx: AppContext = app.state.ctx
     await run_in_threadpool(ctx.runner.start)
     if ctx.webhooks is not None:
         ctx.webhooks.start()
+    stop = threading.Event()
+    sweeper = threading.Thread(
+        target=sweep.run_sweeper, args=(ctx.sessions, ctx.store, stop, ctx.settings.sweep_interval_seconds),
+        name="sweeper", daemon=True,
+    )
+    sweeper.start()
     try:
         yield
     finally:
+        stop.set()
         if ctx.webhooks is not None:
             await run_in_threadpool(ctx.webhooks.stop)
+        sweeper.join(30)
         await run_in_threadpool(ctx.runner.shutdown)
         ctx.engine.dispose()
 
@@ -73,6 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     require_webhook_secret(settings)
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
+    try:  # what a crash or a failed delete left; the store away is no reason not to start
+        if swept := sweep.sweep_orphans(ctx.sessions, ctx.store):
+            log.info("swept %d orphaned feature-table objects", swept)
+    except LabelDPError as exc:
+        log.warning("start-up sweep failed (%s)", exc.code)
 
     app = documented_app("labeldp features party", DESCRIPTION, TAGS, lifespan)
     app.state.ctx = ctx  # what routes.deps hands each handler

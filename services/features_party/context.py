@@ -45,10 +45,15 @@ class AppContext:
     webhooks: WebhookSender | None = None
     """The inbox's signed webhook (``LABELDP_INBOX_WEBHOOK_URL``), started with the app; None without one."""
 
+    @property
+    def record_event(self) -> inbox.EventHook | None:
+        """What the inbox calls inside the transaction of an event: the webhook's delivery row."""
+        return self.webhooks.enqueue if self.webhooks is not None else None
+
     def announce(self, event: dict[str, Any] | None) -> None:
-        """Hand an inbox event to the webhook, if any: queued, never waited for."""
+        """An inbox event was committed (its delivery row with it): let this process's sender look now."""
         if event is not None and self.webhooks is not None:
-            self.webhooks.send(event)
+            self.webhooks.wake()
 
 
 def torchrun_hosts(settings: Settings) -> Hosts | None:
@@ -69,6 +74,18 @@ def trainings_by_status(sessions: sessionmaker[Session]) -> dict[str, int]:
     with sessions() as s:
         rows = s.execute(select(store.Training.status, func.count()).group_by(store.Training.status))
         return {status: int(n) for status, n in rows}
+
+
+def webhook_sender(settings: Settings, sessions: sessionmaker[Session]) -> WebhookSender | None:
+    """The sender of the inbox webhook's deliveries (``LABELDP_INBOX_WEBHOOK_*``), or None without a URL."""
+    if not settings.inbox_webhook_url:
+        return None
+    return WebhookSender(
+        sessions, store.WEBHOOK_DELIVERIES, settings.inbox_webhook_url, settings.inbox_webhook_secret,
+        timeout=settings.inbox_webhook_timeout_seconds, max_attempts=settings.inbox_webhook_max_attempts,
+        initial_backoff=settings.inbox_webhook_initial_backoff_seconds,
+        max_backoff=settings.inbox_webhook_max_backoff_seconds, poll_seconds=settings.inbox_webhook_poll_seconds,
+    )
 
 
 def build_context(settings: Settings) -> AppContext:
@@ -111,10 +128,5 @@ def build_context(settings: Settings) -> AppContext:
         model_cache=models.ModelCache(object_store, device=resolve_device(settings.device)),
         idempotency=IdempotencyKeys(store.IDEMPOTENCY_KEYS, sessions, settings.idempotency_lease_seconds),
         inbox_slots=asyncio.Semaphore(settings.inbox_max_concurrent),
-        webhooks=WebhookSender(
-            settings.inbox_webhook_url, settings.inbox_webhook_secret,
-            timeout=settings.inbox_webhook_timeout_seconds, max_attempts=settings.inbox_webhook_max_attempts,
-            initial_backoff=settings.inbox_webhook_initial_backoff_seconds,
-            max_backoff=settings.inbox_webhook_max_backoff_seconds, queue_max=settings.inbox_webhook_queue_max,
-        ) if settings.inbox_webhook_url else None,
+        webhooks=webhook_sender(settings, sessions),
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -75,8 +76,14 @@ def bind_store(sessions: sessionmaker[Session], object_store: ObjectStore) -> No
     sessions.configure(info={STORE_INFO: object_store})
 
 
+EventHook = Callable[[Session, dict[str, Any]], object]
+"""Called with the transaction that causes an inbox event and the event: the webhook's delivery row
+(labeldp.service.webhooks.enqueue) commits with the fact it announces, or not at all."""
+
+
 def receive_manifest(
-    session_factory: sessionmaker[Session], secret: str, raw: bytes, signature: str | None
+    session_factory: sessionmaker[Session], secret: str, raw: bytes, signature: str | None,
+    on_event: EventHook | None = None,
 ) -> ManifestAnswer:
     """Verify, validate and deduplicate a manifest; store a new one (or raise LabelDPError)."""
     if not verify(raw, secret, signature):
@@ -115,6 +122,8 @@ def receive_manifest(
             session.add(row)
             session.flush()
             event = inbox_event(RELEASE_RECEIVED, row)
+            if on_event is not None:
+                on_event(session, event)
     except IntegrityError:
         # A concurrent delivery of the same release won the insert.
         with session_factory() as session:
@@ -179,7 +188,9 @@ def receive_shard(
     return STORED
 
 
-def complete_release(session_factory: sessionmaker[Session], release_id: str) -> ManifestAnswer:
+def complete_release(
+    session_factory: sessionmaker[Session], release_id: str, on_event: EventHook | None = None
+) -> ManifestAnswer:
     """Mark a release complete once every shard is held (409 ``shards_missing`` before)."""
     with session_factory.begin() as session:
         row = session.get(store.Release, release_id)
@@ -194,8 +205,10 @@ def complete_release(session_factory: sessionmaker[Session], release_id: str) ->
             row.status = store.RELEASE_COMPLETE
             row.completed_at = datetime.now(UTC)
             log.info("release %s accepted: %d rows", release_id, row.row_count)
-            return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256,
-                                  event=inbox_event(RELEASE_COMPLETED, row))
+            event = inbox_event(RELEASE_COMPLETED, row)
+            if on_event is not None:
+                on_event(session, event)
+            return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256, event=event)
         return ManifestAnswer(release_id, False, store.RELEASE_COMPLETE, row.body_sha256)
 
 

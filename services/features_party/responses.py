@@ -186,6 +186,32 @@ class ModelPage(_Body):
     next_cursor: str | None
 
 
+class WebhookDelivery(_Body):
+    """One event's delivery to the inbox webhook (labeldp.service.webhooks)."""
+
+    id: str = Field(description="`whd_…`")
+    event_id: str = Field(description="the event's id (`evt_…`): the `X-Labeldp-Webhook-Id` a receiver deduplicates on")
+    event_type: str = Field(description="`release.received` or `release.completed`")
+    target: str = Field(description="the URL it is POSTed to")
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: due at `next_attempt_at`; delivered: a 2xx answered; failed: every attempt failed "
+        "(retry it with POST …/retry)"
+    )
+    attempts: int
+    last_outcome: str | None = Field(
+        description="the last attempt's outcome: `status 2xx`…`status 5xx` or the client error's type "
+        "(`ConnectError`, `ReadTimeout`…), never the receiver's text"
+    )
+    next_attempt_at: Timestamp | None = Field(description="pending: when it is attempted next")
+    created_at: Timestamp | None
+    finished_at: Timestamp | None
+
+
+class WebhookDeliveryPage(_Body):
+    items: list[WebhookDelivery]
+    next_cursor: str | None
+
+
 class Predictions(_Body):
     predictions: list[float | str] = Field(description="one per requested id or row, in order")
     probabilities: list[list[float]] | None = Field(None, description="classifiers: per class, in `classes` order")
@@ -249,6 +275,12 @@ EXAMPLE_TABLE_PAGE = {"items": [EXAMPLE_TABLE], "next_cursor": None}
 EXAMPLE_RELEASE_PAGE = {"items": [EXAMPLE_RELEASE], "next_cursor": None}
 EXAMPLE_HISTORY_PAGE = {"items": [{"epoch": 1, "train_loss": 4.1, "val_loss": 4.3}], "next_cursor": None}
 EXAMPLE_TRAINING_PAGE = {"items": [EXAMPLE_TRAINING], "next_cursor": None}
+EXAMPLE_WEBHOOK_DELIVERY = {
+    "id": "whd_0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f", "event_id": "evt_5a4b3c2d1e0f9a8b7c6d5e4f",
+    "event_type": "release.completed", "target": "https://hooks.publisher.example/labeldp", "state": "failed",
+    "attempts": 24, "last_outcome": "ConnectError", "next_attempt_at": None, "created_at": TS, "finished_at": TS,
+}
+EXAMPLE_WEBHOOK_PAGE = {"items": [EXAMPLE_WEBHOOK_DELIVERY], "next_cursor": None}
 EXAMPLE_MODEL_PAGE = {"items": [EXAMPLE_MODEL], "next_cursor": None}
 EXAMPLE_CANCELLING = {
     **EXAMPLE_TRAINING, "status": "cancelling", "model_id": None, "finished_at": None,

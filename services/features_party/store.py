@@ -18,6 +18,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from labeldp.service.idempotency import idempotency_table
 from labeldp.service.timestamps import utcnow
+from labeldp.service.webhooks import webhook_deliveries_table
 
 
 class Base(DeclarativeBase):
@@ -35,6 +36,9 @@ TRAINING_STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
 
 IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)
 """Idempotency-Key claims and stored answers of the mutating POSTs (feature tables, trainings)."""
+
+WEBHOOK_DELIVERIES = webhook_deliveries_table(Base.metadata)
+"""The inbox webhook's deliveries (labeldp.service.webhooks): written with the inbox event they carry."""
 
 
 class FeatureTable(Base):

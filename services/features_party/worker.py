@@ -23,7 +23,7 @@ from features_party.progress import ProgressBoard
 from labeldp.learning.device import resolve_device
 from labeldp.service.database import is_transient, make_session_factory
 from labeldp.service.migrations import open_database
-from labeldp.service.settings import Settings, open_object_store
+from labeldp.service.settings import Settings, open_object_store, require_webhook_secret
 
 log = logging.getLogger("labeldp.features")
 
@@ -135,7 +135,9 @@ class TrainingRunner:
 
 
 def run_worker(settings: Settings, stop: threading.Event) -> None:
-    """``labeldp worker features``: wait for the database (as long as it takes), then work until ``stop``."""
+    """``labeldp worker features``: wait for the database (as long as it takes), then work until ``stop``;
+    with ``LABELDP_INBOX_WEBHOOK_URL`` it also sends the inbox webhook's due deliveries."""
+    require_webhook_secret(settings)
     try:
         engine = open_database(
             settings.features_database_url, MIGRATIONS, settings, wait_seconds=float("inf"), stop=stop
@@ -147,10 +149,15 @@ def run_worker(settings: Settings, stop: threading.Event) -> None:
     sessions: sessionmaker[Session] = make_session_factory(engine)
     settings.features_data_dir.mkdir(parents=True, exist_ok=True)
     inbox.bind_store(sessions, open_object_store(settings, settings.features_data_dir))
-    from features_party.context import torchrun_hosts  # the app's context imports this module
+    from features_party.context import torchrun_hosts, webhook_sender  # the app's context imports this module
 
     ctx = training_context.job_context(settings, sessions, hosts=torchrun_hosts(settings))
+    webhooks = webhook_sender(settings, sessions)  # a sender beside the APIs' (each claims what it sends)
+    if webhooks is not None:
+        webhooks.start()
     try:
         Worker(ctx, settings.training_max_attempts, settings.training_poll_seconds).run(stop)
     finally:
+        if webhooks is not None:
+            webhooks.stop()
         engine.dispose()

@@ -28,6 +28,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from labeldp.errors import NotFound
+from labeldp.service import sweeping
+from labeldp.service.sweeping import delete_if_older
 
 from . import ledger
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
@@ -78,10 +80,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
             continue
-        with contextlib.suppress(NotFound):  # another replica swept it first
-            if ctx.store.modified(key) < older_than:
-                ctx.store.delete(key)
-                removed += 1
+        removed += delete_if_older(ctx.store, key, older_than)
     for path in _old_files(ctx.spool_dir, "body-*", spool_cutoff):
         path.unlink(missing_ok=True)
         removed += 1
@@ -129,11 +128,5 @@ def _old_files(folder: Path, pattern: str, cutoff: float) -> list[Path]:
 
 def run_sweeper(ctx: LabelsContext, stop: threading.Event, interval_seconds: float) -> None:
     """Sweep every ``interval_seconds`` until ``stop`` (a thread of the labels API); never raises."""
-    while not stop.wait(interval_seconds):
-        try:
-            swept = sweep_orphans(ctx, lease_age(ctx), SPOOL_MIN_AGE_SECONDS)
-        except Exception as exc:  # the database or the store away: the next round tries again
-            log.warning("sweep failed (%s)", type(exc).__name__)
-            continue
-        if swept:
-            log.info("swept %d orphaned files", swept)
+    sweeping.run_sweeper(lambda: sweep_orphans(ctx, lease_age(ctx), SPOOL_MIN_AGE_SECONDS), stop, interval_seconds,
+                         log)

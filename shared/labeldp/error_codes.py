@@ -26,6 +26,7 @@ ERROR_CODES: dict[str, str] = {
     "manifest_unknown": "the inbox holds no manifest for this release: send the signed manifest first",
     "upload_not_found": "no resumable upload with that id (or it expired)",
     "upload_source_not_found": "no object at the upload's source URL",
+    "webhook_delivery_not_found": "no webhook delivery with that id",
     "manifest_not_kept": "the release arrived before manifests were kept with their signature",
     "object_not_found": "a stored object the request names does not exist",
     "file_not_found": "a file the command was given does not exist",
@@ -33,6 +34,7 @@ ERROR_CODES: dict[str, str] = {
     # 409: the resource's state
     "conflict": "the resource's state forbids this",
     "budget_exhausted": "some ids of the label set have too little ε (or δ) left in their privacy domain",
+    "webhook_delivery_not_failed": "only a failed webhook delivery is retried",
     "already_delivered": "the release was delivered; it is not sent again",
     "idempotency_in_progress": "a request with this Idempotency-Key is still running: retry after Retry-After",
     "concurrent_upload": "another upload to this label set won: read the label set and retry",

@@ -181,6 +181,50 @@ def test_features_0003_keeps_releases_received_whole(database_url: str) -> None:
         engine.dispose()
 
 
+def test_features_0005_lets_a_release_receiving_at_0004_announce_its_completion(database_url: str) -> None:
+    """A release whose shards were arriving at 0004 keeps every field; completed after the upgrade, its
+    `release.completed` delivery is written in the same transaction, pending for the webhook."""
+    from features_party import inbox
+    from features_party.store import WEBHOOK_DELIVERIES
+    from labeldp.service.database import make_session_factory
+    from labeldp.service.webhooks import enqueue
+
+    engine = make_engine(database_url)
+    package = SERVICES["features"]
+    try:
+        upgrade_schema(engine, package, "0004")
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO releases (release_id, label_set_id, mechanism_name, mechanism, accounting, "
+                    "total_epsilon_micro, row_count, created_at, received_at, status, manifest, shard_count, "
+                    "signature, body_sha256) VALUES ('rel_mid', 'ls', 'laplace', '{}', '{}', 1, 0, :at, :at, "
+                    "'receiving', :manifest, 0, 'ed25519;kid=k1;sig=x', 'sha')"
+                ),
+                {"at": datetime(2026, 1, 1, tzinfo=UTC), "manifest": b"{}"},
+            )
+        upgrade_schema(engine, package)
+        assert schema_differences(engine, FeaturesBase.metadata) == []
+        sessions = make_session_factory(engine)
+        target = "http://127.0.0.1:9/hooks"
+        answer = inbox.complete_release(sessions, "rel_mid", lambda s, e: enqueue(s, WEBHOOK_DELIVERIES, target, e))
+        assert answer.status == "complete" and answer.event is not None
+        with engine.connect() as connection:
+            release = connection.execute(text(
+                "SELECT status, signature, body_sha256 FROM releases WHERE release_id = 'rel_mid'"
+            )).one()
+            deliveries = connection.execute(text(
+                "SELECT event_id, event_type, target, state, attempts, body FROM webhook_deliveries"
+            )).all()
+        assert tuple(release) == ("complete", "ed25519;kid=k1;sig=x", "sha")
+        [row] = deliveries
+        assert (row.event_id, row.event_type, row.target, row.state, row.attempts) == (
+            answer.event["id"], "release.completed", target, "pending", 0)
+        assert json.loads(row.body)["data"]["release_id"] == "rel_mid"
+    finally:
+        engine.dispose()
+
+
 def test_regenerating_the_initial_revision_is_refused_once_later_ones_exist() -> None:
     with pytest.raises(RuntimeError, match="revisions after the initial one"):
         regenerate_initial(SERVICES["features"])

@@ -119,3 +119,45 @@ def test_a_delete_removes_row_and_object_and_a_training_checked_meanwhile_is_ref
     assert other.value.code == "feature_table_replaced"
     with pytest.raises(NotFound):
         feature_tables.delete_feature_table(sessions, objects, "nope")
+
+
+def test_an_old_object_whose_delete_failed_is_swept_once_past_its_grace(
+    tmp_path: Path, tables: tuple[sessionmaker[Session], ObjectStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the old object's delete after a replacement (and a deleted table's): the
+    catalogue is right, the objects stay; the sweep leaves them while young, removes them once past
+    the grace, and never touches the object a row names."""
+    import os
+    import time
+
+    from features_party import sweep
+    from labeldp.errors import Unavailable
+
+    sessions, objects = tables
+    scratch = tmp_path / "scratch"
+    feature_tables.create_feature_table(sessions, objects, scratch, "visits",
+                                        _csv(tmp_path, "a.csv", pa.table({"id": ["u1"], "x": [1.0]})))
+    feature_tables.create_feature_table(sessions, objects, scratch, "gone",
+                                        _csv(tmp_path, "g.csv", pa.table({"id": ["u9"], "x": [9.0]})))
+    before = set(objects.list("tables"))
+
+    def refuse(key: str) -> None:  # a store that is away when the old object is deleted
+        raise Unavailable("storage_unavailable", "the store is away")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(objects, "delete", refuse)
+        feature_tables.replace_feature_table(sessions, objects, scratch, "visits",
+                                             _csv(tmp_path, "b.csv", pa.table({"id": ["u2"], "x": [2.0]})))
+        feature_tables.delete_feature_table(sessions, objects, "gone")
+    with sessions() as s:
+        current = feature_tables.get_feature_table(s, "visits").path
+    orphans = before
+    assert set(objects.list("tables")) == orphans | {current}  # left behind, only logged
+    assert sweep.sweep_orphans(sessions, objects) == 0  # young: may be another replica's upload
+    old = time.time() - sweep.TABLE_MIN_AGE_SECONDS - 60
+    for key in objects.list("tables"):
+        os.utime(tmp_path / "objects" / key, (old, old))
+    assert sweep.sweep_orphans(sessions, objects) == 2
+    assert objects.list("tables") == [current]
+    with sessions() as s:
+        assert feature_tables.read_table(objects, feature_tables.get_feature_table(s, "visits")).num_rows == 1

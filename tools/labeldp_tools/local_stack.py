@@ -2,7 +2,10 @@
 
 Each process gets its own log file, SQLite database and free port in one work
 folder; keys and the advertiser's signing key
-pair are fresh random values per stack.
+pair are fresh random values per stack. Both catalogues are migrated once, here, before the
+first process starts (:meth:`LocalStack.migrate`): the labels API, the outbox and the release
+workers share one SQLite file, and each upgrading it at start made the others wait on its
+``BEGIN IMMEDIATE`` (a loaded machine saw the labels API unhealthy after 60 s).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class LocalStack:
         self.signing_key, self.public_key = generate_keypair()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._log_files: dict[str, object] = {}
+        self._migrated: set[str] = set()
         self.env = {
             **os.environ,
             "LABELDP_LABELS_DATABASE_URL": f"sqlite:///{self.workdir / 'labels.db'}",
@@ -93,9 +97,22 @@ class LocalStack:
             return [*cli, "worker", "labels"]
         raise ValueError(name)
 
+    def migrate(self, *services: str) -> None:
+        """Upgrade the catalogues of ``services`` (default both) to head, once per stack: the processes
+        then find their schema at head and start without waiting on each other's upgrade."""
+        from labeldp.service.migrations import upgrade_schema
+        from labeldp_tools.migrations import SERVICES
+
+        for service in services or ("labels", "features"):
+            if service not in self._migrated:
+                upgrade_schema(self.env[f"LABELDP_{service.upper()}_DATABASE_URL"], SERVICES[service])
+                self._migrated.add(service)
+
     def start(self, *names: str, timeout: float = 60.0, wait: bool = True) -> None:
-        """Start the processes (default: labels, outbox, features); with ``wait``, until the APIs answer
-        ``/healthz`` (without: call :meth:`wait_healthy`, e.g. after starting another stack too)."""
+        """Start the processes (default: labels, outbox, features), their catalogues migrated first; with
+        ``wait``, until the APIs answer ``/healthz`` (without: call :meth:`wait_healthy`, e.g. after
+        starting another stack too)."""
+        self.migrate(*sorted({"features" if n == "features" else "labels" for n in names or ("labels", "features")}))
         for name in names or ("labels", "outbox", "features"):
             log = open(self.log_path(name), "ab")  # noqa: SIM115 -- open while the process runs; closed on stop
             self._log_files[name] = log

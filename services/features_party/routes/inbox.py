@@ -5,14 +5,17 @@ publisher's API key: a shard is taken only if its digest is one the signed manif
 from __future__ import annotations
 
 import logging
+from typing import Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from sqlalchemy import select
 
-from features_party import inbox, responses
-from labeldp.errors import LabelDPError, Unavailable
+from features_party import inbox, responses, store
+from labeldp.errors import Conflict, LabelDPError, NotFound, Unavailable
 from labeldp.schema import SIGNATURE_HEADER
+from labeldp.service import webhooks
 from labeldp.service.events import (
     EVENT_STREAM,
     STREAM_HEADERS,
@@ -21,9 +24,10 @@ from labeldp.service.events import (
     shutdown_flag,
 )
 from labeldp.service.openapi import BINARY, OCTET_STREAM, SIGNATURE, errors, event_stream_ok, ok, request_body
+from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
-from .deps import Context
+from .deps import Context, Cursor, Limit
 
 log = logging.getLogger("labeldp.features")
 
@@ -63,7 +67,7 @@ async def receive_manifest(request: Request, ctx: Context, response: Response) -
     try:
         answer = await run_in_threadpool(
             inbox.receive_manifest, ctx.sessions, ctx.settings.signing_public_keys, raw,
-            request.headers.get(SIGNATURE_HEADER),
+            request.headers.get(SIGNATURE_HEADER), ctx.record_event,
         )
     except LabelDPError as exc:
         ctx.inbox_messages.labels(result=exc.code).inc()
@@ -128,7 +132,7 @@ async def receive_shard(
     },
 )
 def complete_release(ctx: Context, release_id: str = ReleaseId) -> responses.InboxReceipt:
-    answer = inbox.complete_release(ctx.sessions, release_id)
+    answer = inbox.complete_release(ctx.sessions, release_id, ctx.record_event)
     ctx.inbox_messages.labels(result="complete").inc()
     ctx.announce(answer.event)
     return answer.body()
@@ -168,3 +172,50 @@ async def inbox_events(
         media_type=EVENT_STREAM,
         headers=STREAM_HEADERS,
     )
+
+
+@events_router.get(
+    "/webhook-deliveries",
+    response_model=responses.WebhookDeliveryPage,
+    summary="List the webhook's deliveries",
+    description="Each inbox event's delivery to `LABELDP_INBOX_WEBHOOK_URL`, oldest first, optionally of one "
+    "`state`: `pending` (with its next attempt), `delivered`, or `failed` after every attempt. Delivered ones "
+    "are kept 7 days. At least once: a receiver deduplicates on `event_id`.",
+    responses={
+        **ok(responses.EXAMPLE_WEBHOOK_PAGE, "a page"),
+        **errors(401, 422, 503, e422="invalid_cursor"),
+    },
+)
+def list_webhook_deliveries(
+    ctx: Context,
+    state: Literal["pending", "delivered", "failed"] | None = Query(None, description="only deliveries in it"),
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    with ctx.sessions() as session:
+        return webhooks.list_deliveries(session, store.WEBHOOK_DELIVERIES, limit, cursor, state)
+
+
+@events_router.post(
+    "/webhook-deliveries/{delivery_id}/retry",
+    response_model=responses.WebhookDelivery,
+    summary="Retry a failed webhook delivery",
+    description="Puts a `failed` delivery back in the queue, due now, its attempts counted from zero (the same "
+    "event id: a receiver that got it meanwhile deduplicates). 409 `webhook_delivery_not_failed` otherwise.",
+    responses={
+        **ok(responses.EXAMPLE_WEBHOOK_DELIVERY, "queued again"),
+        **errors(401, 404, 409, 422, 503, e404="webhook_delivery_not_found", e409="webhook_delivery_not_failed"),
+    },
+)
+def retry_webhook_delivery(ctx: Context, delivery_id: str = Path(max_length=40)) -> dict[str, Any]:
+    table = store.WEBHOOK_DELIVERIES
+    if not webhooks.retry_failed(ctx.sessions, table, delivery_id):
+        with ctx.sessions() as session:
+            exists = session.scalar(select(table.c.id).where(table.c.id == delivery_id)) is not None
+        if not exists:
+            raise NotFound("webhook_delivery_not_found", "no such webhook delivery")
+        raise Conflict("webhook_delivery_not_failed", "only a failed delivery is retried")
+    ctx.announce({"id": delivery_id})
+    with ctx.sessions() as session:
+        row = session.execute(select(table).where(table.c.id == delivery_id)).one()
+    return webhooks.describe_delivery(row)

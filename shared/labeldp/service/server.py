@@ -4,8 +4,12 @@ uvicorn closes idle keep-alive connections and caps concurrent requests, but it 
 connection that never completes a request head for as long as the client likes, and accepts
 connections until the file descriptors run out. :class:`GuardedH11Protocol` adds both bounds:
 a connection must send a whole request head within ``server_header_timeout_seconds`` of opening
-(or of its last answer), and past ``server_max_connections`` a new connection is closed at once.
+(or of its last answer), and past ``server_max_connections`` the oldest connection still waiting
+for a head is closed to make room (a flood of half-open sockets evicts itself, so a real client's
+connection, whose head follows at once, is served); with none waiting the new one is closed.
 Slow bodies are bounded in the app (``labeldp.service.http_api.BodySizeLimit``: 408).
+uvicorn's own ``limit_concurrency`` counts open connections, not requests, so a cap full of
+half-open sockets would answer every real request 503: :class:`RequestLimit` counts requests.
 
 TLS (``LABELDP_SERVER_TLS_*``) is uvicorn's own. With a client CA the handshake asks for a client
 certificate (``CERT_OPTIONAL``: one from another CA fails the handshake) and each request's scope
@@ -18,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import OrderedDict
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from labeldp.service.http_api import TLS_CLIENT_VERIFIED
+from labeldp.service.http_api import TLS_CLIENT_VERIFIED, error_response
 from labeldp.service.settings import InsecureSettings, Settings, require_files
 
 log = logging.getLogger("labeldp.server")
@@ -40,9 +45,24 @@ class GuardedH11Protocol(H11Protocol):
         # certificate is there or not, for every request this connection carries.
         self.app_state = {**self.app_state, TLS_CLIENT_VERIFIED: bool(transport.get_extra_info("peercert"))}
         if len(self.connections) > self.max_connections:
-            transport.abort()  # no answer: writing one would cost what the cap saves
-            return
+            # no answer to the one closed: writing one would cost what the cap saves
+            waiting = self._waiting()
+            if not waiting:
+                transport.abort()
+                return
+            victim, _ = waiting.popitem(last=False)
+            victim._disarm()
+            victim.transport.abort()
         self._arm()
+
+    def _waiting(self) -> OrderedDict[GuardedH11Protocol, None]:
+        """This server's connections waiting for a request head, oldest first (an OrderedDict: a plain
+        dict's first item is found by skipping every slot deleted before it, O(n) in a flood)."""
+        waiting: OrderedDict[GuardedH11Protocol, None] | None = getattr(self.server_state, "labeldp_waiting", None)
+        if waiting is None:
+            waiting = OrderedDict()
+            self.server_state.labeldp_waiting = waiting  # type: ignore[attr-defined]
+        return waiting
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -66,16 +86,41 @@ class GuardedH11Protocol(H11Protocol):
     def _arm(self) -> None:
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_timed_out)
+            self._waiting()[self] = None
 
     def _disarm(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+            self._waiting().pop(self, None)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
+        self._waiting().pop(self, None)
         if not self._in_request() and not self.transport.is_closing():
             self.transport.close()
+
+
+class RequestLimit:
+    """Past ``limit`` requests in progress at once, answer 503 ``service_unavailable`` (Retry-After: 1)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            busy = error_response(503, "service_unavailable", "too many requests in progress; retry",
+                                  headers={"Retry-After": "1"})
+            await busy(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
 
 
 def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
@@ -99,7 +144,7 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
             "LABELDP_SERVER_TLS_CLIENT_CA_FILE and LABELDP_SERVER_TLS_KEYFILE need LABELDP_SERVER_TLS_CERTFILE"
         )
     return uvicorn.Config(
-        app,
+        RequestLimit(app, settings.server_limit_concurrency),
         host=host,
         port=port,
         http=protocol,
@@ -107,7 +152,6 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
         log_config=None,
         access_log=False,
         timeout_keep_alive=settings.server_timeout_keep_alive_seconds,
-        limit_concurrency=settings.server_limit_concurrency,
         h11_max_incomplete_event_size=settings.server_max_header_bytes,
         **tls,
     )

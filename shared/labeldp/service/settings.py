@@ -269,13 +269,18 @@ class Settings(BaseSettings):
     )
     inbox_webhook_timeout_seconds: float = Field(5.0, gt=0, le=120, description="HTTP timeout of one webhook attempt")
     inbox_webhook_max_attempts: int = Field(
-        8, ge=1, le=100, description="attempts per webhook event (no answer or not 2xx: retried with backoff)"
+        24, ge=1, le=100,
+        description="attempts per webhook delivery (no answer or not 2xx: retried with backoff), then it is failed "
+        "(GET /v1/inbox/webhook-deliveries; decision 0026)",
     )
-    inbox_webhook_initial_backoff_seconds: float = Field(1.0, gt=0, description="first webhook retry delay")
-    inbox_webhook_max_backoff_seconds: float = Field(60.0, gt=0, description="webhook retry delay cap")
-    inbox_webhook_queue_max: int = Field(
-        1000, ge=1, le=1_000_000,
-        description="webhook events waiting in memory; one more is dropped with a warning (the inbox never waits)",
+    inbox_webhook_initial_backoff_seconds: float = Field(
+        5.0, gt=0, description="first webhook retry delay (doubling, jittered; decision 0026)"
+    )
+    inbox_webhook_max_backoff_seconds: float = Field(3600.0, gt=0, description="webhook retry delay cap")
+    inbox_webhook_poll_seconds: float = Field(
+        2.0, gt=0, le=300,
+        description="how often each features API looks for due webhook deliveries (at once for the events it "
+        "received itself)",
     )
     prediction_max_body_bytes: int = Field(
         1024**3,
@@ -362,7 +367,9 @@ class Settings(BaseSettings):
         "limit, `ulimit -n`)",
     )
     server_limit_concurrency: int = Field(
-        500, ge=1, le=1_000_000, description="uvicorn limit_concurrency: past this many requests at once, 503"
+        500, ge=1, le=1_000_000,
+        description="requests in progress at once (half-open connections do not count); one more gets 503 "
+        "service_unavailable with Retry-After",
     )
     server_tls_certfile: str = Field(
         "",
@@ -419,7 +426,7 @@ class Settings(BaseSettings):
         60.0, gt=0, le=86400,
         description="labels API: how often it removes what a crashed or refused request left (unreferenced "
         "message and labels objects and store temporaries older than twice the request lease, spools older than an "
-        "hour)",
+        "hour); features API: how often it removes feature-table objects no row names, older than an hour",
     )
     idempotency_lease_seconds: float = Field(
         120.0,
