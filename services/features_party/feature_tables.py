@@ -39,7 +39,7 @@ from labeldp.learning.staging import PARTITION_ROWS
 from labeldp.parquet_batches import check_column_type, is_number, open_for_batches, utf8_text
 from labeldp.schema import FEATURE_TABLE_NAME
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.timestamps import iso, utcnow
 from labeldp.storage import ObjectStore
 
@@ -533,11 +533,11 @@ def _exists(name: str) -> LabelDPError:
     return Conflict("feature_table_exists", f"feature table {name!r} already exists")
 
 
-def list_feature_tables(session: Session, limit: int, cursor: str | None) -> dict[str, Any]:
-    """A page of feature tables, oldest first (keyset on creation time and name)."""
+def list_feature_tables(session: Session, limit: int, cursor: str | None, order: Order = ASC) -> dict[str, Any]:
+    """A page of feature tables in creation ``order`` (keyset on creation time and name)."""
     return keyset_page(
         session, select(store.FeatureTable), store.FeatureTable.created_at, store.FeatureTable.name, limit, cursor,
-        describe,
+        describe, order,
     )
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.errors import Conflict
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
@@ -139,7 +139,7 @@ def describe(row: AuditEventRow) -> dict[str, Any]:
 
 def list_events(
     ctx: LabelsContext, limit: int, cursor: str | None, domain: str | None, subject_id: str | None = None,
-    action: str | None = None,
+    action: str | None = None, order: Order = ASC,
 ) -> dict[str, Any]:
     stmt = select(AuditEventRow)
     if domain is not None:
@@ -149,4 +149,4 @@ def list_events(
     if action is not None:
         stmt = stmt.where(AuditEventRow.action == action)
     with ctx.sessions() as s:
-        return keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe)
+        return keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe, order)

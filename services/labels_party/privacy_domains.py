@@ -29,7 +29,7 @@ from labeldp.epsilon import (
 )
 from labeldp.errors import Conflict, InvalidInput, NotFound
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
@@ -180,13 +180,13 @@ def get_privacy_domain(ctx: LabelsContext, name: str) -> dict[str, Any]:
         return describe(ctx, s, find_domain(s, name))
 
 
-def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[str, Any]:
-    """A page of privacy domains, oldest first, each as :func:`get_privacy_domain` describes it
+def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC) -> dict[str, Any]:
+    """A page of privacy domains in creation ``order``, each as :func:`get_privacy_domain` describes it
     (catalogue facts: no ledger object is read once a domain is bucketed)."""
     with ctx.sessions() as s:
         page = keyset_page(
             s, select(PrivacyDomainRow), PrivacyDomainRow.created_at, PrivacyDomainRow.id, limit, cursor,
-            lambda row: row.id,
+            lambda row: row.id, order,
         )
     for domain_id in page["items"]:
         ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once

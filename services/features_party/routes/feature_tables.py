@@ -17,7 +17,7 @@ from labeldp.service.openapi import errors, file_body, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
-from .deps import Context, Cursor, IdempotencyKey, Limit
+from .deps import Context, Cursor, IdempotencyKey, Limit, Order
 
 router = APIRouter(prefix="/v1", tags=["feature tables"])
 
@@ -191,12 +191,14 @@ def get_feature_table(name: str, ctx: Context) -> dict[str, Any]:
     "/feature-tables",
     response_model=responses.FeatureTablePage,
     summary="List feature tables",
-    description="Oldest first; a cursor page (`next_cursor` null on the last page).",
+    description="Oldest first (`order=desc`: newest first); a cursor page (`next_cursor` null on the last page).",
     responses={
         **ok(responses.EXAMPLE_TABLE_PAGE, "a page"),
         **errors(401, 422, 503, e422="invalid_cursor"),
     },
 )
-def list_feature_tables(ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> dict[str, Any]:
+def list_feature_tables(
+    ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None, order: Order = "asc"
+) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return feature_tables.list_feature_tables(session, limit, cursor)
+        return feature_tables.list_feature_tables(session, limit, cursor, order)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from labeldp.service.http_api import require_scope
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, json_example, ok
-from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT, OrderQuery
 from labeldp.service.settings import ApiKey
 
 from .. import privacy_domains, responses
@@ -54,7 +54,8 @@ def create_privacy_domain(
     "/privacy-domains",
     response_model=responses.PrivacyDomainPage,
     summary="List privacy domains",
-    description="Oldest first, a page at a time (pass `next_cursor` back as `cursor`), each with its per-id "
+    description="Oldest first (`order=desc`: newest first), a page at a time (pass `next_cursor` back as "
+    "`cursor`), each with its per-id "
     "budget, ids, largest spend and ids exhausted. Every key reads domains.",
     responses={
         **ok(responses.EXAMPLE_DOMAIN_PAGE, "a page",
@@ -66,8 +67,9 @@ def list_privacy_domains(
     ctx: Context,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
+    order: OrderQuery = "asc",
 ) -> dict[str, Any]:
-    return privacy_domains.list_privacy_domains(ctx, limit, cursor)
+    return privacy_domains.list_privacy_domains(ctx, limit, cursor, order)
 
 
 @router.get(
