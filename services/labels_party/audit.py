@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any, Literal, get_args
 
-from sqlalchemy import event, select
+from sqlalchemy import event, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.errors import Conflict
@@ -143,7 +143,8 @@ def list_events(
 ) -> dict[str, Any]:
     stmt = select(AuditEventRow)
     if domain is not None:
-        stmt = stmt.where(AuditEventRow.privacy_domain == domain)
+        # the domain's id, or its name (as events record both)
+        stmt = stmt.where(or_(AuditEventRow.privacy_domain_id == domain, AuditEventRow.privacy_domain == domain))
     if subject_id is not None:
         stmt = stmt.where(AuditEventRow.subject_id == subject_id)
     if action is not None:

@@ -62,7 +62,8 @@ class LabelSetCreate(BaseModel):
     domain: DomainIn | None = Field(None, description="label range; real and integer label sets")
     classes: list[StrictStr] | None = Field(None, description="class names; categorical label sets")
     privacy_domain: str = Field(
-        DEFAULT_DOMAIN, min_length=1, max_length=200, description="the privacy domain whose per-id ledger it charges"
+        DEFAULT_DOMAIN, min_length=1, max_length=200,
+        description="the privacy domain whose per-id ledger it charges: its id (`pd_…`); its name is still accepted",
     )
     total_epsilon: EpsilonIn | None = Field(
         None, description="optional cap on this label set's own releases (default: the domain's per-id budget)"
@@ -499,12 +500,17 @@ def get_label_set(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         return describe(ctx, s, load_label_set(s, label_set_id))
 
 
-def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC) -> dict[str, Any]:
-    """A page of label sets in creation ``order``: catalogue facts only (no file is read)."""
+def list_label_sets(
+    ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
+) -> dict[str, Any]:
+    """A page of label sets in creation ``order`` (``name``: only the sets of that name): catalogue
+    facts only (no file is read)."""
     limit = check_limit(limit)
     stmt = select(LabelSetRow, PrivacyDomainRow.name).join(
         PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
     )
+    if name is not None:
+        stmt = stmt.where(LabelSetRow.name == name)
     where = after(LabelSetRow.created_at, LabelSetRow.id, cursor, order)
     if where is not None:
         stmt = stmt.where(where)

@@ -84,6 +84,8 @@ def create_privacy_domain(
 ) -> StoredResponse:
     if not _NAME.match(body.name):
         raise InvalidInput("invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
+    if DOMAIN_ID.match(body.name):
+        raise InvalidInput("invalid_name", "a domain name may not take the shape of a domain id (pd_ + 32 hex)")
     source = id_source_of(body.id_source)
     eps, delta = budget_of(body.epsilon, body.delta)
     row = PrivacyDomainRow(
@@ -102,7 +104,7 @@ def create_privacy_domain(
                 s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name, subject_id=row.id,
                 details=_audit_details(row),
             )
-            out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/privacy-domains/{body.name}"})
+            out = StoredResponse(201, describe(ctx, s, row), {"Location": f"/v1/privacy-domains/{row.id}"})
             if claim is not None:
                 claim.complete(s, out)
     except IntegrityError as exc:
@@ -146,8 +148,16 @@ def ensure_default_domain(ctx: LabelsContext) -> None:
         pass  # another process created it first
 
 
-def find_domain(s: Session, name: str) -> PrivacyDomainRow:
-    row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == name))
+DOMAIN_ID = re.compile(r"^pd_[0-9a-f]{32}$")
+"""A privacy domain's id: what every reference to a domain takes (its name is still accepted)."""
+
+
+def find_domain(s: Session, ref: str) -> PrivacyDomainRow:
+    """The domain ``ref`` names: its id (``pd_…``) or, for compatibility, its name (issue 26: one
+    way to refer to a resource). A new name never takes an id's shape, so the two never collide."""
+    row = s.get(PrivacyDomainRow, ref) if DOMAIN_ID.match(ref) else None
+    if row is None:
+        row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == ref))
     if row is None:
         raise NotFound("privacy_domain_not_found", "no such privacy domain")
     return row
@@ -172,20 +182,25 @@ def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> dict[str,
     }
 
 
-def get_privacy_domain(ctx: LabelsContext, name: str) -> dict[str, Any]:
+def get_privacy_domain(ctx: LabelsContext, ref: str) -> dict[str, Any]:
     with ctx.sessions() as s:
-        domain_id = find_domain(s, name).id
+        domain_id = find_domain(s, ref).id
     ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
     with ctx.sessions() as s:
-        return describe(ctx, s, find_domain(s, name))
+        return describe(ctx, s, find_domain(s, domain_id))
 
 
-def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC) -> dict[str, Any]:
-    """A page of privacy domains in creation ``order``, each as :func:`get_privacy_domain` describes it
-    (catalogue facts: no ledger object is read once a domain is bucketed)."""
+def list_privacy_domains(
+    ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
+) -> dict[str, Any]:
+    """A page of privacy domains in creation ``order`` (``name``: only the domain of that name), each as
+    :func:`get_privacy_domain` describes it (catalogue facts: no ledger object is read once a domain is bucketed)."""
+    stmt = select(PrivacyDomainRow)
+    if name is not None:
+        stmt = stmt.where(PrivacyDomainRow.name == name)
     with ctx.sessions() as s:
         page = keyset_page(
-            s, select(PrivacyDomainRow), PrivacyDomainRow.created_at, PrivacyDomainRow.id, limit, cursor,
+            s, stmt, PrivacyDomainRow.created_at, PrivacyDomainRow.id, limit, cursor,
             lambda row: row.id, order,
         )
     for domain_id in page["items"]:
@@ -196,18 +211,19 @@ def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None, ord
     return page
 
 
-def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> dict[str, Any]:
+def spent_histogram(ctx: LabelsContext, ref: str, bins: int) -> dict[str, Any]:
     """The domain's ids by spent ε (:func:`ledger.spent_histogram`: bounded, read-only)."""
     with ctx.sessions() as s:
-        domain_id = find_domain(s, name).id
+        domain_id = find_domain(s, ref).id
     ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
     with ctx.sessions() as s:
-        row = find_domain(s, name)
+        row = find_domain(s, domain_id)
         hist = ledger.spent_histogram(ctx, s, row, bins)
         _, exhausted = ledger.summary(s, row)
     budget = row.epsilon_budget_micro
     return {
         "privacy_domain": row.name,
+        "privacy_domain_id": row.id,
         "epsilon_per_id": from_micro(budget),
         "bins": [
             {"low": from_micro(budget * i // bins), "high": from_micro(budget * (i + 1) // bins), "ids": int(n)}

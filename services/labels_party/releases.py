@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
@@ -473,7 +473,7 @@ def list_releases(
     if privacy_domain is not None:
         stmt = stmt.join(LabelSetRow, LabelSetRow.id == ReleaseRow.label_set_id).join(
             PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
-        ).where(PrivacyDomainRow.name == privacy_domain)
+        ).where(or_(PrivacyDomainRow.id == privacy_domain, PrivacyDomainRow.name == privacy_domain))
     with ctx.sessions() as s:
         if known_set and label_set_id is not None:
             load_label_set(s, label_set_id)

@@ -54,7 +54,8 @@ class SpentBin(_Body):
 
 
 class SpentHistogram(_Body):
-    privacy_domain: str
+    privacy_domain: str = Field(description="the domain's name")
+    privacy_domain_id: str = Field(description="`pd_…`")
     epsilon_per_id: float = Field(description="the per-id budget the bins divide")
     bins: list[SpentBin] = Field(description="equal bins over [0, epsilon_per_id]; the last holds the exhausted ids")
     ids: int = Field(description="ids the domain's ledger holds")

@@ -34,7 +34,8 @@ def list_audit_events(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
-    privacy_domain: str | None = Query(None, max_length=200, description="only the events of this domain"),
+    privacy_domain: str | None = Query(None, max_length=200, description="only the events of this domain: its id "
+                                  "(`pd_…`) or name"),
     subject_id: str | None = Query(None, max_length=40, description="only the events about this label set, "
                                    "release or signing key id"),
     action: Annotated[audit.Action | None, Query(description="only the events of this action")] = None,

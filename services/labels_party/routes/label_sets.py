@@ -101,8 +101,9 @@ def list_label_sets(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
+    name: str | None = Query(None, max_length=200, description="only the sets of this name (names are not unique)"),
 ) -> dict[str, Any]:
-    return label_sets.list_label_sets(ctx, limit, cursor, order)
+    return label_sets.list_label_sets(ctx, limit, cursor, order, name)
 
 
 @router.delete(

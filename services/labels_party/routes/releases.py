@@ -47,7 +47,9 @@ def mechanism_label(name: str) -> str:
 def list_releases(
     ctx: Context,
     label_set_id: str | None = Query(None, max_length=40),
-    privacy_domain: str | None = Query(None, max_length=200, description="only the releases of this domain's sets"),
+    privacy_domain: str | None = Query(
+        None, max_length=200, description="only the releases of this domain's sets: its id (`pd_…`) or name"
+    ),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
