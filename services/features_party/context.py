@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import inbox, jobs, models, store, worker
+from features_party import inbox, models, store, training_context, worker
 from labeldp.learning.device import resolve_device
 from labeldp.learning.distributed import Hosts
 from labeldp.service.database import make_session_factory
@@ -91,7 +91,7 @@ def build_context(settings: Settings) -> AppContext:
     measured = features_metrics(registry)
     training_metrics = TrainingObserver(measured)
     runner = worker.TrainingRunner(
-        jobs.job_context(
+        training_context.job_context(
             settings, sessions, training_metrics.status_changed, training_metrics.trained, torchrun_hosts(settings)
         ),
         enabled=settings.training_in_process_worker,

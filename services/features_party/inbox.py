@@ -89,7 +89,7 @@ def receive_manifest(
         return known
     # No join check here: a valid, signed release is stored whether or not its feature table
     # exists yet (it was charged; refusing it would spend budget on nothing). The table is
-    # bound, and every id checked against it, when a training starts (jobs.create_training).
+    # bound, and every id checked against it, when a training starts (trainings.create_training).
     row = store.Release(
         release_id=manifest.release_id,
         label_set_id=manifest.label_set_id,

@@ -30,7 +30,7 @@ RELEASE_RECEIVING, RELEASE_COMPLETE = "receiving", "complete"
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 CANCELLING, CANCELLED = "cancelling", "cancelled"  # cancelling: running, asked to stop at the next batch
 TRAINING_STATUSES = (QUEUED, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED)
-"""A training's ``status`` (features_party.jobs runs it, features_party.leases owns it)."""
+"""A training's ``status`` (features_party.training_run runs it, features_party.leases owns it)."""
 
 
 IDEMPOTENCY_KEYS = idempotency_table(Base.metadata)

@@ -3,7 +3,7 @@
 ``labeldp worker features`` runs :func:`run_worker`; several may run, on several hosts,
 against one catalogue and one data folder. Each loops: re-queue the trainings whose
 worker died (:func:`features_party.leases.reap_expired`), claim the oldest queued one,
-run it (:func:`features_party.jobs.run_claimed`), and wait ``LABELDP_TRAINING_POLL_SECONDS``
+run it (:func:`features_party.training_run.run_claimed`), and wait ``LABELDP_TRAINING_POLL_SECONDS``
 when there is nothing to do. The API runs the same loop in a thread when
 ``LABELDP_TRAINING_IN_PROCESS_WORKER`` is on (the default, for ``make demo``); a
 deployment turns it off and runs workers (docs/architecture.md, "Training jobs").
@@ -18,7 +18,7 @@ import time
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import checkpoints, inbox, jobs, leases, store
+from features_party import checkpoints, inbox, leases, store, training_context, training_errors, training_run
 from features_party.progress import ProgressBoard
 from labeldp.learning.device import resolve_device
 from labeldp.service.database import is_transient, make_session_factory
@@ -34,9 +34,9 @@ SWEEP_SECONDS = 60.0  # how often an idle worker removes the checkpoints of fini
 class Worker:
     """One worker: one training at a time, claimed under this worker's lease."""
 
-    def __init__(self, ctx: jobs.JobContext, max_attempts: int, poll_seconds: float) -> None:
+    def __init__(self, ctx: training_context.JobContext, max_attempts: int, poll_seconds: float) -> None:
         self.ctx, self.max_attempts, self.poll_seconds = ctx, max_attempts, poll_seconds
-        self.lost_error = jobs.stored_error(*leases.WORKER_LOST)
+        self.lost_error = training_errors.stored_error(*leases.WORKER_LOST)
         self._next_sweep = 0.0
 
     def step(self, stop: threading.Event | None = None) -> bool:
@@ -47,7 +47,7 @@ class Worker:
         )
         if training_id is None:
             return False
-        jobs.run_claimed(self.ctx, training_id, stop)
+        training_run.run_claimed(self.ctx, training_id, stop)
         return True
 
     def sweep_checkpoints(self) -> list[str]:
@@ -94,7 +94,7 @@ class TrainingRunner:
     ``enabled`` False (``LABELDP_TRAINING_IN_PROCESS_WORKER=false``) it runs nothing and the
     trainings the API queues wait for ``labeldp worker features`` processes."""
 
-    def __init__(self, ctx: jobs.JobContext, *, enabled: bool = True, max_attempts: int = 3,
+    def __init__(self, ctx: training_context.JobContext, *, enabled: bool = True, max_attempts: int = 3,
                  poll_seconds: float = 1.0) -> None:
         self.ctx = ctx
         self.enabled = enabled
@@ -149,7 +149,7 @@ def run_worker(settings: Settings, stop: threading.Event) -> None:
     inbox.bind_store(sessions, open_object_store(settings, settings.features_data_dir))
     from features_party.context import torchrun_hosts  # the app's context imports this module
 
-    ctx = jobs.job_context(settings, sessions, hosts=torchrun_hosts(settings))
+    ctx = training_context.job_context(settings, sessions, hosts=torchrun_hosts(settings))
     try:
         Worker(ctx, settings.training_max_attempts, settings.training_poll_seconds).run(stop)
     finally:

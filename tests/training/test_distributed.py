@@ -17,7 +17,8 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party import jobs, models, store
+from features_party import models, store, training_run
+from features_party.training_context import JobContext
 from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
 from labeldp.learning.debiasing import label_law
 from labeldp.learning.distributed import CHECKPOINT_FILE, PROGRESS_FILE, TorchrunFailed, run_torchrun
@@ -136,8 +137,8 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
     prior = {"source": "laplace_histogram", "grid": grid.tolist(), "probs": (counts / y.size).tolist(), "epsilon": 2}
     engine, sessions = _service_state(tmp_path, labels, ids.to_pylist(), prior)
     for name, workers in (("memory", 1), ("torchrun", 2)):
-        ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", workers=workers)
-        jobs.run_training(ctx, name, threading.Event())
+        ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", workers=workers)
+        training_run.run_training(ctx, name, threading.Event())
     with sessions() as s:
         cards = {}
         for name in ("memory", "torchrun"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tests.training.data import write_table
 
-from features_party.jobs import TrainingRequest
+from features_party.training_request import TrainingRequest
 from labeldp.learning.config import PLAIN, TrainingConfig
 from labeldp.learning.precision import MixedPrecision
 from labeldp.learning.regression import fit_private_regressor, fit_regressor

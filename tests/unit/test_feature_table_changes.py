@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, jobs, store
+from features_party import feature_tables, store, trainings
 from features_party.feature_tables import local_source
 from labeldp.errors import Conflict, InvalidInput, NotFound
 from labeldp.service.database import make_session_factory
@@ -110,11 +110,11 @@ def test_a_delete_removes_row_and_object_and_a_training_checked_meanwhile_is_ref
     assert feature_tables.delete_feature_table(sessions, objects, "visits") == {"id": first["id"], "deleted": True}
     assert objects.list("tables") == []
     with sessions() as s, pytest.raises(InvalidInput) as gone:
-        jobs._check_table_unchanged(s, checked)
+        trainings._check_table_unchanged(s, checked)
     assert gone.value.code == "unknown_feature_table"
     feature_tables.create_feature_table(sessions, objects, tmp_path / "scratch", "visits", source)
     with sessions() as s, pytest.raises(Conflict) as other:
-        jobs._check_table_unchanged(s, checked)
+        trainings._check_table_unchanged(s, checked)
     assert other.value.code == "feature_table_replaced"
     with pytest.raises(NotFound):
         feature_tables.delete_feature_table(sessions, objects, "nope")

@@ -21,8 +21,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 from tests.local_settings import TRANSPORT_KEY
 
-from features_party import jobs, store
+from features_party import store
 from features_party.app import create_app
+from features_party.training_fit import fit_for_release
 from labeldp.errors import LabelDPError
 from labeldp.learning.classifier import cross_entropy, fit_classifier, forward_corrected
 from labeldp.learning.config import TrainingConfig
@@ -217,13 +218,13 @@ def test_fit_for_release_picks_the_task() -> None:
     table, y = three_classes(200)
     config = TrainingConfig(**{**FAST, "epochs": 1})
     task = LabelTask.of(split_spec(1.0, 200))
-    assert isinstance(jobs.fit_for_release(task, table, y.astype(float), config), TrainedClassifier)
-    assert isinstance(jobs.fit_for_release(LabelTask(REGRESSION), table, y.astype(float), config), TrainedRegressor)
+    assert isinstance(fit_for_release(task, table, y.astype(float), config), TrainedClassifier)
+    assert isinstance(fit_for_release(LabelTask(REGRESSION), table, y.astype(float), config), TrainedRegressor)
     with pytest.raises(LabelDPError) as info:
-        jobs.fit_for_release(task, table, y.astype(float) + 0.5, config)
+        fit_for_release(task, table, y.astype(float) + 0.5, config)
     assert info.value.code == "invalid_class_labels"
     with pytest.raises(LabelDPError) as info:
-        jobs.fit_for_release(task, table, y.astype(float), config, forward_correction=True)
+        fit_for_release(task, table, y.astype(float), config, forward_correction=True)
     assert info.value.code == "forward_correction_unavailable"
 
 

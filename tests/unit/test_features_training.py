@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from features_party import jobs, store
+from features_party import store, training_fit, training_run
+from features_party.training_context import JobContext
 from labeldp.learning.config import TrainingConfig
 from labeldp.learning.device import resolve_device
 from labeldp.learning.networks import MLPRegressor
@@ -148,8 +149,8 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
     statuses: list[str] = []
     stop = threading.Event()
     stop.set()
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
-    jobs.run_training(ctx, "t1", stop)
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
+    training_run.run_training(ctx, "t1", stop)
 
     # A stopping worker hands the training back to the queue (no longer "failed / interrupted"):
     # the epoch it finished is in the row, its checkpoint on disk, the claim not counted.
@@ -162,7 +163,7 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoints" / "t1.pt").is_file()
 
     # The same job without a stop request resumes after that epoch and runs to a model on disk.
-    jobs.run_training(ctx, "t1", threading.Event())
+    training_run.run_training(ctx, "t1", threading.Event())
     with sessions() as s:
         row = s.get(store.Training, "t1")
         assert row.status == "succeeded" and row.epoch == 5 and len(row.history) == 5 and row.attempt == 1
@@ -204,7 +205,7 @@ def test_a_release_s_prior_reaches_the_regressor_s_anchor() -> None:
     prior = out.prior.model_dump(mode="json")
     spec = out.mechanism.model_dump(mode="json")
     config = TrainingConfig(epochs=3, batch_size=64, validation_fraction=0.2, seed=3, device="cpu", threads=1)
-    model = jobs.fit_for_release(
+    model = training_fit.fit_for_release(
         LabelTask.of(spec), features, out.labels, config, spec=spec, learning=LearningConfig(), prior=prior
     )
     law = label_law(spec)

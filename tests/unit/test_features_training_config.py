@@ -15,7 +15,7 @@ from tests.unit.test_features_app import API_KEY, AUTH, PUBLIC_KEY, SMALL_CSV, p
 
 from features_party import store
 from features_party.app import create_app
-from features_party.jobs import TrainingOrder, TrainingRequest
+from features_party.training_request import TrainingOrder, TrainingRequest
 from labeldp.learning.config import DEFAULT_OPTIONS, PLAIN, LearningConfig, TrainingConfig, TrainingOptions
 from labeldp.service.settings import Settings
 from labeldp_research import utility

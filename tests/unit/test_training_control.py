@@ -16,8 +16,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from features_party import feature_tables, inbox, jobs, leases, models, store
+from features_party import feature_tables, inbox, leases, models, store, training_request, training_run, trainings
 from features_party.progress import LiveProgress, ProgressBoard
+from features_party.training_context import JobContext
 from labeldp.errors import LabelDPError
 from labeldp.learning.config import TrainingConfig
 from labeldp.learning.loop import EpochReport
@@ -156,8 +157,8 @@ def test_the_loop_reports_every_batch_to_a_batch_listener() -> None:
 # --------------------------------------------------------------------------- cancel
 
 
-def _ctx(factory: sessionmaker[Session], tmp_path: Path, board: ProgressBoard, statuses: list[str]) -> jobs.JobContext:
-    return jobs.JobContext(
+def _ctx(factory: sessionmaker[Session], tmp_path: Path, board: ProgressBoard, statuses: list[str]) -> JobContext:
+    return JobContext(
         session_factory=factory, data_dir=tmp_path, device="cpu", threads=1, on_status=statuses.append, board=board
     )
 
@@ -172,12 +173,12 @@ def test_a_running_training_stops_at_the_next_batch_and_leaves_no_model(sessions
             super().batch(training_id, epoch, step, steps)
             seen.append((epoch, step))
             if (epoch, step) == (2, 2):
-                status, body = jobs.cancel_training(sessions, self, training_id)  # as the API does
+                status, body = trainings.cancel_training(sessions, self, training_id)  # as the API does
                 assert status == 202 and body["status"] == "cancelling"
 
     _queue(sessions, "t1")
     statuses: list[str] = []
-    jobs.run_training(_ctx(sessions, tmp_path, CancelInEpochTwo(), statuses), "t1")
+    training_run.run_training(_ctx(sessions, tmp_path, CancelInEpochTwo(), statuses), "t1")
 
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.finished_at is not None and row.model_id is None
@@ -186,7 +187,7 @@ def test_a_running_training_stops_at_the_next_batch_and_leaves_no_model(sessions
     assert _models(sessions) == 0 and list(tmp_path.glob("models/*")) == []
     assert statuses == ["running", "cancelled"]
     with pytest.raises(LabelDPError) as finished:
-        jobs.cancel_training(sessions, ProgressBoard(), "t1")
+        trainings.cancel_training(sessions, ProgressBoard(), "t1")
     assert finished.value.status_code == 409 and finished.value.code == "training_finished"
 
 
@@ -202,7 +203,7 @@ def test_a_cancel_after_the_last_batch_still_wins_over_success(sessions, tmp_pat
                     s.get(store.Training, training_id).status = "cancelling"
 
     _queue(sessions, "t1")
-    jobs.run_training(_ctx(sessions, tmp_path, CancelAfterLastEpoch(), []), "t1")
+    training_run.run_training(_ctx(sessions, tmp_path, CancelAfterLastEpoch(), []), "t1")
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.model_id is None
     assert _models(sessions) == 0 and list(tmp_path.glob("models/*")) == []
@@ -210,14 +211,14 @@ def test_a_cancel_after_the_last_batch_still_wins_over_success(sessions, tmp_pat
 
 def test_a_queued_training_is_cancelled_at_once_and_never_runs(sessions, tmp_path: Path) -> None:
     _queue(sessions, "t1")
-    status, body = jobs.cancel_training(sessions, ProgressBoard(), "t1")
+    status, body = trainings.cancel_training(sessions, ProgressBoard(), "t1")
     assert status == 200 and body["status"] == "cancelled" and body["queue_position"] is None
     statuses: list[str] = []
-    jobs.run_training(_ctx(sessions, tmp_path, ProgressBoard(), statuses), "t1")
+    training_run.run_training(_ctx(sessions, tmp_path, ProgressBoard(), statuses), "t1")
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.started_at is None and statuses == []
     with pytest.raises(LabelDPError) as missing:
-        jobs.cancel_training(sessions, ProgressBoard(), "nope")
+        trainings.cancel_training(sessions, ProgressBoard(), "nope")
     assert missing.value.status_code == 404
 
 
@@ -235,13 +236,13 @@ def test_a_restart_finishes_what_its_dead_worker_was_cancelling(sessions) -> Non
 
 
 def test_a_full_queue_is_a_429_with_retry_after_and_creates_nothing(sessions, tmp_path: Path) -> None:
-    request = jobs.TrainingRequest(release_id="rel", epochs=1)
+    request = training_request.TrainingRequest(release_id="rel", epochs=1)
     for _ in range(2):
-        jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
+        trainings.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
     with sessions() as s:
         before = s.scalar(select(func.count()).select_from(store.Training))
     with pytest.raises(LabelDPError) as full:
-        jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
+        trainings.create_training(sessions, _objects(tmp_path), request, queue_max=2, retry_after=lambda: 42)
     assert full.value.status_code == 429 and full.value.code == "training_queue_full"
     assert full.value.headers == {"Retry-After": "42"}
     with sessions() as s:
@@ -249,8 +250,8 @@ def test_a_full_queue_is_a_429_with_retry_after_and_creates_nothing(sessions, tm
     # a running training is not in the queue; a cancelled one leaves it
     with sessions() as s:
         first = s.scalars(select(store.Training.training_id).order_by(store.Training.created_at)).first()
-    jobs.cancel_training(sessions, ProgressBoard(), first)
-    assert jobs.create_training(sessions, _objects(tmp_path), request, queue_max=2).status_code == 202
+    trainings.cancel_training(sessions, ProgressBoard(), first)
+    assert trainings.create_training(sessions, _objects(tmp_path), request, queue_max=2).status_code == 202
 
 
 def test_queue_positions_follow_creation_order(sessions) -> None:
@@ -260,11 +261,11 @@ def test_queue_positions_follow_creation_order(sessions) -> None:
 
     def positions() -> list[int | None]:
         with sessions() as s:
-            return [jobs.training_status(s, s.get(store.Training, t), ProgressBoard())["queue_position"]
+            return [trainings.training_status(s, s.get(store.Training, t), ProgressBoard())["queue_position"]
                     for t in ("running", "a", "b", "c")]
 
     assert positions() == [None, 1, 2, 3]
-    jobs.cancel_training(sessions, ProgressBoard(), "a")
+    trainings.cancel_training(sessions, ProgressBoard(), "a")
     assert positions() == [None, None, 1, 2]
 
 
@@ -278,7 +279,7 @@ def test_status_shows_live_batches_elapsed_and_eta_while_running(sessions) -> No
     board._live["t1"].first_batch_at -= 8.0
     board.batch("t1", 2, 1, 4)  # epoch 2 running, 5 of 20 batches done
     with sessions() as s:
-        progress = jobs.training_status(s, s.get(store.Training, "t1"), board)["progress"]
+        progress = trainings.training_status(s, s.get(store.Training, "t1"), board)["progress"]
     assert (progress["epoch"], progress["batch"], progress["batches"]) == (1, 1, 4)
     assert progress["fraction"] == pytest.approx(5 / 20)
     assert 29 <= progress["elapsed_seconds"] <= 60
@@ -304,18 +305,18 @@ def test_trainings_list_in_creation_order_with_filters(sessions) -> None:
         _queue(sessions, f"t{k}", minute=k % 3 * 10 + k)  # creation order differs from id order
     _queue(sessions, "same-a", minute=100)
     _queue(sessions, "same-b", minute=100)  # a tie on created_at: the id decides
-    jobs.cancel_training(sessions, ProgressBoard(), "t1")
+    trainings.cancel_training(sessions, ProgressBoard(), "t1")
     with sessions() as s:
-        everything = _page_through(lambda limit, cursor: jobs.list_trainings(s, limit, cursor), 2)
+        everything = _page_through(lambda limit, cursor: trainings.list_trainings(s, limit, cursor), 2)
         expected = [r.training_id for r in s.scalars(select(store.Training).order_by(store.Training.created_at,
                                                                                      store.Training.training_id))]
         assert [t["id"] for t in everything] == expected
         assert everything[0]["progress"]["elapsed_seconds"] is None and everything[0]["queue_position"] == 1
-        assert [t["id"] for t in jobs.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
-        assert jobs.list_trainings(s, 10, None, release_id="other")["items"] == []
-        for bad in (lambda: jobs.list_trainings(s, 10, None, status="done"),
-                    lambda: jobs.list_trainings(s, 10, "garbage"),
-                    lambda: jobs.list_trainings(s, 0, None)):
+        assert [t["id"] for t in trainings.list_trainings(s, 10, None, status="cancelled")["items"]] == ["t1"]
+        assert trainings.list_trainings(s, 10, None, release_id="other")["items"] == []
+        for bad in (lambda: trainings.list_trainings(s, 10, None, status="done"),
+                    lambda: trainings.list_trainings(s, 10, "garbage"),
+                    lambda: trainings.list_trainings(s, 0, None)):
             with pytest.raises(LabelDPError) as refused:
                 bad()
             assert refused.value.status_code == 422

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.unit.test_training_control import CONFIG, _data, _row
 from tests.unit.test_training_control import sessions as sessions
 
-from features_party import checkpoints, jobs, leases, store, worker
+from features_party import checkpoints, leases, store, training_errors, training_run, trainings, worker
 from features_party.progress import ProgressBoard
+from features_party.training_context import JobContext
 from labeldp.learning.classifier import fit_classifier
 from labeldp.learning.config import LearningConfig, TrainingConfig
 from labeldp.learning.loop import EpochReport
@@ -83,13 +84,13 @@ def test_an_expired_lease_is_requeued_or_failed_a_live_one_is_left_alone(catalog
     _add(catalogue, "hopeless", status="running", owner="c", attempt=3, lease_expires_at=now - timedelta(seconds=1))
     _add(catalogue, "legacy", status="running", attempt=1)  # left by a process older than leases
     _add(catalogue, "stopping", status="cancelling", owner="d", attempt=1, lease_expires_at=now - timedelta(seconds=1))
-    error = jobs.stored_error(*leases.WORKER_LOST)
+    error = training_errors.stored_error(*leases.WORKER_LOST)
     assert sorted(leases.reap_expired(catalogue, 3, error)) == ["dead", "legacy"]
     assert (_row(catalogue, "alive").status, _row(catalogue, "alive").owner) == ("running", "a")
     dead = _row(catalogue, "dead")
     assert (dead.status, dead.owner, dead.lease_expires_at, dead.attempt) == ("queued", None, None, 1)
     hopeless = _row(catalogue, "hopeless")
-    assert hopeless.status == "failed" and jobs.error_body(hopeless.error)["code"] == "worker_lost"
+    assert hopeless.status == "failed" and training_errors.error_body(hopeless.error)["code"] == "worker_lost"
     assert _row(catalogue, "stopping").status == "cancelled"
     # the next claim is the second attempt
     assert leases.claim(catalogue, "w2", 30.0, training_id="dead") == "dead"
@@ -124,13 +125,13 @@ def test_a_cancel_from_another_process_is_seen_between_batches(sessions, tmp_pat
             super().batch(training_id, epoch, step, steps)
             seen.append((epoch, step))
             if (epoch, step) == (2, 1):
-                status, body = jobs.cancel_training(sessions, ProgressBoard(), training_id)  # API B's board
+                status, body = trainings.cancel_training(sessions, ProgressBoard(), training_id)  # API B's board
                 assert status == 202 and body["status"] == "cancelling"
 
     _add(sessions, "t1")
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1,
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1,
                           board=OtherProcessCancels(), progress_seconds=0.0)
-    jobs.run_training(ctx, "t1")
+    training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
     assert row.status == "cancelled" and row.model_id is None and row.epoch == 1
     assert seen[-1] == (2, 1)  # seen at that batch boundary: not one batch more
@@ -147,12 +148,12 @@ def test_progress_written_by_a_worker_shows_in_another_process(sessions, tmp_pat
             if (epoch, step) == (2, 3):
                 time.sleep(0.05)  # let the clock move between the written batches
                 with sessions() as s:
-                    snapshots.append(jobs.training_status(s, s.get(store.Training, training_id), ProgressBoard()))
+                    snapshots.append(trainings.training_status(s, s.get(store.Training, training_id), ProgressBoard()))
 
     _add(sessions, "t1")
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=Observer(),
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=Observer(),
                           progress_seconds=0.0)
-    jobs.run_training(ctx, "t1")
+    training_run.run_training(ctx, "t1")
     (body,) = snapshots
     progress = body["progress"]
     # written at batch 2 of epoch 2 (batch 3's write comes after the board call): 5 batches an epoch
@@ -239,7 +240,7 @@ def test_an_idle_worker_removes_the_checkpoints_of_finished_trainings(sessions, 
         _add(sessions, training_id, status=status)
         checkpoints.save(_objects(tmp_path), training_id, {"epoch": 1})
     checkpoints.save(_objects(tmp_path), "deleted", {"epoch": 1})
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu")
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu")
     assert worker.Worker(ctx, 3, 1.0).sweep_checkpoints() == ["deleted", "done", "gone"]
     assert checkpoints.stored(_objects(tmp_path)) == ["busy", "waiting"]
 
@@ -257,9 +258,9 @@ def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(sessions, tmp_pat
                     row.owner, row.attempt = "other:2:cd", 2
 
     _add(sessions, "t1")
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=TakenOver(),
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", threads=1, board=TakenOver(),
                           progress_seconds=0.0)
-    jobs.run_training(ctx, "t1")
+    training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
     assert (row.status, row.owner, row.attempt, row.error, row.model_id) == ("running", "other:2:cd", 2, None, None)
     assert row.epoch == 1 and not list(tmp_path.glob("models/*"))
@@ -269,10 +270,10 @@ def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(sessions, tmp_pat
 def test_a_claimed_training_that_cannot_start_fails_instead_of_staying_held(sessions, tmp_path: Path) -> None:
     _add(sessions, "t1", config={**CONFIG, "batch_size": 0})
     statuses: list[str] = []
-    ctx = jobs.JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
-    jobs.run_training(ctx, "t1")
+    ctx = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", on_status=statuses.append)
+    training_run.run_training(ctx, "t1")
     row = _row(sessions, "t1")
-    assert row.status == "failed" and jobs.error_body(row.error)["code"] == "training_failed"
+    assert row.status == "failed" and training_errors.error_body(row.error)["code"] == "training_failed"
     assert row.lease_expires_at is None and statuses == ["failed"]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from features_party import jobs, responses
+from features_party import responses, store, training_request, trainings
 from labeldp.service.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, event_stream_ok, json_example, ok
@@ -39,7 +39,7 @@ router = APIRouter(prefix="/v1", tags=["trainings"])
                                 "batch_size": 256}),
 )
 def start_training(
-    body: jobs.TrainingRequest, ctx: Context, response: Response, key: IdempotencyKey
+    body: training_request.TrainingRequest, ctx: Context, response: Response, key: IdempotencyKey
 ) -> dict[str, Any]:
     scope = "POST /v1/trainings"
     # The body as sent (unset fields left out): which learning options were explicit matters.
@@ -48,7 +48,7 @@ def start_training(
         scope,
         key,
         fingerprint,
-        lambda claim: jobs.create_training(
+        lambda claim: trainings.create_training(
             ctx.sessions,
             ctx.store,
             body,
@@ -58,7 +58,7 @@ def start_training(
         ),
     )
     if not stored.replayed:
-        ctx.trainings.labels(status=jobs.QUEUED).inc()
+        ctx.trainings.labels(status=store.QUEUED).inc()
         ctx.runner.submit(stored.body["id"])
     return stored.answer(response)
 
@@ -75,7 +75,7 @@ def start_training(
 )
 def get_training(training_id: str, ctx: Context) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return jobs.training_status(session, jobs.get_training(session, training_id), ctx.runner.board)
+        return trainings.training_status(session, trainings.get_training(session, training_id), ctx.runner.board)
 
 
 @router.get(
@@ -93,7 +93,7 @@ def training_history(
     training_id: str, ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return jobs.training_history(session, training_id, limit, cursor)
+        return trainings.training_history(session, training_id, limit, cursor)
 
 
 @router.get(
@@ -114,7 +114,7 @@ def list_trainings(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return jobs.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board)
+        return trainings.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board)
 
 
 @router.post(
@@ -130,9 +130,9 @@ def list_trainings(
     },
 )
 def cancel_training(training_id: str, ctx: Context, response: Response) -> dict[str, Any]:
-    status_code, body = jobs.cancel_training(ctx.sessions, ctx.runner.board, training_id)
+    status_code, body = trainings.cancel_training(ctx.sessions, ctx.runner.board, training_id)
     if status_code == 200:  # cancelled while queued: the worker, which counts the others, never saw it
-        ctx.trainings.labels(status=jobs.CANCELLED).inc()
+        ctx.trainings.labels(status=store.CANCELLED).inc()
     response.status_code = status_code
     return body
 
@@ -150,7 +150,7 @@ def cancel_training(training_id: str, ctx: Context, response: Response) -> dict[
 )
 async def training_events(training_id: str, request: Request, ctx: Context) -> StreamingResponse:
     def poll() -> Any:
-        return jobs.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
+        return trainings.training_snapshot(ctx.sessions, ctx.runner.board, training_id)
 
     await run_in_threadpool(poll)  # 404 before the stream starts
     return StreamingResponse(

@@ -1,7 +1,7 @@
 """How a model is trained: the one definition of the training options, their defaults and bounds.
 
 :class:`TrainingOptions` is declared once. ``POST /v1/trainings``
-(:class:`features_party.jobs.TrainingRequest`), the in-process
+(:class:`features_party.training_request.TrainingRequest`), the in-process
 :class:`TrainingConfig` and the benchmark's recipes
 (``labeldp_research.utility.TrainingRecipe``) all subclass it, so a training
 requested with no options runs exactly the recipe the benchmark's default
@@ -101,8 +101,8 @@ class LearningConfig(BaseModel):
     """How a regressor uses the release's transition law (post-processing: no ε).
 
     Declared once: ``POST /v1/trainings`` takes these fields as they are
-    (:class:`features_party.jobs.TrainingRequest` subclasses this model) and a training's
-    row stores them beside its :class:`TrainingOptions` (``features_party.jobs.TrainingOrder``).
+    (:class:`features_party.training_request.TrainingRequest` subclasses this model) and a training's
+    row stores them beside its :class:`TrainingOptions` (``features_party.training_request.TrainingOrder``).
 
     ``debias``: ``predictions`` trains on the privatized labels and maps each
     prediction through the inverse of E[ŷ | y]; ``targets`` trains on debiased

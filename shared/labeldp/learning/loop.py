@@ -96,7 +96,7 @@ class EpochReport:
 @runtime_checkable
 class BatchListener(Protocol):
     """An ``on_epoch`` callback that also wants each batch (the service's progress and cancel, see
-    :mod:`features_party.jobs`): ``on_batch(epoch, step, steps)`` runs after every optimizer step, with
+    :mod:`features_party.training_run`): ``on_batch(epoch, step, steps)`` runs after every optimizer step, with
     ``step`` of ``steps`` counted from 1; raising there stops the training at that batch boundary."""
 
     def __call__(self, report: EpochReport) -> None: ...
@@ -281,7 +281,7 @@ def train(
     each epoch (before ``on_epoch``) with the epoch, the model's, the optimizer's (fp16: the
     scaler's) and the data order's state, the history and the throughput, as plain types;
     ``resume`` (such a state, from a run with the same seed) continues after its epoch exactly
-    as the uninterrupted run would have (the service's training jobs, :mod:`features_party.jobs`).
+    as the uninterrupted run would have (the service's training jobs, :mod:`features_party.training_run`).
 
     With ``workers.world > 1`` the network is wrapped in DistributedDataParallel; the main
     worker alone validates, calls ``inspect``, ``checkpoint`` and ``on_epoch``.

@@ -1,6 +1,6 @@
 """Training a release at scale: stage it as row groups, then train in this process or as a torchrun job.
 
-The in-memory path (:func:`features_party.jobs.fit_for_release`) stays the default;
+The in-memory path (:func:`features_party.training_fit.fit_for_release`) stays the default;
 this one is chosen by ``LABELDP_TRAINING_WORKERS`` > 1 or ``LABELDP_TRAINING_STREAMING``
 (docs/architecture.md, "Training at scale"). Categorical releases train classifiers,
 staged with their class indices as targets; either kind trains in this process or as a
