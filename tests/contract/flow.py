@@ -70,9 +70,8 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     settings = ctx.settings.model_copy(update={"features_url": str(features.base_url)})
     assert outbox.deliver_one(ctx.sessions, features, settings, rel_id, random.Random(0)) == "delivered"
 
-    training = features.post(
-        "/v1/trainings", json={"release_id": rel_id, "epochs": 1, "batch_size": 16}, headers=FEATURES_AUTH
-    )
+    order = {"release_id": rel_id, "feature_table_id": table.json()["id"], "epochs": 1, "batch_size": 16}
+    training = features.post("/v1/trainings", json=order, headers=FEATURES_AUTH)
     assert training.status_code == 202, training.text
     trn_id = training.json()["id"]
     deadline = time.monotonic() + 120

@@ -228,7 +228,8 @@ def test_the_whole_flow_runs_through_both_generated_clients_in_every_upload_form
     assert isinstance(labels_file, ftypes.File), labels_file  # Parquet by default, read as bytes
     assert pq.read_table(io.BytesIO(labels_file.payload.read())).column("id").to_pylist() == sorted(IDS)
     training = op("features_client", "trainings.start_training").sync(
-        client=fc, body=fm.TrainingRequest.from_dict({"release_id": release.id, "epochs": 1, "batch_size": 16})
+        client=fc, body=fm.TrainingRequest.from_dict(
+            {"release_id": release.id, "feature_table_id": table.id, "epochs": 1, "batch_size": 16})
     )
     assert isinstance(training, fm.TrainingQueued), training
     deadline = time.monotonic() + 120

@@ -9,7 +9,7 @@ replaced table has a new one; the old id is then 404), and a name never takes an
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH
+from tests.contract.conftest import FEATURES_AUTH, LABELS_AUTH, Parties
 
 CSV = b"id,age\nu1,30\nu2,41\n"
 
@@ -76,3 +76,21 @@ def test_a_feature_table_is_read_replaced_and_deleted_by_its_id(features: TestCl
     assert stale.status_code == 404
     assert features.delete(f"/v1/feature-tables/{replaced['id']}", headers=FEATURES_AUTH).status_code == 200
     assert features.get("/v1/feature-tables/visits", headers=FEATURES_AUTH).status_code == 404
+
+
+def test_a_training_names_its_feature_table_by_id(parties: Parties) -> None:
+    """The flow's training was queued with ``feature_table_id`` (tests/contract/flow.py); an id that names
+    no table, or both the id and the deprecated ``feature_table``, are refused before anything is queued."""
+    flow, features = parties.flow, parties.features
+    assert flow.training["status"] == "succeeded" and flow.training["feature_table"] == "clicks"
+    before = features.get("/v1/trainings", headers=FEATURES_AUTH).json()["items"]
+    nowhere = {"release_id": flow.release["id"], "feature_table_id": "ft_" + "0" * 32}
+    unknown = features.post("/v1/trainings", json=nowhere, headers=FEATURES_AUTH)
+    assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_feature_table"
+    both = features.post("/v1/trainings", json={"release_id": flow.release["id"], "feature_table": "clicks",
+                                                "feature_table_id": flow.feature_table["id"]}, headers=FEATURES_AUTH)
+    assert both.status_code == 422 and both.json()["code"] == "invalid_request"
+    assert features.get("/v1/trainings", headers=FEATURES_AUTH).json()["items"] == before
+    spec = features.app.openapi()  # type: ignore[attr-defined]
+    fields = spec["components"]["schemas"]["TrainingRequest"]["properties"]
+    assert fields["feature_table"].get("deprecated") is True and "feature_table_id" in fields

@@ -61,7 +61,7 @@ _FORMAT = Query(None, alias="format", description="csv, parquet or arrow (defaul
     "ids stay strings. `Idempotency-Key` makes a retry safe.",
     responses={
         **ok(responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"},
-             {"get_feature_table": {"name": "$response.body#/name"}}),
+             {"get_feature_table": {"feature_table_id": "$response.body#/id"}}),
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
     openapi_extra=_BODY,
