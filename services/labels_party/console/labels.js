@@ -27,7 +27,7 @@ async function domains() {
   const items = await C.newest("v1/privacy-domains", 20);  // each histogram reads up to 10⁶ ids of the ledger
   if (!items.length) return C.el("p", { class: "muted" }, "no privacy domains");
   const hists = await Promise.all(items.map(d =>
-    C.api(`v1/privacy-domains/${encodeURIComponent(d.name)}/spent-histogram?bins=10`)));
+    C.api(`v1/privacy-domains/${encodeURIComponent(d.id)}/spent-histogram?bins=10`)));
   return C.el("div", {}, C.shown(items),
     C.el("div", { class: "cards" }, items.map((d, i) => domainCard(d, hists[i]))));
 }
