@@ -118,6 +118,7 @@ def model_card(
         "release_id": row.release_id,
         "label_set_id": row.label_set_id,
         "feature_table": row.feature_table,
+        "feature_table_id": training.feature_table_id if training is not None else None,
         "mechanism": row.mechanism_name,
         "mechanism_spec": row.mechanism_spec,
         "epsilon": row.total_epsilon_micro / 1_000_000,

@@ -97,6 +97,7 @@ def create_training(
                 training_id=training_id,
                 release_id=release_id,
                 feature_table=table_row.name,
+                feature_table_id=feature_tables.table_id(table_row),
                 config=TrainingOrder.of_request(request, learning).stored(),
                 status=QUEUED,
                 epoch=0,
@@ -203,6 +204,7 @@ def describe_training(row: store.Training) -> dict[str, Any]:
         "status": row.status,
         "release_id": row.release_id,
         "feature_table": row.feature_table,
+        "feature_table_id": row.feature_table_id,
         "progress": {
             "epoch": row.epoch,
             "epochs": row.epochs,

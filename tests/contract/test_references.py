@@ -83,6 +83,8 @@ def test_a_training_names_its_feature_table_by_id(parties: Parties) -> None:
     no table, or both the id and the deprecated ``feature_table``, are refused before anything is queued."""
     flow, features = parties.flow, parties.features
     assert flow.training["status"] == "succeeded" and flow.training["feature_table"] == "clicks"
+    # responses carry both: the name and the id of the content it was queued on, on the training and its card
+    assert flow.training["feature_table_id"] == flow.model["feature_table_id"] == flow.feature_table["id"]
     before = features.get("/v1/trainings", headers=FEATURES_AUTH).json()["items"]
     nowhere = {"release_id": flow.release["id"], "feature_table_id": "ft_" + "0" * 32}
     unknown = features.post("/v1/trainings", json=nowhere, headers=FEATURES_AUTH)
