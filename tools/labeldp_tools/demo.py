@@ -51,10 +51,11 @@ def _wait_delivered(labels: httpx.Client, release_id: str, label: str) -> dict:
     return rel
 
 
-def _train(features: httpx.Client, release_id: str, epochs: int | None, label: str) -> dict:
-    """Queue a training with the service's default options (``epochs`` only if given) and follow it
-    from its event stream (a bar on stderr: epoch, batch, ETA)."""
-    body: dict = {"release_id": release_id}
+def _train(features: httpx.Client, release_id: str, table_id: str, epochs: int | None, label: str) -> dict:
+    """Queue a training of the release on the feature table ``table_id`` (``ft_…``) with the service's
+    default options (``epochs`` only if given) and follow it from its event stream (a bar on stderr:
+    epoch, batch, ETA)."""
+    body: dict = {"release_id": release_id, "feature_table_id": table_id}
     if epochs is not None:
         body["epochs"] = epochs
     job = _expect(features.post("/v1/trainings", json=body), 202)
@@ -160,7 +161,7 @@ def run_demo(
             labels, features = stack.labels_client(), stack.features_client()
 
             _say("[3/6] publisher uploads its feature table")
-            _expect(
+            table = _expect(
                 features.post(
                     "/v1/feature-tables",
                     params={"name": "clicks", "id_column": "id", "categorical": "advertiser,campaign,device,site"},
@@ -172,7 +173,7 @@ def run_demo(
             _say("[4/6] advertiser creates a label set and uploads conversion values")
             budget = len(MECHANISMS) * sum(epsilons)
             # The unit of privacy: one conversion id's label in this advertiser's domain.
-            _expect(
+            domain = _expect(
                 labels.post(
                     "/v1/privacy-domains",
                     json={"name": "demo-conversions", "id_source": "demo:conversion_id", "epsilon": budget},
@@ -187,7 +188,7 @@ def run_demo(
                         "name": "demo conversions",
                         "label_type": "real",
                         "domain": {"low": 0.0, "high": data.clip},
-                        "privacy_domain": "demo-conversions",
+                        "privacy_domain": domain["id"],  # every reference is an id (names filter lists)
                         "ids": train_ids,
                     },
                 ),
@@ -220,12 +221,12 @@ def run_demo(
                     noisy = np.asarray(got["labels"])
                     truth = np.asarray([true_train[i] for i in got["ids"]])
                     mech_mse = float(np.mean((noisy - truth) ** 2))
-                    t = _train(features, rel["id"], epochs, label)
+                    t = _train(features, rel["id"], table["id"], epochs, label)
                     pred = _expect(features.post(f"/v1/models/{t['model_id']}/predict", json={"ids": test_ids}), 200)
                     test_mse = float(np.mean((np.asarray(pred["predictions"]) - y_test) ** 2))
                     rows.append(Row(eps, mech, rel["mechanism"], mech_mse, test_mse))
             summary = _expect(labels.get(f"/v1/label-sets/{ls['id']}"), 200)
-            domain = _expect(labels.get("/v1/privacy-domains/demo-conversions"), 200)
+            domain = _expect(labels.get(f"/v1/privacy-domains/{domain['id']}"), 200)
             _say(
                 f"  budget: spent {summary['budget']['spent_epsilon']:g} of {summary['budget']['total_epsilon']:g};"
                 f" per-id ledger of domain demo-conversions: at most {domain['max_spent_epsilon']:g} of"
