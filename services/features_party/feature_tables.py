@@ -39,7 +39,7 @@ from labeldp.learning.staging import PARTITION_ROWS
 from labeldp.parquet_batches import check_column_type, is_number, open_for_batches, utf8_text
 from labeldp.schema import FEATURE_TABLE_NAME
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.timestamps import iso, utcnow
 from labeldp.storage import ObjectStore
 
@@ -77,6 +77,8 @@ def check_table_name(name: str) -> None:
         raise InvalidInput(
             "invalid_table_name", "table name must match ^[A-Za-z0-9_.-]{1,64}$"
         )
+    if TABLE_ID.match(name):
+        raise InvalidInput("invalid_table_name", "a table name may not take the shape of a table id (ft_ + 32 hex)")
 
 
 def _csv_error(exc: Exception) -> LabelDPError:
@@ -381,7 +383,9 @@ def create_feature_table(
             path=key,
             created_at=utcnow(),  # set here: the answer is built before the row is flushed
         )
-        response = StoredResponse(201, describe(row).model_dump(), {"Location": f"/v1/feature-tables/{name}"})
+        response = StoredResponse(
+            201, describe(row).model_dump(), {"Location": f"/v1/feature-tables/{table_id(row)}"}
+        )
         with session_factory.begin() as session:
             if session.get(store.FeatureTable, name) is not None:
                 raise _exists(name)
@@ -535,11 +539,16 @@ def _exists(name: str) -> LabelDPError:
     return Conflict("feature_table_exists", f"feature table {name!r} already exists")
 
 
-def list_feature_tables(session: Session, limit: int, cursor: str | None) -> responses.FeatureTablePage:
-    """A page of feature tables, oldest first (keyset on creation time and name)."""
+def list_feature_tables(
+    session: Session, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
+) -> responses.FeatureTablePage:
+    """A page of feature tables in creation ``order`` (keyset on creation time and name; ``name``: only that one)."""
+    stmt = select(store.FeatureTable)
+    if name is not None:
+        stmt = stmt.where(store.FeatureTable.name == name)
     return responses.FeatureTablePage(**keyset_page(
-        session, select(store.FeatureTable), store.FeatureTable.created_at, store.FeatureTable.name, limit, cursor,
-        describe,
+        session, stmt, store.FeatureTable.created_at, store.FeatureTable.name, limit, cursor,
+        describe, order,
     ))
 
 
@@ -551,6 +560,17 @@ def get_feature_table(session: Session, name: str) -> store.FeatureTable:
 
 
 TABLE_ID = re.compile(r"^ft_[0-9a-f]{32}$")
+
+
+def find_feature_table(session: Session, ref: str) -> store.FeatureTable:
+    """The table ``ref`` names: its id (``ft_…``: that content, 404 once replaced) or, for compatibility,
+    its name (issue 26: one way to refer to a resource; a new name never takes an id's shape)."""
+    if TABLE_ID.match(ref):
+        try:
+            return get_feature_table_by_id(session, ref)
+        except NotFound:
+            pass
+    return get_feature_table(session, ref)
 
 
 def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTable:

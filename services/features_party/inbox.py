@@ -35,7 +35,7 @@ from features_party import responses, store
 from labeldp.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, parse_manifest, read_columns
 from labeldp.schema import LabelRelease, decode_columns
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.timestamps import iso
 from labeldp.signing import header_key_id, verify
 from labeldp.storage import ObjectStore
@@ -245,14 +245,14 @@ def signed_manifest(row: store.Release) -> tuple[bytes, str]:
 
 
 def list_releases(
-    session: Session, limit: int, cursor: str | None, label_set_id: str | None = None
+    session: Session, limit: int, cursor: str | None, label_set_id: str | None = None, order: Order = ASC
 ) -> responses.ReceivedReleasePage:
-    """A page of complete releases, oldest received first; never loads a message."""
+    """A page of complete releases in ``order`` of receipt; never loads a message."""
     stmt = select(store.Release).where(store.Release.status == store.RELEASE_COMPLETE)
     if label_set_id is not None:
         stmt = stmt.where(store.Release.label_set_id == label_set_id)
     return responses.ReceivedReleasePage(**keyset_page(
-        session, stmt, store.Release.received_at, store.Release.release_id, limit, cursor, describe_release
+        session, stmt, store.Release.received_at, store.Release.release_id, limit, cursor, describe_release, order
     ))
 
 

@@ -22,7 +22,7 @@ from labeldp.learning.batch_predict import PredictionError, check_feature_values
 from labeldp.learning.persistence import TrainedClassifier, TrainedModel, load_model
 from labeldp.learning.tasks import CLASSIFICATION, LabelTask
 from labeldp.parquet_batches import check_unicode, is_unicode
-from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.pagination import ASC, Order, after, check_limit, next_cursor, ordered
 from labeldp.service.timestamps import iso
 from labeldp.storage import ObjectStore
 
@@ -118,6 +118,7 @@ def model_card(
         release_id=row.release_id,
         label_set_id=row.label_set_id,
         feature_table=row.feature_table,
+        feature_table_id=training.feature_table_id if training is not None else None,
         mechanism=row.mechanism_name,
         mechanism_spec=row.mechanism_spec,
         epsilon=row.total_epsilon_micro / 1_000_000,
@@ -137,9 +138,9 @@ def model_card(
 
 
 def list_models(
-    session: Session, limit: int, cursor: str | None, release_id: str | None = None
+    session: Session, limit: int, cursor: str | None, release_id: str | None = None, order: Order = ASC
 ) -> responses.ModelPage:
-    """A page of model cards, oldest first. Cards come from the catalogue alone: what model
+    """A page of model cards in creation ``order``. Cards come from the catalogue alone: what model
     selection chose lives in each model file and is on ``GET /v1/models/{id}``."""
     limit = check_limit(limit)
     stmt = select(store.Model, store.Training).outerjoin(
@@ -147,14 +148,15 @@ def list_models(
     )
     if release_id is not None:
         stmt = stmt.where(store.Model.release_id == release_id)
-    where = after(store.Model.created_at, store.Model.model_id, cursor)
+    where = after(store.Model.created_at, store.Model.model_id, cursor, order)
     if where is not None:
         stmt = stmt.where(where)
-    rows = session.execute(stmt.order_by(store.Model.created_at, store.Model.model_id).limit(limit + 1)).all()
+    stmt = stmt.order_by(*ordered(store.Model.created_at, store.Model.model_id, order))
+    rows = session.execute(stmt.limit(limit + 1)).all()
     last = rows[limit - 1][0] if len(rows) > limit else None
     return responses.ModelPage(
         items=[model_card(model, training) for model, training in rows[:limit]],
-        next_cursor=encode_cursor(last.created_at, last.model_id) if last else None,
+        next_cursor=next_cursor(last, store.Model.created_at, store.Model.model_id, order),
     )
 
 

@@ -115,7 +115,10 @@ class Training(_Body):
     id: str = Field(description="`trn_…`")
     status: Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
     release_id: str
-    feature_table: str
+    feature_table: str = Field(description="the feature table's name")
+    feature_table_id: str | None = Field(
+        description="`ft_…`: the table content it was queued on (null for trainings queued before ids were kept)"
+    )
     progress: Progress
     queue_position: int | None = Field(description="1 for the next training to run; null once it left the queue")
     history: list[dict[str, Any]] = Field(description="per epoch: losses (and accuracies for classifiers)")
@@ -143,7 +146,9 @@ class ModelCard(_Body):
     training_id: str
     release_id: str
     label_set_id: str
-    feature_table: str
+    feature_table: str = Field(description="the feature table's name")
+    feature_table_id: str | None = Field(description="`ft_…`: the table content its training joined (null: "
+                                         "trained before ids were kept, or a card from the catalogue alone)")
     mechanism: MechanismName
     mechanism_spec: dict[str, Any]
     epsilon: float
@@ -250,6 +255,7 @@ EXAMPLE_LABELS = {"ids": ["u001", "u002", "u003"], "labels": [3.412, 0.0, 9.87]}
 EXAMPLE_QUEUED = {"id": TRN, "status": "queued"}
 EXAMPLE_TRAINING = {
     "id": TRN, "status": "succeeded", "release_id": REL, "feature_table": "clicks",
+    "feature_table_id": "ft_84a29ff790ea4943b002d959b8f2d3b6",
     "progress": {"epoch": 2, "epochs": 2, "batch": None, "batches": None, "fraction": 1.0,
                  "elapsed_seconds": 3.2, "eta_seconds": 0.0},
     "queue_position": None,
@@ -259,7 +265,8 @@ EXAMPLE_TRAINING = {
 }
 EXAMPLE_MODEL = {
     "task": "regression", "classes": None, "id": MDL, "training_id": TRN, "release_id": REL,
-    "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks", "mechanism": "laplace",
+    "label_set_id": "ls_0a1b2c3d4e5f40718293a4b5c6d7e8f9", "feature_table": "clicks",
+    "feature_table_id": "ft_84a29ff790ea4943b002d959b8f2d3b6", "mechanism": "laplace",
     "mechanism_spec": SPEC, "epsilon": 1.0, "accounting": ACCOUNTING, "n_train": 900, "n_validation": 100,
     "metrics": {"train_loss": 3.9, "val_loss": 4.2, "true_label": {
         "test_mse": 0.61, "test_mse_se": 0.09, "test_r2": 0.72, "test_r2_se": 0.05, "baseline_mse": 2.18,

@@ -101,6 +101,8 @@ class Training(Base):
     training_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     release_id: Mapped[str] = mapped_column(String(256), index=True)
     feature_table: Mapped[str] = mapped_column(String(64))
+    # the ft_ id of the content it was queued on (null: queued before ids were kept, revision 0006)
+    feature_table_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), index=True)  # TRAINING_STATUSES
     epoch: Mapped[int] = mapped_column(Integer, default=0)

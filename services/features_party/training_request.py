@@ -19,8 +19,13 @@ class _TrainingTarget(TrainingOptions):
     """The training options and what to train on (the request's fields before the learning ones)."""
 
     release_id: str = Field(min_length=1, max_length=256)
+    feature_table_id: str | None = Field(
+        None, max_length=64,
+        description="`ft_…`: the feature table to join the release with (default: the table the release names)",
+    )
     feature_table: str | None = Field(
-        None, description="the feature table to join the release with; required when the release names none"
+        None, max_length=64, deprecated=True,
+        description="the table's name (or id): kept for compatibility; send `feature_table_id`",
     )
     forward_correction: bool = Field(
         False,

@@ -33,7 +33,7 @@ from labeldp.learning.config import LearningConfig
 from labeldp.learning.tasks import CLASSIFICATION, LabelTask
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page, list_page
+from labeldp.service.pagination import ASC, Order, keyset_page, list_page
 from labeldp.service.timestamps import iso, utcnow
 from labeldp.storage import ObjectStore
 
@@ -63,14 +63,17 @@ def create_training(
     with session_factory() as session:
         _check_queue(session, queue_max, retry_after)
         release = inbox.get_release(session, request.release_id)
-        table_name = request.feature_table or release.feature_table
+        if request.feature_table_id is not None and request.feature_table is not None:
+            raise InvalidInput("invalid_request", "send feature_table_id, not both it and feature_table")
+        table_name = request.feature_table_id or request.feature_table or release.feature_table
         if not table_name:
             raise InvalidInput(
-                "feature_table_required", "the release names no feature table; send feature_table"
+                "feature_table_required", "the release names no feature table; send feature_table_id"
             )
-        table_row = session.get(store.FeatureTable, table_name)
-        if table_row is None:
-            raise InvalidInput("unknown_feature_table", f"no feature table {table_name!r} is held here")
+        try:  # its id (that content) or, as releases and older clients name it, its name
+            table_row = feature_tables.find_feature_table(session, table_name)
+        except NotFound:
+            raise InvalidInput("unknown_feature_table", f"no feature table {table_name!r} is held here") from None
         task = LabelTask.of(release.mechanism)
         if request.forward_correction:
             check_forward_correction(task)
@@ -94,6 +97,7 @@ def create_training(
                 training_id=training_id,
                 release_id=release_id,
                 feature_table=table_row.name,
+                feature_table_id=feature_tables.table_id(table_row),
                 config=TrainingOrder.of_request(request, learning).stored(),
                 status=QUEUED,
                 epoch=0,
@@ -205,6 +209,7 @@ def training_status(session: Session, row: store.Training, board: ProgressBoard 
         status=row.status,
         release_id=row.release_id,
         feature_table=row.feature_table,
+        feature_table_id=row.feature_table_id,
         progress=describe_progress(row, live, utcnow(), succeeded=row.status == SUCCEEDED),
         queue_position=queue_position(session, row),
         history=row.history or [],
@@ -250,9 +255,13 @@ def training_snapshot(session_factory: sessionmaker[Session], board: ProgressBoa
     return Snapshot(body, body["status"] in TERMINAL, key)
 
 
-def training_history(session: Session, training_id: str, limit: int, cursor: str | None) -> responses.HistoryPage:
-    """A page of a training's per-epoch history, first epoch first (the history only grows at its end)."""
-    return responses.HistoryPage(**list_page(list(get_training(session, training_id).history or []), limit, cursor))
+def training_history(
+    session: Session, training_id: str, limit: int, cursor: str | None, order: Order = ASC
+) -> responses.HistoryPage:
+    """A page of a training's per-epoch history, first epoch first or (``desc``) last first (the
+    history only grows at its end)."""
+    history = list(get_training(session, training_id).history or [])
+    return responses.HistoryPage(**list_page(history, limit, cursor, order))
 
 
 def list_trainings(
@@ -262,8 +271,9 @@ def list_trainings(
     status: str | None = None,
     release_id: str | None = None,
     board: ProgressBoard | None = None,
+    order: Order = ASC,
 ) -> responses.TrainingPage:
-    """A page of trainings, oldest first (``status``/``release_id`` filter), each as
+    """A page of trainings in creation ``order`` (``status``/``release_id`` filter), each as
     ``GET /v1/trainings/{id}`` shows it (the contract's ``Training``)."""
     if status is not None and status not in STATUSES:
         raise InvalidInput("invalid_status", f"status must be one of {', '.join(STATUSES)}")
@@ -274,7 +284,7 @@ def list_trainings(
         stmt = stmt.where(store.Training.release_id == release_id)
     return responses.TrainingPage(**keyset_page(
         session, stmt, store.Training.created_at, store.Training.training_id, limit, cursor,
-        lambda row: training_status(session, row, board),
+        lambda row: training_status(session, row, board), order,
     ))
 
 

@@ -19,11 +19,11 @@ import time
 import uuid
 from typing import Any, Literal, get_args
 
-from sqlalchemy import event, select
+from sqlalchemy import event, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.errors import Conflict
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
@@ -140,16 +140,17 @@ def describe(row: AuditEventRow) -> responses.AuditEvent:
 
 def list_events(
     ctx: LabelsContext, limit: int, cursor: str | None, domain: str | None, subject_id: str | None = None,
-    action: str | None = None,
+    action: str | None = None, order: Order = ASC,
 ) -> responses.AuditEventPage:
     stmt = select(AuditEventRow)
     if domain is not None:
-        stmt = stmt.where(AuditEventRow.privacy_domain == domain)
+        # the domain's id, or its name (as events record both)
+        stmt = stmt.where(or_(AuditEventRow.privacy_domain_id == domain, AuditEventRow.privacy_domain == domain))
     if subject_id is not None:
         stmt = stmt.where(AuditEventRow.subject_id == subject_id)
     if action is not None:
         stmt = stmt.where(AuditEventRow.action == action)
     with ctx.sessions() as s:
         return responses.AuditEventPage(
-            **keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe)
+            **keyset_page(s, stmt, AuditEventRow.created_at, AuditEventRow.id, limit, cursor, describe, order)
         )

@@ -27,7 +27,7 @@ from labeldp.epsilon import EpsilonIn, InvalidEpsilon, exact_micro, from_delta_u
 from labeldp.errors import Conflict, InvalidInput, NotFound, StorageError
 from labeldp.parquet_batches import check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.pagination import ASC, Order, after, check_limit, next_cursor, ordered
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 from labeldp.storage import ObjectStore
@@ -63,7 +63,8 @@ class LabelSetCreate(BaseModel):
     domain: DomainIn | None = Field(None, description="label range; real and integer label sets")
     classes: list[StrictStr] | None = Field(None, description="class names; categorical label sets")
     privacy_domain: str = Field(
-        DEFAULT_DOMAIN, min_length=1, max_length=200, description="the privacy domain whose per-id ledger it charges"
+        DEFAULT_DOMAIN, min_length=1, max_length=200,
+        description="the privacy domain whose per-id ledger it charges: its id (`pd_…`); its name is still accepted",
     )
     total_epsilon: EpsilonIn | None = Field(
         None, description="optional cap on this label set's own releases (default: the domain's per-id budget)"
@@ -580,17 +581,22 @@ def get_label_set(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
         return describe(ctx, s, load_label_set(s, label_set_id))
 
 
-def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[str, Any]:
-    """A page of label sets, oldest first: catalogue facts only (no file is read)."""
+def list_label_sets(
+    ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
+) -> dict[str, Any]:
+    """A page of label sets in creation ``order`` (``name``: only the sets of that name): catalogue
+    facts only (no file is read)."""
     limit = check_limit(limit)
     stmt = select(LabelSetRow, PrivacyDomainRow.name).join(
         PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
     )
-    where = after(LabelSetRow.created_at, LabelSetRow.id, cursor)
+    if name is not None:
+        stmt = stmt.where(LabelSetRow.name == name)
+    where = after(LabelSetRow.created_at, LabelSetRow.id, cursor, order)
     if where is not None:
         stmt = stmt.where(where)
     with ctx.sessions() as s:
-        rows = s.execute(stmt.order_by(LabelSetRow.created_at, LabelSetRow.id).limit(limit + 1)).all()
+        rows = s.execute(stmt.order_by(*ordered(LabelSetRow.created_at, LabelSetRow.id, order)).limit(limit + 1)).all()
     items = [
         {
             "id": r.id,
@@ -606,7 +612,7 @@ def list_label_sets(ctx: LabelsContext, limit: int, cursor: str | None) -> dict[
         for r, domain in rows[:limit]
     ]
     last = rows[limit - 1][0] if len(rows) > limit else None
-    return {"items": items, "next_cursor": encode_cursor(last.created_at, last.id) if last else None}
+    return {"items": items, "next_cursor": next_cursor(last, LabelSetRow.created_at, LabelSetRow.id, order)}
 
 
 def delete_labels(ctx: LabelsContext, label_set_id: str, caller: ApiKey | None = None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from labeldp.epsilon import (
 )
 from labeldp.errors import Conflict, InvalidInput, NotFound
 from labeldp.service.idempotency import Claim, StoredResponse
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 
@@ -84,6 +84,8 @@ def create_privacy_domain(
 ) -> StoredResponse:
     if not _NAME.match(body.name):
         raise InvalidInput("invalid_name", "a domain name is letters, digits and . _ : - (at most 200)")
+    if DOMAIN_ID.match(body.name):
+        raise InvalidInput("invalid_name", "a domain name may not take the shape of a domain id (pd_ + 32 hex)")
     source = id_source_of(body.id_source)
     eps, delta = budget_of(body.epsilon, body.delta)
     row = PrivacyDomainRow(
@@ -102,7 +104,7 @@ def create_privacy_domain(
                 s, audit.DOMAIN_CREATED, key=key, scope="admin", domain_id=row.id, domain=row.name, subject_id=row.id,
                 details=_audit_details(row),
             )
-            location = {"Location": f"/v1/privacy-domains/{body.name}"}
+            location = {"Location": f"/v1/privacy-domains/{row.id}"}
             out = StoredResponse(201, describe(ctx, s, row).model_dump(), location)
             if claim is not None:
                 claim.complete(s, out)
@@ -147,8 +149,16 @@ def ensure_default_domain(ctx: LabelsContext) -> None:
         pass  # another process created it first
 
 
-def find_domain(s: Session, name: str) -> PrivacyDomainRow:
-    row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == name))
+DOMAIN_ID = re.compile(r"^pd_[0-9a-f]{32}$")
+"""A privacy domain's id: what every reference to a domain takes (its name is still accepted)."""
+
+
+def find_domain(s: Session, ref: str) -> PrivacyDomainRow:
+    """The domain ``ref`` names: its id (``pd_…``) or, for compatibility, its name (issue 26: one
+    way to refer to a resource). A new name never takes an id's shape, so the two never collide."""
+    row = s.get(PrivacyDomainRow, ref) if DOMAIN_ID.match(ref) else None
+    if row is None:
+        row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == ref))
     if row is None:
         raise NotFound("privacy_domain_not_found", "no such privacy domain")
     return row
@@ -173,21 +183,26 @@ def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> responses
     )
 
 
-def get_privacy_domain(ctx: LabelsContext, name: str) -> responses.PrivacyDomain:
+def get_privacy_domain(ctx: LabelsContext, ref: str) -> responses.PrivacyDomain:
     with ctx.sessions() as s:
-        domain_id = find_domain(s, name).id
+        domain_id = find_domain(s, ref).id
     ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
     with ctx.sessions() as s:
-        return describe(ctx, s, find_domain(s, name))
+        return describe(ctx, s, find_domain(s, domain_id))
 
 
-def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> responses.PrivacyDomainPage:
-    """A page of privacy domains, oldest first, each as :func:`get_privacy_domain` describes it
-    (catalogue facts: no ledger object is read once a domain is bucketed)."""
+def list_privacy_domains(
+    ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
+) -> responses.PrivacyDomainPage:
+    """A page of privacy domains in creation ``order`` (``name``: only the domain of that name), each as
+    :func:`get_privacy_domain` describes it (catalogue facts: no ledger object is read once a domain is bucketed)."""
+    stmt = select(PrivacyDomainRow)
+    if name is not None:
+        stmt = stmt.where(PrivacyDomainRow.name == name)
     with ctx.sessions() as s:
         page = keyset_page(
-            s, select(PrivacyDomainRow), PrivacyDomainRow.created_at, PrivacyDomainRow.id, limit, cursor,
-            lambda row: row.id,
+            s, stmt, PrivacyDomainRow.created_at, PrivacyDomainRow.id, limit, cursor,
+            lambda row: row.id, order,
         )
     for domain_id in page["items"]:
         ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
@@ -197,18 +212,19 @@ def list_privacy_domains(ctx: LabelsContext, limit: int, cursor: str | None) -> 
     return responses.PrivacyDomainPage(items=items, next_cursor=page["next_cursor"])
 
 
-def spent_histogram(ctx: LabelsContext, name: str, bins: int) -> responses.SpentHistogram:
+def spent_histogram(ctx: LabelsContext, ref: str, bins: int) -> responses.SpentHistogram:
     """The domain's ids by spent ε (:func:`ledger.spent_histogram`: bounded, read-only)."""
     with ctx.sessions() as s:
-        domain_id = find_domain(s, name).id
+        domain_id = find_domain(s, ref).id
     ledger.ensure_bucketed(ctx, domain_id)  # a domain from before buckets, once
     with ctx.sessions() as s:
-        row = find_domain(s, name)
+        row = find_domain(s, domain_id)
         hist = ledger.spent_histogram(ctx, s, row, bins)
         _, exhausted = ledger.summary(s, row)
     budget = row.epsilon_budget_micro
     return responses.SpentHistogram(
         privacy_domain=row.name,
+        privacy_domain_id=row.id,
         epsilon_per_id=from_micro(budget),
         bins=[
             responses.SpentBin(

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
@@ -40,7 +40,7 @@ from labeldp.schema import FEATURE_TABLE_NAME, ReleaseMetadata
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.service.logs import current_request_id, new_request_id
-from labeldp.service.pagination import keyset_page
+from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey, message_limits
 from labeldp.service.timestamps import iso
 
@@ -464,9 +464,9 @@ def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
 
 def list_releases(
     ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None,
-    privacy_domain: str | None = None, *, known_set: bool = False,
+    privacy_domain: str | None = None, *, known_set: bool = False, order: Order = ASC,
 ) -> dict[str, Any]:
-    """A page of releases, oldest first, optionally of one label set or of one privacy domain (by name);
+    """A page of releases in creation ``order``, optionally of one label set or of one privacy domain (by name);
     never reads message bytes. ``known_set``: the set must exist (404 ``label_set_not_found``, the
     sub-collection ``/label-sets/{id}/releases``); a filter that matches nothing is an empty page."""
     stmt = select(ReleaseRow)
@@ -475,8 +475,8 @@ def list_releases(
     if privacy_domain is not None:
         stmt = stmt.join(LabelSetRow, LabelSetRow.id == ReleaseRow.label_set_id).join(
             PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
-        ).where(PrivacyDomainRow.name == privacy_domain)
+        ).where(or_(PrivacyDomainRow.id == privacy_domain, PrivacyDomainRow.name == privacy_domain))
     with ctx.sessions() as s:
         if known_set and label_set_id is not None:
             load_label_set(s, label_set_id)
-        return keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe)
+        return keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe, order)

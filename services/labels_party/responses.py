@@ -54,7 +54,8 @@ class SpentBin(_Body):
 
 
 class SpentHistogram(_Body):
-    privacy_domain: str
+    privacy_domain: str = Field(description="the domain's name")
+    privacy_domain_id: str = Field(description="`pd_…`")
     epsilon_per_id: float = Field(description="the per-id budget the bins divide")
     bins: list[SpentBin] = Field(description="equal bins over [0, epsilon_per_id]; the last holds the exhausted ids")
     ids: int = Field(description="ids the domain's ledger holds")
@@ -260,7 +261,7 @@ EXAMPLE_DOMAIN = {
     "ids": 1000, "max_spent_epsilon": 1.0, "ids_exhausted": 0, "ledger_version": 1, "created_at": TS,
 }
 EXAMPLE_HISTOGRAM = {
-    "privacy_domain": "conversions", "epsilon_per_id": 10.0,
+    "privacy_domain": "conversions", "privacy_domain_id": PD, "epsilon_per_id": 10.0,
     "bins": [{"low": 0.0, "high": 5.0, "ids": 400}, {"low": 5.0, "high": 10.0, "ids": 600}],
     "ids": 1000, "ids_read": 1000, "sampled": False, "ids_exhausted": 0,
 }

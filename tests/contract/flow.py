@@ -43,7 +43,7 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     assert domain.status_code == 201, domain.text
     label_set = labels.post(
         "/v1/label-sets",
-        json={"name": "spend", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions", "ids": IDS},
+        json={"name": "spend", "domain": {"low": 0, "high": 10}, "privacy_domain": domain.json()["id"], "ids": IDS},
         headers=LABELS_AUTH,
     )
     assert label_set.status_code == 201, label_set.text
@@ -70,9 +70,8 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     settings = ctx.settings.model_copy(update={"features_url": str(features.base_url)})
     assert outbox.deliver_one(ctx.sessions, features, settings, rel_id, random.Random(0)) == "delivered"
 
-    training = features.post(
-        "/v1/trainings", json={"release_id": rel_id, "epochs": 1, "batch_size": 16}, headers=FEATURES_AUTH
-    )
+    order = {"release_id": rel_id, "feature_table_id": table.json()["id"], "epochs": 1, "batch_size": 16}
+    training = features.post("/v1/trainings", json=order, headers=FEATURES_AUTH)
     assert training.status_code == 202, training.text
     trn_id = training.json()["id"]
     deadline = time.monotonic() + 120
@@ -85,7 +84,7 @@ def run_flow(labels: TestClient, features: TestClient) -> Flow:
     model = features.get(f"/v1/models/{done['model_id']}", headers=FEATURES_AUTH)
     assert model.status_code == 200, model.text
     return Flow(
-        privacy_domain=labels.get("/v1/privacy-domains/conversions", headers=LABELS_AUTH).json(),
+        privacy_domain=labels.get(f"/v1/privacy-domains/{domain.json()['id']}", headers=LABELS_AUTH).json(),
         label_set=labels.get(f"/v1/label-sets/{ls_id}", headers=LABELS_AUTH).json(),
         release=labels.get(f"/v1/releases/{rel_id}", headers=LABELS_AUTH).json(),
         feature_table=table.json(),

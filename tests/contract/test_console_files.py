@@ -32,3 +32,25 @@ def test_console_files_are_public_static_and_locked_down(party: str, tmp_path) -
         assert client.get("/console/..%2Fconsole.py").status_code == 404
         assert client.get("/console/%2E%2E/app.py").status_code == 404
         assert client.get("/v1/releases").status_code == 401  # the data still needs a key
+
+
+@pytest.mark.parametrize("party", ["labels", "features"])
+def test_the_console_reads_each_list_newest_first_and_only_what_it_shows(party: str, tmp_path) -> None:
+    """Every list the page reads goes through ``newest(path, n)``: ``order=desc`` pages until n items, never
+    the whole list read oldest first and reversed (issue 26); each path is a list route of the contract."""
+    app = labels_app(tmp_path) if party == "labels" else features_app(tmp_path)
+    with TestClient(app) as client:
+        script = client.get(f"/console/{party}.js").text
+        common = client.get("/console/common.js").text
+        spec = client.app.openapi()  # type: ignore[attr-defined]
+    newest = re.search(r"async newest\(path, n\) \{(.*?)\n  \},", common, re.S)
+    assert newest is not None and "order=desc" in newest.group(1) and "items.length < n" in newest.group(1)
+    assert "reverse()" not in script and "C.all(" not in script and "async all(" not in common
+    listed = re.findall(r'C\.newest\("([^"]+)", (\d+)\)', script)
+    assert len(listed) >= 3
+    list_routes = {
+        path.removeprefix("/") for path, item in spec["paths"].items()
+        if any(p["name"] == "order" for p in item.get("get", {}).get("parameters", []))
+    }
+    for path, n in listed:
+        assert path in list_routes and 1 <= int(n) <= 500, path

@@ -127,7 +127,7 @@ def test_the_generated_features_client_drives_the_features_party(
     csv = b"id,age,city\nu1,31,paris\nu2,45,lyon\n"
     table = upload.sync(client=client, name="clicks", body=types.File(payload=csv, mime_type="text/csv"))
     assert isinstance(table, models.FeatureTable) and table.id.startswith("ft_") and table.n_rows == 2
-    assert get_table.sync("clicks", client=client).columns[0].kind.value == "numeric"
+    assert get_table.sync(table.id, client=client).columns[0].kind.value == "numeric"  # by its id
     refused = start_training.sync(client=client, body=models.TrainingRequest.from_dict({"release_id": "rel_nope"}))
     assert isinstance(refused, models.ErrorBody) and refused.code == "release_not_found"
     # The binary operations (a model file out, Parquet in and out) are generated and answer their envelope.
@@ -181,9 +181,11 @@ def test_the_whole_flow_runs_through_both_generated_clients_in_every_upload_form
             {"name": "conversions", "id_source": "crm:customer_id", "epsilon": 10, "delta": 1e-6})
     )
     assert isinstance(domain, lm.PrivacyDomain), domain
+    read = op("labels_client", "privacy_domains.get_privacy_domain").sync(domain.id, client=lc)  # by its id
+    assert isinstance(read, lm.PrivacyDomain) and read.name == "conversions", read
     created = op("labels_client", "label_sets.create_label_set").sync(
         client=lc, body=lm.LabelSetCreate.from_dict(
-            {"name": "spend", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions"})
+            {"name": "spend", "domain": {"low": 0, "high": 10}, "privacy_domain": domain.id})
     )
     assert isinstance(created, lm.LabelSet), created
     ids = op("labels_client", "label_sets.upload_ids").sync(
@@ -226,7 +228,8 @@ def test_the_whole_flow_runs_through_both_generated_clients_in_every_upload_form
     assert isinstance(labels_file, ftypes.File), labels_file  # Parquet by default, read as bytes
     assert pq.read_table(io.BytesIO(labels_file.payload.read())).column("id").to_pylist() == sorted(IDS)
     training = op("features_client", "trainings.start_training").sync(
-        client=fc, body=fm.TrainingRequest.from_dict({"release_id": release.id, "epochs": 1, "batch_size": 16})
+        client=fc, body=fm.TrainingRequest.from_dict(
+            {"release_id": release.id, "feature_table_id": table.id, "epochs": 1, "batch_size": 16})
     )
     assert isinstance(training, fm.TrainingQueued), training
     deadline = time.monotonic() + 120

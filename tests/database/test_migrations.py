@@ -225,6 +225,34 @@ def test_features_0005_lets_a_release_receiving_at_0004_announce_its_completion(
         engine.dispose()
 
 
+def test_features_0006_keeps_trainings_written_at_0004_without_a_table_id(database_url: str) -> None:
+    """A training queued before trainings kept their table's ``ft_`` id upgrades in place with none
+    (null: its table may have been replaced since) and is still described, name and all."""
+    from features_party import trainings
+    from labeldp.service.database import make_session_factory
+
+    engine = make_engine(database_url)
+    package = SERVICES["features"]
+    try:
+        upgrade_schema(engine, package, "0004")
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO trainings (training_id, release_id, feature_table, config, status, epoch, epochs, "
+                    "history, created_at, attempt) VALUES ('trn_old', 'rel', 'clicks', :config, 'succeeded', 2, 2, "
+                    "'[]', :created, 1)"
+                ),
+                {"config": '{"epochs": 2}', "created": datetime(2026, 1, 1, tzinfo=UTC)},
+            )
+        upgrade_schema(engine, package)
+        assert schema_differences(engine, FeaturesBase.metadata) == []
+        with make_session_factory(engine)() as session:
+            body = trainings.training_status(session, trainings.get_training(session, "trn_old"), None)
+        assert (body.feature_table, body.feature_table_id, body.status) == ("clicks", None, "succeeded")
+    finally:
+        engine.dispose()
+
+
 def test_regenerating_the_initial_revision_is_refused_once_later_ones_exist() -> None:
     with pytest.raises(RuntimeError, match="revisions after the initial one"):
         regenerate_initial(SERVICES["features"])

@@ -27,6 +27,8 @@ def test_lists_page_through_everything_once_in_creation_order(stack) -> None:
         listed = [item["id"] for item in _pages(labels, "/v1/label-sets", 2)]
         assert len(listed) == len(set(listed))
         assert [i for i in listed if i in created] == created
+        newest = [item["id"] for item in _pages(labels, "/v1/label-sets", 2, order="desc")]  # the real database's
+        assert len(newest) == len(set(newest)) and [i for i in newest if i in created] == created[::-1]
         assert labels.get("/v1/label-sets", params={"cursor": "not-a-cursor"}).json()["code"] == "invalid_cursor"
         assert labels.get("/v1/label-sets", params={"limit": 0}).status_code == 422
 

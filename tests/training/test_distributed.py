@@ -156,6 +156,11 @@ def test_the_service_runs_a_training_as_a_torchrun_job_when_workers_exceed_one(t
     # jobs not passing it to the streamed path).
     anchors = [cards[name]["learning"]["private_mean"] for name in ("memory", "torchrun")]
     assert anchors[0] is not None and anchors[1] == pytest.approx(anchors[0], rel=1e-9)
+    # The card's true-label error reaches a torchrun training's card as the in-memory one's (issue 26, item 5).
+    true_label = [cards[name]["metrics"]["true_label"] for name in ("memory", "torchrun")]
+    assert true_label[0] is not None and true_label[1] is not None, true_label
+    assert true_label[1]["n_test"] == true_label[0]["n_test"] == 200
+    assert true_label[1]["private_mean"] == pytest.approx(anchors[1], rel=1e-12)
     assert not list((tmp_path / "work").iterdir())  # the scratch folder is removed after the job
     assert pq.read_metadata(tmp_path / "tables" / "t.parquet").num_rows == 2000
     engine.dispose()

@@ -40,12 +40,12 @@ def test_the_detail_table_shows_each_release_with_its_rank() -> None:
 def test_the_baseline_trains_with_the_options_and_seed_of_every_demo_training() -> None:
     """Issue 27: the baseline drew its own seed (split, initialization), and at ε = 8 private models
     scored below it by chance. Planted once: the baseline without the demo's seed (red)."""
-    from features_party.jobs import TrainingRequest
+    from features_party.training_request import TrainingRequest
     from labeldp.learning.config import TrainingOptions
     from labeldp_tools.demo import DEMO_SEED, baseline_config, training_body
 
     for epochs in (None, 7):
-        body = training_body("r-1", epochs)
+        body = training_body("r-1", "ft_1", epochs)
         served = TrainingOptions(**TrainingRequest(**body).options())
         assert served.seed == DEMO_SEED
         assert baseline_config(epochs).options() == served.options()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from labeldp.learning.debiasing import label_law
-from labeldp.learning.true_scale import noise_variance, true_scale_error
+from labeldp.learning.true_scale import TrueScaleSums, noise_variance, true_scale_error
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.additive import Laplace
 
@@ -46,3 +46,26 @@ def test_true_scale_error_refuses_a_mismatch() -> None:
     law = label_law(None)
     with pytest.raises(ValueError):
         true_scale_error(np.zeros(3), np.zeros(2), law, lambda y: np.zeros_like(y), 0.0)
+
+
+def test_sums_merged_chunk_by_chunk_equal_the_whole_arrays() -> None:
+    """What a staged validation split read a row group at a time states: the one-shot numbers, to rounding
+    (planted once: the merge's cross term dropped; the SEs went red)."""
+    law = label_law(Laplace(2.0, DOMAIN, variant="discrete", step=0.05, clip=False).fit_to().to_spec())
+    rng = np.random.default_rng(1)
+    f = rng.uniform(0, 5, 1_001) * 1e3  # label units far from 0: the merge must not cancel digits away
+    privatized = f + rng.normal(0, 300, f.size) + 40
+
+    def variance(y: np.ndarray) -> np.ndarray:
+        return 50.0 + 0.01 * np.asarray(y)
+
+    whole = true_scale_error(f, privatized, law, variance, anchor=2_400.0)
+    sums = TrueScaleSums(law, variance, 2_400.0)
+    for lo, hi in [(0, 1), (1, 1), (1, 300), (300, 301), (301, 1_001)]:
+        sums.add(f[lo:hi], privatized[lo:hi])
+    chunked = sums.result()
+    assert chunked.keys() == whole.keys()
+    for key, value in whole.items():
+        assert chunked[key] == pytest.approx(value, rel=1e-10), key
+    with pytest.raises(ValueError):
+        sums.add(f[:2], privatized[:3])

@@ -57,10 +57,10 @@ def _wait_delivered(labels: httpx.Client, release_id: str, label: str) -> dict:
     return rel
 
 
-def training_body(release_id: str, epochs: int | None) -> dict:
-    """The demo's ``POST /v1/trainings`` body: the service's default options but ``DEMO_SEED``
-    (and ``epochs`` only if given)."""
-    body: dict = {"release_id": release_id, "seed": DEMO_SEED}
+def training_body(release_id: str, table_id: str, epochs: int | None) -> dict:
+    """The demo's ``POST /v1/trainings`` body: the release on the feature table ``table_id`` (``ft_…``)
+    with the service's default options but ``DEMO_SEED`` (and ``epochs`` only if given)."""
+    body: dict = {"release_id": release_id, "feature_table_id": table_id, "seed": DEMO_SEED}
     if epochs is not None:
         body["epochs"] = epochs
     return body
@@ -68,13 +68,14 @@ def training_body(release_id: str, epochs: int | None) -> dict:
 
 def baseline_config(epochs: int | None) -> TrainingConfig:
     """The non-private baseline's training config: the options every demo training gets."""
-    return TrainingConfig(**{k: v for k, v in training_body("", epochs).items() if k != "release_id"})
+    body = training_body("", "", epochs)
+    return TrainingConfig(**{k: v for k, v in body.items() if k not in ("release_id", "feature_table_id")})
 
 
-def _train(features: httpx.Client, release_id: str, epochs: int | None, label: str) -> dict:
+def _train(features: httpx.Client, release_id: str, table_id: str, epochs: int | None, label: str) -> dict:
     """Queue a training with the demo's options (:func:`training_body`) and follow it
     from its event stream (a bar on stderr: epoch, batch, ETA)."""
-    job = _expect(features.post("/v1/trainings", json=training_body(release_id, epochs)), 202)
+    job = _expect(features.post("/v1/trainings", json=training_body(release_id, table_id, epochs)), 202)
     t = follow_training(features, job["id"], label=f"  {label}: training")
     if t["status"] != "succeeded":
         raise RuntimeError(f"training {t['status']}: {(t['error'] or {}).get('message')}")
@@ -182,7 +183,7 @@ def run_demo(
             labels, features = stack.labels_client(), stack.features_client()
 
             _say("[3/6] publisher uploads its feature table")
-            _expect(
+            table = _expect(
                 features.post(
                     "/v1/feature-tables",
                     params={"name": "clicks", "id_column": "id", "categorical": "advertiser,campaign,device,site"},
@@ -194,7 +195,7 @@ def run_demo(
             _say("[4/6] advertiser creates a label set and uploads conversion values")
             budget = len(MECHANISMS) * sum(epsilons)
             # The unit of privacy: one conversion id's label in this advertiser's domain.
-            _expect(
+            domain = _expect(
                 labels.post(
                     "/v1/privacy-domains",
                     json={"name": "demo-conversions", "id_source": "demo:conversion_id", "epsilon": budget},
@@ -209,7 +210,7 @@ def run_demo(
                         "name": "demo conversions",
                         "label_type": "real",
                         "domain": {"low": 0.0, "high": data.clip},
-                        "privacy_domain": "demo-conversions",
+                        "privacy_domain": domain["id"],  # every reference is an id (names filter lists)
                         "ids": train_ids,
                     },
                 ),
@@ -247,12 +248,12 @@ def run_demo(
                     truth = np.asarray([true_train[i] for i in got["ids"]])
                     release_order = got["ids"]  # the rows a training sees, in its order (the split follows it)
                     mech_mse = float(np.mean((noisy - truth) ** 2))
-                    t = _train(features, rel["id"], epochs, label)
+                    t = _train(features, rel["id"], table["id"], epochs, label)
                     pred = _expect(features.post(f"/v1/models/{t['model_id']}/predict", json={"ids": test_ids}), 200)
                     test_mse = float(np.mean((np.asarray(pred["predictions"]) - y_test) ** 2))
                     rows.append(Row(eps, mech, rel["mechanism"], mech_mse, test_mse))
             summary = _expect(labels.get(f"/v1/label-sets/{ls['id']}"), 200)
-            domain = _expect(labels.get("/v1/privacy-domains/demo-conversions"), 200)
+            domain = _expect(labels.get(f"/v1/privacy-domains/{domain['id']}"), 200)
             _say(
                 f"  budget: spent {summary['budget']['spent_epsilon']:g} of {summary['budget']['total_epsilon']:g};"
                 f" per-id ledger of domain demo-conversions: at most {domain['max_spent_epsilon']:g} of"

@@ -6,9 +6,9 @@ const C = Console;
 const FOLLOWED = 10;  // the newest trainings whose event streams the page follows
 
 async function inbox() {
-  const items = (await C.all("v1/releases")).reverse();
+  const items = await C.newest("v1/releases", 200);
   if (!items.length) return C.el("p", { class: "muted" }, "no release received yet");
-  return C.el("div", {}, C.shown(items, 200), C.table([
+  return C.el("div", {}, C.shown(items), C.table([
     ["release", r => C.el("span", { class: "id" }, r.id)],
     ["label set", r => C.el("span", { class: "id" }, r.label_set_id)],
     ["feature table", r => r.feature_table || "–"],
@@ -17,7 +17,7 @@ async function inbox() {
     ["rows", r => C.num(r.row_count)],
     ["received", r => C.when(r.received_at)],
     ["signed by", r => C.el("span", { class: "id" }, r.signing_key_id || "–")],
-  ], items.slice(0, 200), "inbox"));
+  ], items, "inbox"));
 }
 
 function lossSeries(history) {
@@ -60,11 +60,11 @@ function trainingCard(t) {
 }
 
 async function trainings() {
-  const items = (await C.all("v1/trainings")).reverse();
+  const items = await C.newest("v1/trainings", 50);
   if (!items.length) return C.el("p", { class: "muted" }, "no trainings");
-  const cards = items.slice(0, 50).map(trainingCard);
+  const cards = items.map(trainingCard);
   cards.slice(0, FOLLOWED).forEach(c => c.follow());
-  return C.el("div", {}, C.shown(items, cards.length), C.el("div", { class: "cards" }, cards));
+  return C.el("div", {}, C.shown(items), C.el("div", { class: "cards" }, cards));
 }
 
 function fitPlot(m) {
@@ -136,8 +136,7 @@ function modelCard(m, training) {
 }
 
 async function models() {
-  const listed = (await C.all("v1/models")).reverse();
-  const newest = listed.slice(0, 30);
+  const newest = await C.newest("v1/models", 30);
   if (!newest.length) return C.el("p", { class: "muted" }, "no models");
   // Each card whole (a list item leaves out the true-label fit), with its training's history.
   const items = await Promise.all(newest.map(m => C.api(`v1/models/${encodeURIComponent(m.id)}`)));
@@ -145,7 +144,7 @@ async function models() {
     C.api(`v1/trainings/${encodeURIComponent(m.training_id)}`).catch(err => { if (!err.status) throw err; return null; })));
   const cards = items.map((m, i) => modelCard(m, runs[i]));
   await Promise.all(cards.map(c => c.predicted));
-  return C.el("div", {}, C.shown(listed, cards.length), C.el("div", { class: "cards" }, cards));
+  return C.el("div", {}, C.shown(newest), C.el("div", { class: "cards" }, cards));
 }
 
 document.addEventListener("DOMContentLoaded", () => C.start(() => Promise.all([

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 
 from labeldp.service.idempotency import idempotency_key
-from labeldp.service.pagination import MAX_LIMIT
+from labeldp.service.pagination import MAX_LIMIT, OrderQuery
 
 from ..context import AppContext
 
@@ -22,3 +22,4 @@ Context = Annotated[AppContext, Depends(app_context)]
 IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="items per page")]
 Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")]
+Order = OrderQuery

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from features_party import feature_tables, responses
@@ -17,7 +17,12 @@ from labeldp.service.openapi import errors, file_body, ok, request_body
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
-from .deps import Context, Cursor, IdempotencyKey, Limit
+from .deps import Context, Cursor, IdempotencyKey, Limit, Order
+
+TableRef = Annotated[str, Path(
+    max_length=64, description="the table's id (`ft_…`: that content; a replaced table has a new one); its name is "
+    "still accepted here (a name never takes an id's shape)",
+)]
 
 router = APIRouter(prefix="/v1", tags=["feature tables"])
 
@@ -56,7 +61,7 @@ _FORMAT = Query(None, alias="format", description="csv, parquet or arrow (defaul
     "ids stay strings. `Idempotency-Key` makes a retry safe.",
     responses={
         **ok(responses.EXAMPLE_TABLE, "stored", 201, {"Location": "the table's URL"},
-             {"get_feature_table": {"name": "$response.body#/name"}}),
+             {"get_feature_table": {"feature_table_id": "$response.body#/id"}}),
         **errors(401, 409, 413, 415, 422, 503, e409="feature_table_exists", e422="invalid_csv"),
     },
     openapi_extra=_BODY,
@@ -78,7 +83,7 @@ async def upload_feature_table(
 
 
 @router.put(
-    "/feature-tables/{name}",
+    "/feature-tables/{feature_table_id}",
     response_model=responses.FeatureTable,
     summary="Replace a feature table",
     description="The same upload as `POST /v1/feature-tables` (body or `source`, the same checks), put in place of "
@@ -86,14 +91,15 @@ async def upload_feature_table(
     "models already trained keep working. 409 `feature_table_in_use` while a training that has not finished "
     "reads it.",
     responses={
-        **ok(responses.EXAMPLE_TABLE, "replaced", links={"get_feature_table": {"name": "$response.body#/name"}}),
+        **ok(responses.EXAMPLE_TABLE, "replaced",
+             links={"get_feature_table": {"feature_table_id": "$response.body#/id"}}),
         **errors(401, 404, 409, 413, 415, 422, 503, e404="feature_table_not_found", e409="feature_table_in_use",
                  e422="invalid_csv"),
     },
     openapi_extra=_BODY,
 )
 async def replace_feature_table(
-    name: str,
+    feature_table_id: TableRef,
     request: Request,
     ctx: Context,
     response: Response,
@@ -104,6 +110,8 @@ async def replace_feature_table(
     source: str | None = _SOURCE,
     format_: str | None = _FORMAT,
 ) -> dict[str, Any]:
+    with ctx.sessions() as session:  # the table the id names now (404 once it was replaced), by its name
+        name = feature_tables.find_feature_table(session, feature_table_id).name
     return await _upload(request, ctx, response, key, name, id_column, categorical, numeric, source, format_,
                          replace=True)
 
@@ -157,7 +165,7 @@ async def _upload(
 
 
 @router.delete(
-    "/feature-tables/{name}",
+    "/feature-tables/{feature_table_id}",
     response_model=responses.Deleted,
     summary="Delete a feature table",
     description="Its row and its stored rows. Models already trained on it keep working (they hold what they "
@@ -168,37 +176,40 @@ async def _upload(
         **errors(401, 404, 409, 422, 503, e404="feature_table_not_found", e409="feature_table_in_use"),
     },
 )
-def delete_feature_table(name: str, ctx: Context) -> responses.Deleted:
+def delete_feature_table(feature_table_id: TableRef, ctx: Context) -> responses.Deleted:
+    with ctx.sessions() as session:
+        name = feature_tables.find_feature_table(session, feature_table_id).name
     return feature_tables.delete_feature_table(ctx.sessions, ctx.store, name)
 
 
 @router.get(
-    "/feature-tables/{name}",
+    "/feature-tables/{feature_table_id}",
     response_model=responses.FeatureTable,
     summary="Read a feature table",
-    description="Its id, size, id column and feature columns with their kinds.",
+    description="Its id, name, size, id column and feature columns with their kinds.",
     responses={
         **ok(responses.EXAMPLE_TABLE, "the table"),
         **errors(401, 404, 422, 503, e404="feature_table_not_found"),
     },
 )
-def get_feature_table(name: str, ctx: Context) -> responses.FeatureTable:
+def get_feature_table(feature_table_id: TableRef, ctx: Context) -> responses.FeatureTable:
     with ctx.sessions() as session:
-        return feature_tables.describe(feature_tables.get_feature_table(session, name))
+        return feature_tables.describe(feature_tables.find_feature_table(session, feature_table_id))
 
 
 @router.get(
     "/feature-tables",
     response_model=responses.FeatureTablePage,
     summary="List feature tables",
-    description="Oldest first; a cursor page (`next_cursor` null on the last page).",
+    description="Oldest first (`order=desc`: newest first); a cursor page (`next_cursor` null on the last page).",
     responses={
         **ok(responses.EXAMPLE_TABLE_PAGE, "a page"),
         **errors(401, 422, 503, e422="invalid_cursor"),
     },
 )
 def list_feature_tables(
-    ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None, order: Order = "asc",
+    name: str | None = Query(None, max_length=64, description="only the table of this name"),
 ) -> responses.FeatureTablePage:
     with ctx.sessions() as session:
-        return feature_tables.list_feature_tables(session, limit, cursor)
+        return feature_tables.list_feature_tables(session, limit, cursor, order, name)

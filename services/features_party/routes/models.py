@@ -17,7 +17,7 @@ from labeldp.service.openapi import BINARY, OCTET_STREAM, errors, file_ok, json_
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.service.spool import spool_body
 
-from .deps import Context, Cursor, Limit
+from .deps import Context, Cursor, Limit, Order
 
 router = APIRouter(prefix="/v1", tags=["models"])
 
@@ -47,7 +47,7 @@ def get_model(model_id: str, ctx: Context) -> responses.ModelCard:
     "/models",
     response_model=responses.ModelPage,
     summary="List model cards",
-    description="Oldest first, optionally of one release.",
+    description="Oldest first (`order=desc`: newest first), optionally of one release.",
     responses={
         **ok(responses.EXAMPLE_MODEL_PAGE, "a page"),
         **errors(401, 422, 503, e422="invalid_cursor"),
@@ -58,9 +58,10 @@ def list_models(
     release_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
+    order: Order = "asc",
 ) -> responses.ModelPage:
     with ctx.sessions() as session:
-        return models.list_models(session, limit, cursor, release_id)
+        return models.list_models(session, limit, cursor, release_id, order)
 
 
 @router.post(

@@ -19,7 +19,7 @@ from labeldp.service.openapi import BINARY, OCTET_STREAM, errors, ok
 from labeldp.service.pagination import DEFAULT_LIMIT
 from labeldp.signing import header_key_id
 
-from .deps import Context, Cursor, Limit
+from .deps import Context, Cursor, Limit, Order
 
 log = logging.getLogger("labeldp.features")
 
@@ -136,7 +136,8 @@ def get_release_manifest(release_id: str, ctx: Context) -> responses.SignedManif
     "/releases",
     response_model=responses.ReceivedReleasePage,
     summary="List received releases",
-    description="Oldest received first, optionally of one label set; never loads a message body.",
+    description="Oldest received first (`order=desc`: newest first), optionally of one label set; never loads "
+    "a message body.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
         **errors(401, 422, 503, e422="invalid_cursor"),
@@ -147,6 +148,7 @@ def list_releases(
     label_set_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
+    order: Order = "asc",
 ) -> responses.ReceivedReleasePage:
     with ctx.sessions() as session:
-        return inbox.list_releases(session, limit, cursor, label_set_id)
+        return inbox.list_releases(session, limit, cursor, label_set_id, order)

@@ -15,7 +15,7 @@ from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, event_stream_ok, json_example, ok
 from labeldp.service.pagination import DEFAULT_LIMIT
 
-from .deps import Context, Cursor, IdempotencyKey, Limit
+from .deps import Context, Cursor, IdempotencyKey, Limit, Order
 
 router = APIRouter(prefix="/v1", tags=["trainings"])
 
@@ -82,7 +82,8 @@ def get_training(training_id: str, ctx: Context) -> responses.Training:
     "/trainings/{training_id}/history",
     response_model=responses.HistoryPage,
     summary="Page through a training's history",
-    description="Its per-epoch losses, first epoch first, a page at a time (pass `next_cursor` back as `cursor`): "
+    description="Its per-epoch losses, first epoch first (`order=desc`: last first), a page at a time (pass "
+    "`next_cursor` back as `cursor`): "
     "what the training's `history` shows, for trainings with many epochs.",
     responses={
         **ok(responses.EXAMPLE_HISTORY_PAGE, "a page"),
@@ -90,17 +91,18 @@ def get_training(training_id: str, ctx: Context) -> responses.Training:
     },
 )
 def training_history(
-    training_id: str, ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+    training_id: str, ctx: Context, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None, order: Order = "asc"
 ) -> responses.HistoryPage:
     with ctx.sessions() as session:
-        return trainings.training_history(session, training_id, limit, cursor)
+        return trainings.training_history(session, training_id, limit, cursor, order)
 
 
 @router.get(
     "/trainings",
     response_model=responses.TrainingPage,
     summary="List trainings",
-    description="In creation order (the order the queue runs them), optionally by status or release.",
+    description="In creation order (the order the queue runs them; `order=desc`: newest first), optionally by "
+    "status or release.",
     responses={
         **ok(responses.EXAMPLE_TRAINING_PAGE, "a page"),
         **errors(401, 422, 503, e422="invalid_status"),
@@ -112,9 +114,10 @@ def list_trainings(
     release_id: str | None = Query(None, max_length=256),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
+    order: Order = "asc",
 ) -> responses.TrainingPage:
     with ctx.sessions() as session:
-        return trainings.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board)
+        return trainings.list_trainings(session, limit, cursor, status, release_id, ctx.runner.board, order)
 
 
 @router.post(

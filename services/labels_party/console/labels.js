@@ -24,19 +24,18 @@ function domainCard(d, hist) {
 }
 
 async function domains() {
-  const all = (await C.all("v1/privacy-domains")).reverse();
-  if (!all.length) return C.el("p", { class: "muted" }, "no privacy domains");
-  const items = all.slice(0, 20);  // each histogram reads up to 10⁶ ids of the ledger
+  const items = await C.newest("v1/privacy-domains", 20);  // each histogram reads up to 10⁶ ids of the ledger
+  if (!items.length) return C.el("p", { class: "muted" }, "no privacy domains");
   const hists = await Promise.all(items.map(d =>
-    C.api(`v1/privacy-domains/${encodeURIComponent(d.name)}/spent-histogram?bins=10`)));
-  return C.el("div", {}, C.shown(all, items.length),
+    C.api(`v1/privacy-domains/${encodeURIComponent(d.id)}/spent-histogram?bins=10`)));
+  return C.el("div", {}, C.shown(items),
     C.el("div", { class: "cards" }, items.map((d, i) => domainCard(d, hists[i]))));
 }
 
 async function labelSets() {
-  const items = (await C.all("v1/label-sets")).reverse();
+  const items = await C.newest("v1/label-sets", 500);
   if (!items.length) return C.el("p", { class: "muted" }, "no label sets");
-  return C.el("div", {}, C.shown(items, 500), C.table([
+  return C.el("div", {}, C.shown(items), C.table([
     ["name", s => s.name],
     ["id", s => C.el("span", { class: "id" }, s.id)],
     ["privacy domain", s => s.privacy_domain],
@@ -45,7 +44,7 @@ async function labelSets() {
     ["ε spent", s => C.num(s.spent_epsilon)],
     ["labels", s => s.labels_deleted ? "deleted" : "kept"],
     ["created", s => C.when(s.created_at)],
-  ], items.slice(0, 500), "label-sets"));
+  ], items, "label-sets"));
 }
 
 function releaseCells(r) {
@@ -84,12 +83,12 @@ function follow(row, id) {
 }
 
 async function releases() {
-  const items = (await C.all("v1/releases")).reverse();
+  const items = await C.newest("v1/releases", 200);
   if (!items.length) return C.el("p", { class: "muted" }, "no releases");
   const head = ["release", "label set", "mechanism", "ε", "rows", "status", "stage", "progress", "attempts", "last error", "created"];
-  const rows = items.slice(0, 200).map(releaseRow);
+  const rows = items.map(releaseRow);
   rows.slice(0, FOLLOWED).forEach(row => follow(row, row.dataset.id));
-  return C.el("div", {}, C.shown(items, rows.length), C.el("table", { class: "releases" },
+  return C.el("div", {}, C.shown(items), C.el("table", { class: "releases" },
     C.el("thead", {}, C.el("tr", {}, head.map(h => C.el("th", {}, h)))),
     C.el("tbody", {}, rows)));
 }
@@ -97,20 +96,20 @@ async function releases() {
 async function audit() {
   let items;
   try {
-    items = (await C.all("v1/audit-events")).reverse();
+    items = await C.newest("v1/audit-events", 500);
   } catch (err) {
     if (err.status === 403) return C.el("p", { class: "muted" }, "the audit log needs a key with the admin scope");
     throw err;
   }
   if (!items.length) return C.el("p", { class: "muted" }, "no audit events");
-  return C.el("div", {}, C.shown(items, 500), C.table([
+  return C.el("div", {}, C.shown(items), C.table([
     ["when", e => C.when(e.created_at)],
     ["action", e => e.action],
     ["privacy domain", e => e.privacy_domain || "–"],
     ["key", e => C.el("span", { class: "id" }, e.key_id || "the service")],
     ["scope", e => e.scope || "–"],
     ["details", e => C.el("code", {}, JSON.stringify(e.details))],
-  ], items.slice(0, 500), "audit"));
+  ], items, "audit"));
 }
 
 document.addEventListener("DOMContentLoaded", () => C.start(() => Promise.all([

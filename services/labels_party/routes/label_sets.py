@@ -23,7 +23,7 @@ from labeldp.service.openapi import (
     request_body,
     upload_media_type,
 )
-from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT, OrderQuery
 from labeldp.service.spool import spool_body
 
 from .. import label_sets, responses, sources, uploads
@@ -90,7 +90,7 @@ def create_label_set(
     "/label-sets",
     response_model=responses.LabelSetPage,
     summary="List label sets",
-    description="Oldest first, a page at a time: pass `next_cursor` back as `cursor`.",
+    description="Oldest first (`order=desc`: newest first), a page at a time: pass `next_cursor` back as `cursor`.",
     responses={
         **ok(responses.EXAMPLE_LABEL_SET_PAGE, "a page"),
         **errors(401, 403, 422, 503, e422="invalid_cursor"),
@@ -100,8 +100,10 @@ def list_label_sets(
     ctx: Context,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
+    order: OrderQuery = "asc",
+    name: str | None = Query(None, max_length=200, description="only the sets of this name (names are not unique)"),
 ) -> dict[str, Any]:
-    return label_sets.list_label_sets(ctx, limit, cursor)
+    return label_sets.list_label_sets(ctx, limit, cursor, order, name)
 
 
 @router.delete(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from labeldp.service.http_api import require_scope
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, json_example, ok
-from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT, OrderQuery
 from labeldp.service.settings import ApiKey
 
 from .. import privacy_domains, responses
@@ -18,6 +18,9 @@ from .deps import Context, IdempotencyKey
 router = APIRouter(prefix="/v1", tags=["privacy domains"])
 
 AdminKey = Annotated[ApiKey, Depends(require_scope("admin"))]
+DomainRef = Annotated[
+    str, Path(max_length=200, description="the domain's id (`pd_…`); its name is still accepted here")
+]
 
 
 @router.post(
@@ -54,11 +57,12 @@ def create_privacy_domain(
     "/privacy-domains",
     response_model=responses.PrivacyDomainPage,
     summary="List privacy domains",
-    description="Oldest first, a page at a time (pass `next_cursor` back as `cursor`), each with its per-id "
+    description="Oldest first (`order=desc`: newest first), a page at a time (pass `next_cursor` back as "
+    "`cursor`), each with its per-id "
     "budget, ids, largest spend and ids exhausted. Every key reads domains.",
     responses={
         **ok(responses.EXAMPLE_DOMAIN_PAGE, "a page",
-             links={"get_privacy_domain": {"name": "$response.body#/items/0/name"}}),
+             links={"get_privacy_domain": {"privacy_domain_id": "$response.body#/items/0/id"}}),
         **errors(401, 422, 503, e422="invalid_cursor"),
     },
 )
@@ -66,26 +70,29 @@ def list_privacy_domains(
     ctx: Context,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
+    order: OrderQuery = "asc",
+    name: str | None = Query(None, max_length=200, description="only the domain of this name"),
 ) -> responses.PrivacyDomainPage:
-    return privacy_domains.list_privacy_domains(ctx, limit, cursor)
+    return privacy_domains.list_privacy_domains(ctx, limit, cursor, order, name)
 
 
 @router.get(
-    "/privacy-domains/{name}",
+    "/privacy-domains/{privacy_domain_id}",
     response_model=responses.PrivacyDomain,
     summary="Read a privacy domain",
-    description="Its per-id budget, how many ids its ledger holds, the largest spend and the ids exhausted.",
+    description="Its per-id budget, how many ids its ledger holds, the largest spend and the ids exhausted. "
+    "By its id (`pd_…`); its name is still accepted in the id's place (a name never takes an id's shape).",
     responses={
         **ok(responses.EXAMPLE_DOMAIN, "the domain"),
         **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),
     },
 )
-def get_privacy_domain(name: str, ctx: Context) -> responses.PrivacyDomain:
-    return privacy_domains.get_privacy_domain(ctx, name)
+def get_privacy_domain(privacy_domain_id: DomainRef, ctx: Context) -> responses.PrivacyDomain:
+    return privacy_domains.get_privacy_domain(ctx, privacy_domain_id)
 
 
 @router.get(
-    "/privacy-domains/{name}/spent-histogram",
+    "/privacy-domains/{privacy_domain_id}/spent-histogram",
     response_model=responses.SpentHistogram,
     summary="Histogram of spent ε over a domain's ids",
     description="How many ids spent how much of the per-id budget, in `bins` equal bins over [0, ε per id] (the "
@@ -98,6 +105,6 @@ def get_privacy_domain(name: str, ctx: Context) -> responses.PrivacyDomain:
     },
 )
 def get_spent_histogram(
-    name: str, ctx: Context, bins: int = Query(10, ge=1, le=50, description="how many equal bins")
+    privacy_domain_id: DomainRef, ctx: Context, bins: int = Query(10, ge=1, le=50, description="how many equal bins")
 ) -> responses.SpentHistogram:
-    return privacy_domains.spent_histogram(ctx, name, bins)
+    return privacy_domains.spent_histogram(ctx, privacy_domain_id, bins)

@@ -14,7 +14,7 @@ from labeldp.release.randomizer import MECHANISMS
 from labeldp.service.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, event_stream_ok, json_example, ok
-from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from labeldp.service.pagination import DEFAULT_LIMIT, MAX_LIMIT, OrderQuery
 
 from .. import releases, responses
 from .deps import Context, IdempotencyKey, Metrics, ReleaseKey
@@ -36,7 +36,8 @@ def mechanism_label(name: str) -> str:
     "/releases",
     response_model=responses.ReleasePage,
     summary="List releases",
-    description="Oldest first, a page at a time (pass `next_cursor` back as `cursor`), optionally of one label "
+    description="Oldest first (`order=desc`: newest first), a page at a time (pass `next_cursor` back as "
+    "`cursor`), optionally of one label "
     "set or of one privacy domain; never reads message bytes.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
@@ -46,18 +47,22 @@ def mechanism_label(name: str) -> str:
 def list_releases(
     ctx: Context,
     label_set_id: str | None = Query(None, max_length=40),
-    privacy_domain: str | None = Query(None, max_length=200, description="only the releases of this domain's sets"),
+    privacy_domain: str | None = Query(
+        None, max_length=200, description="only the releases of this domain's sets: its id (`pd_…`) or name"
+    ),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
+    order: OrderQuery = "asc",
 ) -> dict[str, Any]:
-    return releases.list_releases(ctx, label_set_id, limit, cursor, privacy_domain)
+    return releases.list_releases(ctx, label_set_id, limit, cursor, privacy_domain, order=order)
 
 
 @router.get(
     "/label-sets/{label_set_id}/releases",
     response_model=responses.ReleasePage,
     summary="List a label set's releases",
-    description="The set's releases, oldest first, a page at a time (pass `next_cursor` back as `cursor`): what "
+    description="The set's releases, oldest first (`order=desc`: newest first), a page at a time (pass `next_cursor` "
+    "back as `cursor`): what "
     "the set's `releases` shows, without growing with it.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
@@ -69,8 +74,9 @@ def list_label_set_releases(
     ctx: Context,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
+    order: OrderQuery = "asc",
 ) -> dict[str, Any]:
-    return releases.list_releases(ctx, label_set_id, limit, cursor, known_set=True)
+    return releases.list_releases(ctx, label_set_id, limit, cursor, known_set=True, order=order)
 
 
 @router.post(

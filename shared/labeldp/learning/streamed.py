@@ -29,11 +29,12 @@ import pyarrow as pa
 from labeldp.errors import InvalidInput
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
-from labeldp.learning.debiasing import LabelLaw, label_law
+from labeldp.learning.debiasing import LabelLaw, constant_prediction, label_law
 from labeldp.learning.loop import EpochReport, Plan, check_targets, make_plan
 from labeldp.learning.persistence import TrainedClassifier, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor, training_targets
 from labeldp.learning.staging import StagedRelease, fetch_stage, stage_complete, stage_release, stage_to_store
+from labeldp.learning.true_scale import noise_variance, staged_true_scale_error
 from labeldp.storage import ObjectStore
 
 if TYPE_CHECKING:
@@ -96,11 +97,45 @@ def fit_release_streamed(
     plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
-        return fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume, prior)
-    from labeldp.learning.distributed import run_torchrun
+        trained = fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume, prior)
+    else:
+        from labeldp.learning.distributed import run_torchrun
 
-    law_source = spec if not isinstance(spec, LabelLaw) and law.name != "identity" else None
-    return run_torchrun(staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch, hosts, prior=prior)
+        law_source = spec if not isinstance(spec, LabelLaw) and law.name != "identity" else None
+        trained = run_torchrun(
+            staged, law_source, law, run, learning, workers, Path(work_dir), on_epoch, hosts, prior=prior
+        )
+    try:
+        estimate = staged_true_label_error(trained, staged, spec, law, learning)
+    except Exception as exc:  # a card's estimate never fails the training it describes
+        log.warning("true-label error estimate skipped: %s", type(exc).__name__)
+        estimate = None
+    if estimate is not None:
+        trained.selection_ = {**(trained.selection_ or {}), "true_scale": estimate}
+    return trained
+
+
+def staged_true_label_error(
+    trained: TrainedRegressor, staged: StagedRelease, spec: Any, law: LabelLaw, learning: LearningConfig
+) -> dict[str, Any] | None:
+    """The model card's true-label error (labeldp.learning.true_scale) of a streamed or torchrun
+    training, as the in-memory path states it (features_party's ``true_label_error``): the staged
+    validation rows read once, beside the model's anchor or else the training rows' private mean,
+    here from the stage's target moments. None without a spec, validation rows or a regression law."""
+    if spec is None or isinstance(spec, LabelLaw) or staged.n_validation < 2:
+        return None
+    try:
+        variance = noise_variance(spec, law)
+    except (ValueError, LookupError):
+        return None
+    anchor = trained.postprocessing_.anchor
+    if anchor is None:  # private_mean of the training rows' privatized labels, from their targets' moments
+        mean, std = staged.target_mean, staged.target_std
+        if learning.debias == "targets":  # targets ỹ = (ŷ − b)/a: back to ŷ's moments
+            mean, std = float(law.rebias(np.array([mean]))[0]), std * law.a
+        anchor = constant_prediction(mean, std, staged.n_train, law, "predictions")
+    out = staged_true_scale_error(trained.predict, staged, law, variance, float(anchor))
+    return {**out, "private_mean": float(anchor)}
 
 
 def fit_classifier_streamed(

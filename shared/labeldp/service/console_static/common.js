@@ -42,25 +42,26 @@ const Console = {
     return body;
   },
 
-  // The items of a paged list (the API lists oldest first), up to `max`; `truncated` says
-  // there were more (the page then shows the newest of the first `max`, and says so).
-  async all(path, max = 10000) {
+  // The newest `n` items of a paged list, newest first (`order=desc`): pages of at most 500
+  // until `n` are read, never the whole list; `more` says older items exist beyond them.
+  async newest(path, n) {
     const items = [];
     let cursor = null;
     do {
       const sep = path.includes("?") ? "&" : "?";
-      const page = await this.api(path + sep + "limit=500" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+      const limit = Math.min(500, n - items.length);
+      const page = await this.api(path + sep + `order=desc&limit=${limit}` + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
       items.push(...page.items);
       cursor = page.next_cursor;
-    } while (cursor && items.length < max);
-    items.truncated = Boolean(cursor);
+    } while (cursor && items.length < n);
+    items.more = Boolean(cursor);
     return items;
   },
 
-  // "the newest n" over a list read by all(), with a word when the list was cut.
-  shown(items, n) {
-    const note = items.truncated ? ` (more than ${this.num(items.length)} in all: the newest of the first ${this.num(items.length)})` : "";
-    return this.el("p", { class: "muted" }, `${this.num(Math.min(n, items.length))} of ${this.num(items.length)} shown, newest first${note}`);
+  // What a list read by newest() shows: all of it, or the newest n and a word that there are more.
+  shown(items) {
+    const text = items.more ? `the newest ${this.num(items.length)} shown (more exist)` : `${this.num(items.length)} shown, newest first`;
+    return this.el("p", { class: "muted" }, text);
   },
 
   // Streams followed whose first event has not been shown yet: the page is "ready" once each
