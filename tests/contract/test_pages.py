@@ -80,6 +80,9 @@ def test_every_list_route_of_the_flow_walks_newest_first_as_the_reverse_of_oldes
         for path, _ in _list_routes(client.app.openapi()):  # type: ignore[attr-defined]
             path = path.replace("{label_set_id}", flow.label_set["id"]).replace("{training_id}", flow.training["id"])
             asc = _walk(client, path, "asc", headers)
+            if path == "/v1/inbox/webhook-deliveries":  # no webhook in the flow: tests/unit/test_webhook_deliveries.py
+                assert asc == [], path
+                continue
             assert asc, path
             assert _walk(client, path, "desc", headers) == asc[::-1], path
             if len(asc) > 1:

@@ -150,7 +150,7 @@ def test_upload_infers_kinds_and_keeps_ids_as_strings(client: TestClient, settin
     response = upload(client, "clicks", SMALL_CSV, categorical="zip")
     assert response.status_code == 201
     body = response.json()
-    assert response.headers["location"] == "/v1/feature-tables/clicks"
+    assert response.headers["location"] == f"/v1/feature-tables/{body['id']}"
     assert body["id"].startswith("ft_") and datetime.fromisoformat(body.pop("created_at")).utcoffset() is not None
     assert body == {
         "id": body["id"],

@@ -227,3 +227,37 @@ def test_a_training_worker_sends_what_an_api_committed(tmp_path: Path, receiver:
         worker.join(30)
     assert sorted(json.loads(body)["type"] for _, body in Receiver.calls) == ["release.completed", "release.received"]
     assert all(verify_webhook(WEBHOOK_SECRET, body, headers) for headers, body in Receiver.calls)
+
+
+def test_deliveries_are_listed_oldest_or_newest_first_a_page_at_a_time(tmp_path: Path) -> None:
+    """``order=desc`` walks the deliveries in the reverse of ``asc``, one item a page; a cursor keeps its order."""
+    from labeldp.errors import InvalidInput
+    from labeldp.service.webhooks import list_deliveries
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'f.sqlite'}")
+    upgrade_schema(engine, SERVICES["features"])
+    sessions = make_session_factory(engine)
+    with sessions.begin() as s:
+        for i in range(5):
+            enqueue(s, store.WEBHOOK_DELIVERIES, "http://127.0.0.1:9/", {"id": f"evt_{i}", "type": "t", "data": {}})
+
+    def walk(order: str) -> list[str]:
+        seen, cursor = [], None
+        with sessions() as s:
+            while True:
+                page = list_deliveries(s, store.WEBHOOK_DELIVERIES, 1, cursor, None, order)  # type: ignore[arg-type]
+                seen += [item["event_id"] for item in page["items"]]
+                if page["next_cursor"] is None:
+                    return seen
+                cursor = page["next_cursor"]
+
+    try:
+        asc = walk("asc")
+        assert sorted(asc) == [f"evt_{i}" for i in range(5)]
+        assert walk("desc") == asc[::-1]
+        with sessions() as s:
+            cursor = list_deliveries(s, store.WEBHOOK_DELIVERIES, 1, None)["next_cursor"]
+            with pytest.raises(InvalidInput):
+                list_deliveries(s, store.WEBHOOK_DELIVERIES, 1, cursor, None, "desc")
+    finally:
+        engine.dispose()

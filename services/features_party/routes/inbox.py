@@ -24,7 +24,7 @@ from labeldp.service.events import (
     shutdown_flag,
 )
 from labeldp.service.openapi import BINARY, OCTET_STREAM, SIGNATURE, errors, event_stream_ok, ok, request_body
-from labeldp.service.pagination import DEFAULT_LIMIT
+from labeldp.service.pagination import DEFAULT_LIMIT, OrderQuery
 from labeldp.service.spool import spool_body
 
 from .deps import Context, Cursor, Limit
@@ -178,7 +178,8 @@ async def inbox_events(
     "/webhook-deliveries",
     response_model=responses.WebhookDeliveryPage,
     summary="List the webhook's deliveries",
-    description="Each inbox event's delivery to `LABELDP_INBOX_WEBHOOK_URL`, oldest first, optionally of one "
+    description="Each inbox event's delivery to `LABELDP_INBOX_WEBHOOK_URL`, oldest (or `order=desc`: newest) "
+    "first, optionally of one "
     "`state`: `pending` (with its next attempt), `delivered`, or `failed` after every attempt. Delivered ones "
     "are kept 7 days. At least once: a receiver deduplicates on `event_id`.",
     responses={
@@ -191,9 +192,10 @@ def list_webhook_deliveries(
     state: Literal["pending", "delivered", "failed"] | None = Query(None, description="only deliveries in it"),
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
+    order: OrderQuery = "asc",
 ) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return webhooks.list_deliveries(session, store.WEBHOOK_DELIVERIES, limit, cursor, state)
+        return webhooks.list_deliveries(session, store.WEBHOOK_DELIVERIES, limit, cursor, state, order)
 
 
 @events_router.post(

@@ -50,7 +50,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.service.leases import new_owner
-from labeldp.service.pagination import after, check_limit, encode_cursor
+from labeldp.service.pagination import ASC, Order, after, check_limit, next_cursor, ordered
 from labeldp.service.timestamps import iso, utcnow
 
 log = logging.getLogger("labeldp.webhooks")
@@ -195,21 +195,22 @@ def describe_delivery(row: Any) -> dict[str, Any]:
 
 
 def list_deliveries(
-    session: Session, table: Table, limit: int, cursor: str | None, state: str | None = None
+    session: Session, table: Table, limit: int, cursor: str | None, state: str | None = None, order: Order = ASC
 ) -> dict[str, Any]:
-    """One page of deliveries, oldest first (optionally of one ``state``), as ``{"items", "next_cursor"}``."""
+    """One page of deliveries in (created, id) ``order`` (optionally of one ``state``), as
+    ``{"items", "next_cursor"}``."""
     limit = check_limit(limit)
     stmt = select(table)
     if state is not None:
         stmt = stmt.where(table.c.state == state)
-    where = after(table.c.created_at, table.c.id, cursor)
+    where = after(table.c.created_at, table.c.id, cursor, order)
     if where is not None:
         stmt = stmt.where(where)
-    rows = session.execute(stmt.order_by(table.c.created_at, table.c.id).limit(limit + 1)).all()
+    rows = session.execute(stmt.order_by(*ordered(table.c.created_at, table.c.id, order)).limit(limit + 1)).all()
     last = rows[limit - 1] if len(rows) > limit else None
     return {
         "items": [describe_delivery(row) for row in rows[:limit]],
-        "next_cursor": encode_cursor(last.created_at, last.id) if last else None,
+        "next_cursor": next_cursor(last, table.c.created_at, table.c.id, order),
     }
 
 
