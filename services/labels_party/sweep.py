@@ -41,7 +41,8 @@ log = logging.getLogger("labeldp.labels")
 SPOOL_MIN_AGE_SECONDS = 3600.0
 WORK_MIN_AGE_SECONDS = 86400.0
 """An ids upload's working objects (sorted runs, the sorted ids, bucket groups: ``label_sets/<id>/upload-…``)
-are swept once a day old: a live upload of 10⁹ ids may read its first run an hour after writing it."""
+and the bucket groups of a set's ids check or release job (``label_sets/<id>/work-…``) are swept once a
+day old: a live upload of 10⁹ ids may read its first run an hour after writing it."""
 
 
 def lease_age(ctx: LabelsContext) -> float:
@@ -67,7 +68,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
     work_cutoff = min(spool_cutoff, time.time() - WORK_MIN_AGE_SECONDS)
     for key in ctx.store.list(LABEL_SETS):
-        if "/upload-" in key:  # what an ids upload that crashed left (a finished one removes its own)
+        if "/upload-" in key or "/work-" in key:  # a crashed ids upload's or job's (a finished one removes its own)
             candidates.append((key, work_cutoff))
         elif key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
             candidates.append((key, cutoff))
