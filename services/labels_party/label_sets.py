@@ -456,7 +456,7 @@ def ids_remaining(ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRo
     """
     if not row.ids_ready:
         return domain.epsilon_budget_micro, domain.delta_budget_units
-    if int(ledger.bucket_groups(domain.n_buckets, domain.n_ids).max()) == 0:
+    if int(ledger.bucket_groups(domain.n_buckets, domain.n_ids, ledger.GROUP_IDS).max()) == 0:
         return ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
     with ledger.spill_ids(
         ctx, work_prefix(row.id), iter_id_chunks(ctx, row), domain.n_buckets, domain.n_ids

@@ -639,11 +639,13 @@ class SpilledIds:
 
 def spill_ids(
     ctx: LabelsContext, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
-    group_ids: int = GROUP_IDS,
+    group_ids: int | None = None,
 ) -> SpilledIds:
     """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once), grouped for a domain of
-    ``n_domain_ids`` ids (each group's buckets hold about ``group_ids`` of the domain's ids)."""
-    spilled = SpilledIds(ctx, prefix, n_buckets, bucket_groups(n_buckets, n_domain_ids, group_ids))
+    ``n_domain_ids`` ids (each group's buckets hold about ``group_ids``, default :data:`GROUP_IDS`,
+    of the domain's ids)."""
+    groups = bucket_groups(n_buckets, n_domain_ids, GROUP_IDS if group_ids is None else group_ids)
+    spilled = SpilledIds(ctx, prefix, n_buckets, groups)
     try:
         spilled._write(chunks)
     except BaseException:
