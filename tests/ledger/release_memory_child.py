@@ -1,8 +1,9 @@
 """The child process of test_release_memory.py: set up a labelled set, or run its release job and print the peak.
 
 ``setup DIR N``: a domain, a small set and a set of N labelled ids, a release queued on each, in
-DIR (SQLite, local store). ``run DIR``: the small set's job (a warm-up), then the large one's — reading chunks of CHUNK rows, bucket groups of
-about CHUNK ids, shards of CHUNK rows — then ``<peak KiB before the job> <peak KiB after>``.
+DIR (SQLite, local store). ``run DIR``: the small set's job (a warm-up), then the large one's —
+reading chunks of CHUNK rows, bucket groups of about CHUNK ids, shards of CHUNK rows — then
+``<peak KiB before the job> <peak KiB after>``.
 """
 
 from __future__ import annotations
