@@ -33,7 +33,7 @@ from . import ledger
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
 from .label_sets import current_labels_key, is_labels_key
 from .resumable import UPLOADS
-from .store import LabelSetRow, ReleaseRow
+from .store import RELEASE_JOB_STATES, LabelSetRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
 
@@ -61,6 +61,9 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
         labeled = s.scalars(select(LabelSetRow).where(LabelSetRow.labels_version > 0))
         named |= {current_labels_key(row) for row in labeled}
         sets = set(s.scalars(select(LabelSetRow.id)))
+        # A running job writes its message before the row names it, for as long as its rows take:
+        # its attempts' prefixes (``messages/<release id>[.<attempt>]/``) are its own until it ends.
+        running = set(s.scalars(select(ReleaseRow.id).where(ReleaseRow.status == RELEASE_JOB_STATES[1])))
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.
     # Replaced labels may still be read by a request that loaded its row before: they wait as
     # long as spools do; messages are read by nothing before their row commits.
@@ -76,6 +79,8 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
             candidates.append((key, spool_cutoff))
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
+            continue
+        if key.startswith(MESSAGES + "/") and key.split("/")[1].split(".")[0] in running:
             continue
         with contextlib.suppress(NotFound):  # another replica swept it first
             if ctx.store.modified(key) < older_than:
