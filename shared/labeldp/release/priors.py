@@ -87,9 +87,12 @@ class ObtainedPrior:
 
     def privatize(self, mechanism: Mechanism, labels: np.ndarray, start: int, rng: np.random.Generator) -> np.ndarray:
         """The chunk of rows ``start``… through the fitted ``mechanism``, but the rows the prior has
-        already released (the split's, as it released them). Chunks come in row order."""
+        already released (the split's, as it released them). Chunks come in row order; a split
+        released whole (one chunk) is completed whole (``PriorSplit.complete``, the same draws)."""
         if self.split is None:
             return mechanism.privatize(labels, rng)
+        if getattr(self.split, "_labels", None) is not None:
+            return self.split.complete(_prior_based(mechanism), rng)
         return self.split.complete_rows(_prior_based(mechanism), labels, start, rng)
 
     def mechanism_spec(self, mechanism: Mechanism) -> MechanismSpecBase:
@@ -102,7 +105,9 @@ class ObtainedPrior:
 class PriorPass:
     """Obtaining a prior over a release's labels given a chunk at a time, in row order: ``add``
     each chunk (the pass over all labels), then ``obtain`` once. Everything a request could be
-    refused for is checked when the pass is made, before any label is read or any draw made."""
+    refused for is checked when the pass is made, before any label is read or any draw made.
+    Given every row as one chunk, a pass calls its estimator's whole-array entry point (``fit``,
+    ``release``), which the estimator defines as its chunked steps over one chunk."""
 
     def add(self, labels: np.ndarray, start: int, rng: np.random.Generator) -> None:
         """Rows ``start``… (float64 labels): what the prior needs of them (nothing, by default)."""
@@ -131,11 +136,14 @@ def no_prior(ask: PriorRequest) -> PriorPass:
 
 class _SplitPass(PriorPass):
     def __init__(self, split: PriorSplit, n_rows: int, epsilon_micro: int) -> None:
-        self.split, self.epsilon_micro = split, epsilon_micro
+        self.split, self.n_rows, self.epsilon_micro = split, n_rows, epsilon_micro
         split.begin(n_rows)
 
     def add(self, labels: np.ndarray, start: int, rng: np.random.Generator) -> None:
-        self.split.release_rows(labels, start, rng)
+        if start == 0 and labels.size == self.n_rows:
+            self.split.release(labels, rng)  # whole: completed whole in ObtainedPrior.privatize
+        else:
+            self.split.release_rows(labels, start, rng)
 
     def obtain(self, rng: np.random.Generator) -> ObtainedPrior:
         prior = self.split.finish()
@@ -156,22 +164,31 @@ def label_independent_split(ask: PriorRequest) -> PriorPass:
 class _HistogramPass(PriorPass):
     """Ghazi et al. Alg. 4: the labels' counts on the public grid (they add over chunks), then ε₁ noise once."""
 
-    def __init__(self, eps1_micro: int, eps2_micro: int, grid: np.ndarray) -> None:
-        self.eps1_micro, self.eps2_micro, self.grid = eps1_micro, eps2_micro, grid
+    def __init__(self, eps1_micro: int, eps2_micro: int, grid: np.ndarray, n_rows: int) -> None:
+        self.eps1_micro, self.eps2_micro, self.grid, self.n_rows = eps1_micro, eps2_micro, grid, n_rows
         self.counts = np.zeros(grid.size, np.int64)
+        self._whole: np.ndarray | None = None
 
     def add(self, labels: np.ndarray, start: int, rng: np.random.Generator) -> None:
+        if start == 0 and labels.size == self.n_rows:
+            self._whole = labels  # every row at once: fit() counts them (the same counts)
+            return
         self.counts += np.bincount(snap_to_grid(labels, self.grid).ravel(), minlength=self.grid.size)
 
     def obtain(self, rng: np.random.Generator) -> ObtainedPrior:
-        estimator = LaplaceHistogramPrior(from_micro(self.eps1_micro), self.grid).fit_counts(self.counts, rng)
+        estimator = LaplaceHistogramPrior(from_micro(self.eps1_micro), self.grid)
+        if self._whole is not None:
+            estimator.fit(self._whole, rng)
+            self._whole = None
+        else:
+            estimator.fit_counts(self.counts, rng)
         part = ("prior", self.eps1_micro, estimator.guarantee)
         return ObtainedPrior(Prior(self.grid, estimator.probs_), estimator.to_spec(), self.eps2_micro, (part,))
 
 
 def laplace_histogram(ask: PriorRequest) -> PriorPass:
     """Ghazi et al. Alg. 4: ε₁ Laplace noise on the counts over the public grid."""
-    return _spending_epsilon_prior(ask, lambda eps1, eps2, grid: _HistogramPass(eps1, eps2, grid))
+    return _spending_epsilon_prior(ask, lambda eps1, eps2, grid: _HistogramPass(eps1, eps2, grid, ask.n_rows))
 
 
 class _NoisedPass(PriorPass):
