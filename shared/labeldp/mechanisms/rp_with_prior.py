@@ -338,7 +338,8 @@ def laplace_noised_indices(
 
 
 STAT_BLOCK = 1 << 20
-"""Noised values per block of the σ sum: fixed, so a chunked release sums exactly as a whole-array one."""
+"""Noised values per block of the σ sum: fixed, so a chunked release sums exactly as a whole-array one.
+Decided in docs/decisions/0023-release-job-streamed.md."""
 
 
 def _nodes(n: int, lo: int, hi: int, total: int, squares: float, sigma_steps: float | None) -> tuple[np.ndarray, float]:

@@ -17,7 +17,8 @@ from typing import IO
 import numpy as np
 
 MEMORY_BYTES = 64 << 20
-"""Spooled bytes kept in memory before the spool moves to a temporary file."""
+"""Spooled bytes kept in memory before the spool moves to a temporary file.
+Decided in docs/decisions/0023-release-job-streamed.md."""
 
 
 class Spool:
