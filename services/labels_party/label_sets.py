@@ -522,6 +522,30 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     return np.array(labels.to_numpy(), dtype=np.float64) if len(labels) else np.zeros(0)
 
 
+def work_prefix(label_set_id: str) -> str:
+    """Where a computation over a set's ids keeps its working objects (bucket groups); each removes
+    its own, the sweep what a crashed one left once a day old (:data:`sweep.WORK_MIN_AGE_SECONDS`)."""
+    return f"{label_set_prefix(label_set_id)}/work-{uuid.uuid4().hex}"
+
+
+def ids_remaining(ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRow, row: LabelSetRow) -> tuple[int, int]:
+    """(min remaining µε, min remaining δ units) over the set's ids (:func:`ledger.remaining_for`).
+
+    Memory bounded whatever the set's size: in a domain of one bucket group (at most
+    :data:`ledger.GROUP_IDS` ids) the ids are read at once; otherwise a stored chunk at a time,
+    split by bucket group (:func:`ledger.spill_ids`) and checked a group at a time, each bucket
+    read once. ``s``: as for :func:`ledger.remaining_for`.
+    """
+    if not row.ids_ready:
+        return domain.epsilon_budget_micro, domain.delta_budget_units
+    if int(ledger.bucket_groups(domain.n_buckets, domain.n_ids, ledger.GROUP_IDS).max()) == 0:
+        return ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
+    with ledger.spill_ids(
+        ctx, work_prefix(row.id), iter_id_chunks(ctx, row), domain.n_buckets, domain.n_ids
+    ) as spilled:
+        return ledger.remaining_for_spilled(ctx, s, domain, spilled)
+
+
 def budget(
     ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
 ) -> dict[str, Any]:
@@ -532,7 +556,7 @@ def budget(
     """
     domain = s.get(PrivacyDomainRow, row.privacy_domain_id)
     assert domain is not None
-    id_eps, id_delta = id_remaining or ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
+    id_eps, id_delta = id_remaining or ids_remaining(ctx, s, domain, row)
     remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
     return {
         "total_epsilon": from_micro(row.cap_micro),

@@ -20,12 +20,13 @@ never reused, so a key no row names can never be named again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -37,7 +38,7 @@ import pyarrow.ipc as ipc
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from labeldp.errors import NotFound, Unavailable
+from labeldp.errors import LabelDPError, NotFound, Unavailable
 
 from . import id_lookup
 from .columnar import read_array, read_table
@@ -399,9 +400,13 @@ def lock_domain(s: Session, domain_id: str) -> PrivacyDomainRow:
 # --------------------------------------------------------------------------- charges
 
 
+IdsOf = Callable[[set[int]], Iterator[dict[int, pa.Array]]]
+"""A charge's ids in the given buckets (each bucket's sorted), a bounded part of the buckets at a time."""
+
+
 @dataclass
 class ChargePlan:
-    """A release's charge: its ids by bucket and each touched bucket's next version."""
+    """A release's charge: where to read its ids by bucket, and each touched bucket's next version."""
 
     domain_id: str
     n_buckets: int
@@ -409,18 +414,23 @@ class ChargePlan:
     budget_delta: int
     eps: int
     delta: int
-    groups: dict[int, pa.Array]
+    ids_of: IdsOf
+    buckets: set[int]
     next: dict[int, _Next] = field(default_factory=dict)
 
 
 def plan_charge(
-    ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray, epsilon_micro: int, delta_units: int
+    ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray | SpilledIds, epsilon_micro: int,
+    delta_units: int,
 ) -> ChargePlan:
     """Compute (outside any lock) and write the next version of every bucket ``ids`` touch.
 
     ``ids`` are sorted and unique (a label set's canonical order) and registered in the
-    domain (:func:`register_ids`). Raises :class:`BudgetExhausted` and writes nothing if an
-    id cannot pay.
+    domain (:func:`register_ids`): an array, checked and charged at once, or
+    :class:`SpilledIds`, a bucket group at a time (memory bounded by one group, not by the
+    release). Raises :class:`BudgetExhausted` if an id cannot pay, having written nothing for
+    an array; for spilled ids, groups planned before the one that found it may have written
+    objects no row names (collected like a lost swap's).
     """
     if epsilon_micro <= 0 or delta_units < 0:
         raise ValueError("a charge is positive in ε and non-negative in δ")
@@ -428,24 +438,49 @@ def plan_charge(
     with ctx.sessions() as s:
         domain = s.get(PrivacyDomainRow, domain_id)
         assert domain is not None
-        plan = ChargePlan(
-            domain_id, domain.n_buckets, domain.epsilon_budget_micro, domain.delta_budget_units,
-            epsilon_micro, delta_units, _groups(ids, domain.n_buckets),
-        )
-    replan(ctx, plan, set(plan.groups))
+        n_buckets, budget_eps, budget_delta = domain.n_buckets, domain.epsilon_budget_micro, domain.delta_budget_units
+    if isinstance(ids, SpilledIds):
+        ids_of: IdsOf = ids.of
+        buckets = ids.buckets
+    else:
+        groups = _groups(ids, n_buckets)
+
+        def ids_of(wanted: set[int]) -> Iterator[dict[int, pa.Array]]:
+            yield {b: groups[b] for b in wanted}
+
+        buckets = set(groups)
+    plan = ChargePlan(domain_id, n_buckets, budget_eps, budget_delta, epsilon_micro, delta_units, ids_of, buckets)
+    replan(ctx, plan, set(buckets))
     return plan
 
 
 def replan(ctx: LabelsContext, plan: ChargePlan, buckets: set[int]) -> ChargePlan:
-    """Recompute ``buckets``' next versions from their current committed versions."""
+    """Recompute ``buckets``' next versions from their current committed versions, a part of the
+    buckets at a time (``plan.ids_of``). Every part is checked; once one finds an id that cannot
+    pay, the rest are only counted and :class:`BudgetExhausted` names them all."""
+    over_eps = over_delta = 0
+    for part in plan.ids_of(buckets):
+        e, d = _replan_part(ctx, plan, part, write=not (over_eps or over_delta))
+        over_eps, over_delta = over_eps + e, over_delta + d
+        del part
+    if over_eps:
+        raise BudgetExhausted(over_eps, "epsilon")
+    if over_delta:
+        raise BudgetExhausted(over_delta, "delta")
+    return plan
+
+
+def _replan_part(ctx: LabelsContext, plan: ChargePlan, groups: dict[int, pa.Array], write: bool) -> tuple[int, int]:
+    """Check, and (``write``, none over) write the next versions of the buckets of ``groups``;
+    returns how many of their ids lack ε and δ."""
     with ctx.sessions() as s:
-        states = _states(s, plan.domain_id, buckets)
+        states = _states(s, plan.domain_id, groups)
     with _Reader(ctx) as reader:
         checked: list[tuple[_State, np.ndarray, np.ndarray]] = []
         over_eps = over_delta = 0
         for b, st in states.items():
             base_ids, _, _ = reader.base(st)
-            pos = id_lookup.positions(base_ids, plan.groups[b])
+            pos = id_lookup.positions(base_ids, groups[b])
             if pos.size and int(pos.min()) < 0:
                 raise RuntimeError("a charge names an id its domain never registered")
             if pos.size > 1 and not bool(np.all(pos[1:] > pos[:-1])):
@@ -455,10 +490,8 @@ def replan(ctx: LabelsContext, plan: ChargePlan, buckets: set[int]) -> ChargePla
             if plan.delta:
                 over_delta += int(np.count_nonzero(spent_delta > plan.budget_delta - plan.delta))
             checked.append((st, pos, spent_eps))
-        if over_eps:
-            raise BudgetExhausted(over_eps, "epsilon")
-        if over_delta:
-            raise BudgetExhausted(over_delta, "delta")
+        if over_eps or over_delta or not write:
+            return over_eps, over_delta
 
         folded: _Bases = []
         chained: list[tuple[_State, np.ndarray]] = []
@@ -487,7 +520,7 @@ def replan(ctx: LabelsContext, plan: ChargePlan, buckets: set[int]) -> ChargePla
                     "chain_ids": st.chain_ids + pos.size, "n_ids": st.n_ids,
                     "max_epsilon_micro": stats[st.bucket][0], "ids_exhausted": stats[st.bucket][1],
                 })
-        return plan
+        return 0, 0
 
 
 def _write_charge(ctx: LabelsContext, plan: ChargePlan, chained: list[tuple[_State, np.ndarray]]) -> str:
@@ -530,6 +563,106 @@ def bucket_groups(n_buckets: int, n_ids: int, group_ids: int = GROUP_IDS) -> np.
     ``n_ids`` ids each (hashing spreads ids evenly over buckets)."""
     groups = max(1, min(n_buckets, -(-n_ids // group_ids)))
     return (np.arange(n_buckets, dtype=np.int64) * groups // n_buckets).astype(np.int32)
+
+
+_IDS = pa.schema({"id": pa.string()})
+
+
+class SpilledIds:
+    """Sorted, unique ids split by bucket group (:func:`bucket_groups`) into work objects under
+    ``prefix``, one per group, read back a group at a time: what a release charges or checks, held
+    a group (about :data:`GROUP_IDS` ids of the domain) at a time, whatever its size.
+
+    Built by :func:`spill_ids` from the ids a chunk at a time (one pass: each id hashed once);
+    use it in a ``with`` block, which removes its objects.
+    """
+
+    def __init__(self, ctx: LabelsContext, prefix: str, n_buckets: int, groups: np.ndarray) -> None:
+        self._ctx = ctx
+        self.n_buckets = n_buckets
+        self.group_of = groups
+        self.keys = [f"{prefix}/group-{g:05d}" for g in range(int(groups.max()) + 1)]
+        self._seen = np.zeros(n_buckets, np.bool_)
+        self.n = 0
+
+    @property
+    def buckets(self) -> set[int]:
+        """The buckets that hold at least one of the ids."""
+        return set(np.flatnonzero(self._seen).tolist())
+
+    def _write(self, chunks: Iterable[pa.Array]) -> None:
+        with contextlib.ExitStack() as stack:
+            writers = []
+            for key in self.keys:
+                out = stack.enter_context(self._ctx.store.open_output_stream(key))
+                writers.append(stack.enter_context(ipc.new_file(out, _IDS)))
+            for chunk in chunks:
+                buckets = bucket_of(chunk, self.n_buckets)
+                self._seen[buckets] = True
+                self.n += len(chunk)
+                of = self.group_of[buckets]
+                order = np.argsort(of, kind="stable")  # within a group, the ids keep their sorted order
+                taken, ordered = chunk.take(order), of[order]
+                starts = np.searchsorted(ordered, np.arange(len(self.keys) + 1))
+                for g in np.flatnonzero(np.diff(starts)):
+                    piece = taken.slice(int(starts[g]), int(starts[g + 1] - starts[g]))
+                    writers[g].write_batch(pa.record_batch([piece.cast(pa.string())], schema=_IDS))
+
+    def groups(self) -> Iterator[pa.Array]:
+        """Each group's ids (sorted), one group in memory at a time."""
+        for key in self.keys:
+            with self._ctx.store.open_input_file(key) as f:
+                table = ipc.open_file(f).read_all()
+            if table.num_rows:
+                yield id_lookup.flat_ids(table.column("id"))
+
+    def of(self, buckets: set[int]) -> Iterator[dict[int, pa.Array]]:
+        """The ids of ``buckets`` by bucket, a group at a time (:data:`IdsOf`)."""
+        wanted = np.zeros(self.n_buckets, np.bool_)
+        wanted[sorted(buckets)] = True
+        for g in np.unique(self.group_of[wanted]).tolist():
+            with self._ctx.store.open_input_file(self.keys[g]) as f:
+                table = ipc.open_file(f).read_all()
+            part = {b: ids for b, ids in _groups(table.column("id"), self.n_buckets).items() if wanted[b]}
+            del table
+            if part:
+                yield part
+
+    def __enter__(self) -> SpilledIds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for key in self.keys:
+            with contextlib.suppress(LabelDPError):  # the sweep removes what is left
+                self._ctx.store.delete(key)
+
+
+def spill_ids(
+    ctx: LabelsContext, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
+    group_ids: int | None = None,
+) -> SpilledIds:
+    """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once), grouped for a domain of
+    ``n_domain_ids`` ids (each group's buckets hold about ``group_ids``, default :data:`GROUP_IDS`,
+    of the domain's ids)."""
+    groups = bucket_groups(n_buckets, n_domain_ids, GROUP_IDS if group_ids is None else group_ids)
+    spilled = SpilledIds(ctx, prefix, n_buckets, groups)
+    try:
+        spilled._write(chunks)
+    except BaseException:
+        spilled.__exit__()
+        raise
+    return spilled
+
+
+def remaining_for_spilled(
+    ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRow, spilled: SpilledIds
+) -> tuple[int, int]:
+    """:func:`remaining_for` over spilled ids: the minimum over their groups, one group at a time."""
+    eps, delta = domain.epsilon_budget_micro, domain.delta_budget_units
+    for group in spilled.groups():
+        e, d = remaining_for(ctx, s, domain, group)
+        eps, delta = min(eps, e), min(delta, d)
+    return eps, delta
 
 
 def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray) -> int:

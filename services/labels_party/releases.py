@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -32,10 +33,10 @@ from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_m
 from labeldp.errors import Conflict, InvalidInput, LabelDPError, NotFound, Unavailable
 from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.registry import NAMES
-from labeldp.message_shards import WrittenMessage, write_message
+from labeldp.message_shards import WrittenMessage, write_message_chunks
 from labeldp.randomness import secure_generator
 from labeldp.release.defaults import AUTO, default_mechanism
-from labeldp.release.randomizer import check_request, randomize, validate_public_prior
+from labeldp.release.randomizer import Release, check_request, validate_public_prior
 from labeldp.schema import FEATURE_TABLE_NAME, ReleaseMetadata
 from labeldp.service.events import Snapshot
 from labeldp.service.idempotency import Claim, StoredResponse
@@ -48,7 +49,7 @@ from . import audit, ledger
 from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
-from .label_sets import LABELS_DELETED, class_names, load_label_set, read_ids, read_labels
+from .label_sets import LABELS_DELETED, class_names, ids_remaining, iter_labelled_chunks, load_label_set, work_prefix
 from .store import RELEASE_JOB_STATES, LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
@@ -146,8 +147,9 @@ def create_release(
         validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
     check_request(mechanism, charge, None if classes is not None else domain, classes=classes, params=body.params)
     if charge > domain_row.epsilon_budget_micro - most_spent:
-        # Some id of the domain may lack it: read this set's ids' buckets (the worker checks again, exactly).
-        id_eps, _ = ledger.remaining_for(ctx, None, domain_row, read_ids(ctx, ls).column("id"))
+        # Some id of the domain may lack it: read this set's ids' buckets, a bucket group at a time
+        # (the worker checks again, exactly).
+        id_eps, _ = ids_remaining(ctx, None, domain_row, ls)
         if charge > id_eps:
             raise _exhausted(
                 f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
@@ -244,70 +246,89 @@ def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], 
         assert domain_row is not None
     classes = class_names(ls)
     domain = _label_domain(ls, classes)
-    ids_table = read_ids(ctx, ls)
     if charge > ls.cap_micro - ls.spent_micro:
         raise _exhausted(
             f"epsilon {from_micro(charge)}", f"{from_micro(ls.cap_micro - ls.spent_micro)} of the label set's cap"
         )
-    id_eps, id_delta = ledger.remaining_for(ctx, None, domain_row, ids_table.column("id"))
-    if charge > id_eps:
-        raise _exhausted(
-            f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
-        )
-    labels = read_labels(ctx, ls)
-    missing = int(np.count_nonzero(np.isnan(labels)))
-    if missing:
-        raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
     public_prior = (
         None
         if body.prior is None
         else validate_public_prior(list(map(float, body.prior.values)), list(map(float, body.prior.probs)), domain)
     )
-    out = randomize(
-        labels,
-        None if classes is not None else domain,
-        mechanism,
-        charge,
-        secure_generator(),
-        epsilon_prior_micro=prior_micro,
-        public_prior=public_prior,
-        classes=classes,
-        params=body.params,
+    # The release is made a stored chunk at a time (memory bounded whatever the set's size):
+    # pass one reads every (id, label) once — the ids split by ledger bucket group into work
+    # objects, the labels into what the prior needs — then the prior is obtained once; pass two
+    # privatizes each chunk and streams it into the message; the charge is planned a group at a time.
+    release = Release(
+        int(ls.n_ids), None if classes is not None else domain, mechanism, charge,
+        epsilon_prior_micro=prior_micro, public_prior=public_prior, classes=classes, params=body.params,
         auto=body.mechanism == AUTO,  # auto's rp_with_prior may become rr_on_bins from its own prior
     )
-    del labels  # raw labels go no further than this function
-    if out.accounting.total_epsilon_micro != charge:
-        raise RuntimeError("the randomizer's accounting does not add up to the charge")
-    delta_units = delta_units_ceil(out.accounting.delta)
-    if delta_units > id_delta:
-        raise _exhausted(f"delta {out.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}")
-    if lost():
-        raise LeaseLost(release_id)
+    rng = secure_generator()
+    missing = 0
 
-    ids = ids_table.column("id")
-    message = ReleaseMetadata(
-        release_id=release_id,
-        label_set_id=label_set_id,
-        feature_table=body.feature_table,
-        created_at=datetime.now(UTC),
-        mechanism=out.mechanism,
-        prior=out.prior,
-        accounting=out.accounting,
-        row_count=len(ids),
-    )
-    # The message: its shards and manifest as objects, one shard in memory at a time, under one
-    # prefix per attempt (a worker that lost its lease may still be writing its own); a message the
-    # inbox's published limits could not take fails the job here, before anything is charged.
-    limits = message_limits(ctx.settings)
-    prefix = message_prefix(release_id if attempt <= 1 else f"{release_id}.{attempt}")
-    written = write_message(ctx.store, prefix, message, ids, out.labels, limits)
-    del out
+    def pass_one() -> Iterator[pa.Array]:
+        nonlocal missing
+        for ids, labels in iter_labelled_chunks(ctx, ls):
+            gaps = int(np.count_nonzero(np.isnan(labels)))
+            missing += gaps
+            if not missing:
+                release.add(labels, rng)
+            del labels
+            yield ids
+
+    written: WrittenMessage | None = None
+    spilled = ledger.spill_ids(ctx, work_prefix(label_set_id), pass_one(), domain_row.n_buckets, domain_row.n_ids)
     try:
-        # The ledger's next bucket versions are computed outside any lock; the transaction
-        # swaps them in only if no other commit moved them (else: recompute those, retry).
+        if spilled.n != ls.n_ids:
+            raise RuntimeError("the label set's stored ids are not its row count")
+        id_eps, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
+        if charge > id_eps:
+            raise _exhausted(
+                f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
+            )
+        if missing:
+            raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
+        fitted = release.fit(rng)
+        if fitted.accounting.total_epsilon_micro != charge:
+            raise RuntimeError("the randomizer's accounting does not add up to the charge")
+        delta_units = delta_units_ceil(fitted.accounting.delta)
+        if delta_units > id_delta:
+            raise _exhausted(
+                f"delta {fitted.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}"
+            )
+        if lost():
+            raise LeaseLost(release_id)
+
+        message = ReleaseMetadata(
+            release_id=release_id,
+            label_set_id=label_set_id,
+            feature_table=body.feature_table,
+            created_at=datetime.now(UTC),
+            mechanism=fitted.mechanism,
+            prior=fitted.prior,
+            accounting=fitted.accounting,
+            row_count=int(ls.n_ids),
+        )
+
+        def pass_two() -> Iterator[tuple[pa.Array, np.ndarray]]:
+            for ids, labels in iter_labelled_chunks(ctx, ls):
+                out = fitted.privatize(labels, rng)
+                del labels  # raw labels go no further than this function
+                yield ids, out
+
+        # The message: its shards and manifest as objects, one shard in memory at a time, under one
+        # prefix per attempt (a worker that lost its lease may still be writing its own); a message the
+        # inbox's published limits could not take fails the job here, before anything is charged.
+        limits = message_limits(ctx.settings)
+        prefix = message_prefix(release_id if attempt <= 1 else f"{release_id}.{attempt}")
+        written = write_message_chunks(ctx.store, prefix, message, pass_two(), limits)
+        release_unused_memory()
+        # The ledger's next bucket versions are computed outside any lock, a bucket group at a
+        # time; the transaction swaps them in only if no other commit moved them (else: recompute
+        # those, retry).
         with _refused_if_exhausted():
-            plan = ledger.plan_charge(ctx, domain_id, ids, charge, delta_units)
-        del ids_table, ids
+            plan = ledger.plan_charge(ctx, domain_id, spilled, charge, delta_units)
         for _ in range(ledger.MAX_ATTEMPTS):
             if lost():
                 raise LeaseLost(release_id)
@@ -320,10 +341,12 @@ def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], 
         else:
             raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
     except BaseException:
-        for key in written.keys:
+        for key in () if written is None else written.keys:
             with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
                 ctx.store.delete(key)
         raise
+    finally:
+        spilled.__exit__()
     release_unused_memory()
 
 

@@ -35,7 +35,7 @@ from . import ledger
 from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
 from .label_sets import current_labels_key, is_ids_object, is_labels_key
 from .resumable import UPLOADS
-from .store import LabelSetRow, ReleaseRow
+from .store import RELEASE_JOB_STATES, LabelSetRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
 
@@ -43,8 +43,9 @@ log = logging.getLogger("labeldp.labels")
 SPOOL_MIN_AGE_SECONDS = 3600.0
 WORK_MIN_AGE_SECONDS = 86400.0
 """An upload's working objects (sorted runs, bucket groups, staged labels: ``label_sets/<id>/upload-…``,
-``…/upload-labels-…``) and sorted ids no row names yet (``…/ids-<uuid>.arrow``) are swept once a day
-old: a live upload of 10⁹ rows may read its first run an hour after writing it."""
+``…/upload-labels-…``), sorted ids no row names yet (``…/ids-<uuid>.arrow``) and the bucket groups of a
+set's ids check or release job (``label_sets/<id>/work-…``) are swept once a day old: a live upload of
+10⁹ rows may read its first run an hour after writing it."""
 
 
 def lease_age(ctx: LabelsContext) -> float:
@@ -64,6 +65,9 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
         named |= {current_labels_key(row) for row in labeled}
         named |= {key for key in s.scalars(select(LabelSetRow.ids_object)) if key is not None}
         sets = set(s.scalars(select(LabelSetRow.id)))
+        # A running job writes its message before the row names it, for as long as its rows take:
+        # its attempts' prefixes (``messages/<release id>[.<attempt>]/``) are its own until it ends.
+        running = set(s.scalars(select(ReleaseRow.id).where(ReleaseRow.status == RELEASE_JOB_STATES[1])))
     # A message is its manifest and the shards next to it: all kept while a row names the manifest.
     # Replaced labels may still be read by a request that loaded its row before: they wait as
     # long as spools do; messages are read by nothing before their row commits.
@@ -71,7 +75,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     candidates = [(k, cutoff) for k in ctx.store.list(MESSAGES)]
     work_cutoff = min(spool_cutoff, time.time() - WORK_MIN_AGE_SECONDS)
     for key in ctx.store.list(LABEL_SETS):
-        if "/upload-" in key or is_ids_object(key):  # what an ids or labels upload that crashed left
+        if "/upload-" in key or "/work-" in key or is_ids_object(key):  # a crashed upload's or job's
             candidates.append((key, work_cutoff))
         elif key.split("/")[1] not in sets:  # a deleted set's objects, if deleting them failed (or a set never created)
             candidates.append((key, cutoff))
@@ -79,6 +83,8 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
             candidates.append((key, spool_cutoff))
     for key, older_than in candidates:
         if key in named or (key.startswith(MESSAGES + "/") and key.rpartition("/")[0] in named_messages):
+            continue
+        if key.startswith(MESSAGES + "/") and key.split("/")[1].split(".")[0] in running:
             continue
         removed += delete_if_older(ctx.store, key, older_than)
     for path in _old_files(ctx.spool_dir, "body-*", spool_cutoff):

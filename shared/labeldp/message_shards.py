@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -143,36 +143,52 @@ def write_message(
     labels: np.ndarray,
     limits: MessageLimits,
 ) -> WrittenMessage:
-    """Write a release's shards, then its manifest, under ``prefix``; one shard in memory at a time.
-
-    ``ids`` are the release's ids in sorted order (unique), ``labels`` its privatized labels.
-    A message the inbox could not take (a manifest over ``max_manifest_bytes``, a shard over
-    ``max_shard_bytes``) is :class:`PayloadTooLarge` ``message_too_large`` and leaves no object:
-    the caller raises it before anything is charged.
-    """
+    """:func:`write_message_chunks` with the whole release as one chunk (``ids`` and ``labels`` of equal length)."""
     import pyarrow as pa
 
     id_array = pa.chunked_array([pa.array(ids, pa.string())]) if isinstance(ids, list) else ids
     labels = np.asarray(labels, dtype=np.float64)
     if len(id_array) != len(labels):
         raise ValueError("ids and labels differ in length")
+    return write_message_chunks(store, prefix, metadata, [(id_array, labels)], limits)
+
+
+def write_message_chunks(
+    store: ObjectStore,
+    prefix: str,
+    metadata: ReleaseMetadata,
+    chunks: Iterable[tuple[pa.Array | pa.ChunkedArray, np.ndarray]],
+    limits: MessageLimits,
+) -> WrittenMessage:
+    """Write a release's shards, then its manifest, under ``prefix``; one shard in memory at a time.
+
+    ``chunks``: the release's ids (sorted, unique) with their privatized labels, consecutive runs
+    of rows read one at a time (their ``metadata.row_count`` rows in all); the shards are cut as
+    from the whole arrays, whatever the chunks (:func:`_first_shard_rows`), so the manifest does
+    not depend on them. A message the inbox could not take (a manifest over
+    ``max_manifest_bytes``, a shard over ``max_shard_bytes``) is :class:`PayloadTooLarge`
+    ``message_too_large`` and leaves no object: the caller raises it before anything is charged.
+    """
     written: list[str] = []
     entries: list[ShardEntry] = []
     total = 0
     try:
-        for index, (start, stop) in enumerate(_shard_bounds(id_array, limits)):
-            data = _shard_bytes(id_array.slice(start, stop - start), labels[start:stop])
+        for index, (shard_ids, shard_labels) in enumerate(_shards(chunks, limits)):
+            data = _shard_bytes(shard_ids, shard_labels)
             if len(data) > limits.max_shard_bytes:
                 raise _too_large(f"shard {index} is {len(data)} bytes; the inbox takes {limits.max_shard_bytes}")
             key = f"{prefix}/{shard_name(index)}"
             store.put_bytes(key, data)
             written.append(key)
             total += len(data)
+            rows = len(shard_ids)
             entries.append(ShardEntry(
-                index=index, sha256=hashlib.sha256(data).hexdigest(), rows=stop - start, bytes=len(data),
-                first_id=str(id_array[start].as_py()), last_id=str(id_array[stop - 1].as_py()),
+                index=index, sha256=hashlib.sha256(data).hexdigest(), rows=rows, bytes=len(data),
+                first_id=str(shard_ids[0].as_py()), last_id=str(shard_ids[rows - 1].as_py()),
             ))
-            del data
+            del data, shard_ids, shard_labels
+        if sum(e.rows for e in entries) != metadata.row_count:
+            raise ValueError("the chunks' rows are not the release's row_count")
         fields = {name: getattr(metadata, name) for name in ReleaseMetadata.model_fields if name != "schema_version"}
         manifest = ReleaseManifest(**fields, shards=entries)
         raw = manifest_bytes(manifest)
@@ -196,8 +212,45 @@ def _too_large(message: str) -> PayloadTooLarge:
     return PayloadTooLarge("message_too_large", message)
 
 
-def _shard_bounds(ids: pa.ChunkedArray | pa.Array, limits: MessageLimits) -> Iterator[tuple[int, int]]:
-    """Consecutive row ranges of at most ``shard_rows`` rows whose raw size fits one request.
+def _shards(
+    chunks: Iterable[tuple[pa.Array | pa.ChunkedArray, np.ndarray]], limits: MessageLimits
+) -> Iterator[tuple[pa.ChunkedArray, np.ndarray]]:
+    """The rows of ``chunks`` cut into shards: a shard is cut once ``shard_rows`` rows (or the last
+    row) are buffered, so at most a shard and a chunk are held."""
+    import pyarrow as pa
+
+    id_parts: list[pa.Array] = []
+    label_parts: list[np.ndarray] = []
+    buffered = 0
+
+    def cut(final: bool) -> Iterator[tuple[pa.ChunkedArray, np.ndarray]]:
+        nonlocal id_parts, label_parts, buffered
+        while buffered >= limits.shard_rows or (final and buffered > 0):
+            ids = pa.chunked_array(id_parts, pa.string())
+            labels = np.concatenate(label_parts) if len(label_parts) > 1 else label_parts[0]
+            rows = _first_shard_rows(ids, min(limits.shard_rows, buffered), limits)
+            yield ids.slice(0, rows), labels[:rows]
+            rest = ids.slice(rows)
+            id_parts = [c for c in rest.chunks if len(c)]
+            label_parts = [labels[rows:]] if rows < buffered else []
+            buffered -= rows
+
+    for ids, labels in chunks:
+        labels = np.asarray(labels, dtype=np.float64)
+        if len(ids) != len(labels):
+            raise ValueError("ids and labels differ in length")
+        if not len(ids):
+            continue
+        id_parts += list(ids.chunks) if isinstance(ids, pa.ChunkedArray) else [ids]
+        label_parts.append(labels)
+        buffered += len(labels)
+        yield from cut(final=False)
+    yield from cut(final=True)
+
+
+def _first_shard_rows(ids: pa.ChunkedArray | pa.Array, rows: int, limits: MessageLimits) -> int:
+    """How many of the first ``rows`` rows form the next shard: ``rows``, halved until their raw size
+    fits one request.
 
     Raw size: the ids' UTF-8 bytes plus 12 bytes a row (the label, a string length): an upper
     bound of the Parquet shard's bytes, less what zstd saves, plus :data:`SHARD_OVERHEAD_BYTES`.
@@ -205,16 +258,12 @@ def _shard_bounds(ids: pa.ChunkedArray | pa.Array, limits: MessageLimits) -> Ite
     import pyarrow.compute as pc
 
     budget = max(limits.max_shard_bytes - SHARD_OVERHEAD_BYTES, 1)
-    n, start = len(ids), 0
-    while start < n:
-        rows = min(limits.shard_rows, n - start)
-        while rows > 1:
-            raw = int(cast(Any, pc).sum(cast(Any, pc).binary_length(ids.slice(start, rows))).as_py() or 0)
-            if raw + 12 * rows <= budget:
-                break
-            rows = max(rows // 2, 1)
-        yield start, start + rows
-        start += rows
+    while rows > 1:
+        raw = int(cast(Any, pc).sum(cast(Any, pc).binary_length(ids.slice(0, rows))).as_py() or 0)
+        if raw + 12 * rows <= budget:
+            break
+        rows = max(rows // 2, 1)
+    return rows
 
 
 def _shard_bytes(ids: pa.ChunkedArray | pa.Array, labels: np.ndarray) -> bytes:

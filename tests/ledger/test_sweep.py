@@ -99,3 +99,28 @@ def test_a_crashed_ids_uploads_working_objects_are_swept_once_a_day_old(tmp_path
         os.utime(ctx.data_dir / key, (time.time() - age, time.time() - age))
     assert sweep_orphans(ctx, min_age_seconds=3600) == 2
     assert ctx.store.list("label_sets/ls_x") == [live]
+
+
+def test_a_running_jobs_message_is_its_own_until_the_job_ends(tmp_path: Path) -> None:
+    """A 10⁸-row job writes shards for minutes before its row names them: never swept while it runs."""
+    from sqlalchemy import update
+
+    from labels_party.store import ReleaseRow
+
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    new_domain(ctx, "d", 5)
+    done = release(ctx, labeled_set(ctx, tmp_path, "d", ["a", "b"]), 1)
+    messages = ctx.data_dir / "messages"
+    shards = [messages / "rel_live" / "shard-000000.parquet", messages / "rel_live.2" / "shard-000000.parquet"]
+    for p in shards:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+        os.utime(p, (time.time() - 7200,) * 2)
+    with ctx.sessions.begin() as s:  # the finished release's row, as if its job were still running
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == done["id"]).values(id="rel_live", status="running"))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 0
+    assert all(p.exists() for p in shards)
+    with ctx.sessions.begin() as s:
+        s.execute(update(ReleaseRow).where(ReleaseRow.id == "rel_live").values(status="failed"))
+    assert sweep_orphans(ctx, min_age_seconds=3600) == 2
+    assert not any(p.exists() for p in shards)

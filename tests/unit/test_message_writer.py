@@ -26,6 +26,7 @@ from labeldp.message_shards import (
     read_columns,
     shard_key,
     write_message,
+    write_message_chunks,
 )
 from labeldp.schema import EpsilonPart, PrivacyAccounting, ReleaseMetadata
 from labeldp.storage import ObjectStore
@@ -143,3 +144,38 @@ def test_an_inconsistent_manifest_is_refused(tmp_path: Path, change: dict) -> No
         parse_manifest(json.dumps(body).encode())
     assert refused.value.code == "invalid_message"
     assert all(set(d) == {"loc", "type"} for d in refused.value.details)  # never an id or a label
+
+
+def _greedy_rows(ids: list[str], limits: MessageLimits) -> list[int]:
+    """The shard sizes the writer must cut, the plain way: from each start, shard_rows rows halved until
+    their ids' bytes plus 12 a row fit the request budget."""
+    budget, sizes, start = limits.max_shard_bytes - 64 * 1024, [], 0
+    while start < len(ids):
+        rows = min(limits.shard_rows, len(ids) - start)
+        while rows > 1 and sum(len(i.encode()) for i in ids[start : start + rows]) + 12 * rows > budget:
+            rows = max(rows // 2, 1)
+        sizes.append(rows)
+        start += rows
+    return sizes
+
+
+@pytest.mark.parametrize("cuts", [[1], [7, 8, 999], [250, 500, 4_000], [3_000]])
+def test_a_message_written_chunk_by_chunk_is_the_same_message(tmp_path: Path, cuts: list[int]) -> None:
+    """The release job streams its rows a stored chunk at a time: the shards, their bytes and the
+    manifest are those of the whole arrays, whatever the chunks (shards cut by size too)."""
+    rng = np.random.default_rng(4)
+    ids = sorted({rng.bytes(int(rng.integers(4, 40))).hex() for _ in range(5_000)})  # ids of mixed length
+    labels = rng.uniform(0, 1, len(ids))
+    store = ObjectStore.from_url(str(tmp_path))
+    limits = MessageLimits(700, 64 * 1024 + 20_000, 1 << 20)
+    whole = write_message(store, "m/whole", _metadata(len(ids)), ids, labels, limits)
+    assert [s.rows for s in whole.manifest.shards] == _greedy_rows(ids, limits)
+    assert len({s.rows for s in whole.manifest.shards}) > 1  # some shards were halved for their bytes
+    at = [c for c in cuts if c < len(ids)]
+    chunks = [(pa.array(i, pa.string()), v) for i, v in zip(np.split(np.array(ids, dtype=object), at),
+                                                             np.split(labels, at), strict=True)]
+    chunked = write_message_chunks(store, "m/chunked", _metadata(len(ids)), iter(chunks), limits)
+    assert chunked.manifest_sha256 == whole.manifest_sha256 and chunked.total_bytes == whole.total_bytes
+    with pytest.raises(ValueError, match="row_count"):
+        write_message_chunks(store, "m/short", _metadata(len(ids) + 1), iter(chunks), limits)
+    assert store.list("m/short") == []

@@ -339,22 +339,22 @@ def test_histogram_follows_algorithm_3() -> None:
 
 
 def test_prior_is_built_from_the_noised_labels_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The histogram function receives exactly the Laplace-noised indices, nothing else."""
+    """The histogram receives exactly the Laplace-noised indices, nothing else (chunk by chunk)."""
     seen: dict[str, object] = {}
-    real_noise, real_hist = rp.laplace_noised_indices, rp.histogram_from_noised
+    real_noise, real_add = rp.laplace_noised_indices, rp.NoisedHistogram.add
 
     def noise_spy(labels, lattice, epsilon, rng):
         out = real_noise(labels, lattice, epsilon, rng)
         seen["noised"], seen["noise_epsilon"] = out, epsilon
         return out
 
-    def hist_spy(*args, **kwargs):
+    def hist_spy(self, *args, **kwargs):
         seen["hist_args"] = args
         seen["hist_kwargs"] = kwargs
-        return real_hist(*args, **kwargs)
+        return real_add(self, *args, **kwargs)
 
     monkeypatch.setattr(rp, "laplace_noised_indices", noise_spy)
-    monkeypatch.setattr(rp, "histogram_from_noised", hist_spy)
+    monkeypatch.setattr(rp.NoisedHistogram, "add", hist_spy)
     labels = np.random.default_rng(4).uniform(0, 5, 5000)
     est = NoisyLabelHistogramPrior(0.7, REAL).fit(labels, np.random.default_rng(5))
     assert seen["noise_epsilon"] == 0.7
@@ -363,7 +363,7 @@ def test_prior_is_built_from_the_noised_labels_only(monkeypatch: pytest.MonkeyPa
     assert not any(isinstance(v, np.ndarray) for v in seen["hist_kwargs"].values())
     snapped = np.rint(labels / (5.0 / 1024)).astype(np.int64)
     assert np.mean(seen["noised"] != snapped) > 0.99  # really noised
-    nodes, counts, _ = real_hist(seen["noised"], None)
+    nodes, counts, _ = rp.histogram_from_noised(seen["noised"], None)
     np.testing.assert_allclose(est.prior_.nodes, REAL.low + est.step_ * nodes)
     np.testing.assert_allclose(est.prior_.masses, counts / counts.sum())
 

@@ -39,6 +39,7 @@ from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.rr_sampling import rr_probabilities
 from labeldp.mechanisms.sampling import TableSampler, cumulative_cells
+from labeldp.mechanisms.spool import Spool
 from labeldp.specs.categorical import (
     BlockRRSpec,
     PriorSplitSpec,
@@ -413,12 +414,19 @@ class RandomizedResponse(_CategoricalMechanism):
         E[f_j] = q + (p − q)·π_j, so this is unbiased before clipping; it is
         post-processing of the privatized labels. No outputs → uniform.
         """
+        k = self._fitted().shape[0]
+        out = check_class_labels(privatized, k).ravel()
+        return self.estimate_prior_counts(np.bincount(out, minlength=k))
+
+    def estimate_prior_counts(self, counts: np.ndarray) -> np.ndarray:
+        """:meth:`estimate_prior` from the outputs' count per class (they add over chunks)."""
         matrix = self._fitted()
         k = matrix.shape[0]
-        out = check_class_labels(privatized, k).ravel()
-        if out.size == 0:
+        counts = np.asarray(counts, dtype=np.int64)
+        total_outputs = int(counts.sum())
+        if total_outputs == 0:
             return np.full(k, 1.0 / k)
-        freq = np.bincount(out, minlength=k) / out.size
+        freq = counts / total_outputs
         p, q = self.keep_probability_, self.other_probability_
         est = np.maximum((freq - q) / (p - q), 0.0)
         total = est.sum()
@@ -629,21 +637,31 @@ def prior_split_size(n_rows: int, fraction: float) -> int:
     return min(n_rows, max(1, int(round(fraction * n_rows))))
 
 
+def prior_split_rows(n_rows: int, fraction: float, rule: SplitRule = "evenly_spaced", start: int = 0,
+                     stop: int | None = None) -> np.ndarray:
+    """The prior split's rows (int64, ascending) among rows ``start`` to ``stop`` of n (the whole
+    set by default), from public numbers only: what :func:`prior_split_mask` marks, a range at a time."""
+    m = prior_split_size(n_rows, fraction)
+    stop = n_rows if stop is None else min(stop, n_rows)
+    start = max(0, start)
+    if rule == "prefix":
+        return np.arange(start, max(start, min(stop, m)), dtype=np.int64)
+    if rule != "evenly_spaced":
+        raise ValueError("rule must be 'prefix' or 'evenly_spaced'")
+    if not m or start >= stop:
+        return np.zeros(0, dtype=np.int64)
+    first, last = -(-start * m // n_rows), -(-stop * m // n_rows)  # i with start ≤ ⌊i·n/m⌋ < stop
+    return (np.arange(first, last, dtype=np.int64) * n_rows) // m
+
+
 def prior_split_mask(n_rows: int, fraction: float, rule: SplitRule = "evenly_spaced") -> np.ndarray:
     """Which rows (in the canonical sorted-id order) form the prior split; never looks at labels.
 
     ``prefix``: the first m rows. ``evenly_spaced``: rows ⌊i·n/m⌋, i = 0..m−1 — spread
     over the id order, so a trend along the ids does not bias the prior.
     """
-    m = prior_split_size(n_rows, fraction)
     mask = np.zeros(n_rows, dtype=bool)
-    if rule == "prefix":
-        mask[:m] = True
-    elif rule == "evenly_spaced":
-        if m:
-            mask[(np.arange(m, dtype=np.int64) * n_rows) // m] = True
-    else:
-        raise ValueError("rule must be 'prefix' or 'evenly_spaced'")
+    mask[prior_split_rows(n_rows, fraction, rule)] = True
     return mask
 
 
@@ -674,26 +692,67 @@ class PriorSplit:
         self.rule = rule
 
     def release(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """ε-RR on the split rows (one raw word each, in row order); returns ``prior_``."""
-        epsilon = check_epsilon(self.epsilon)
-        classes = check_classes(self.classes)
-        y = check_class_labels(labels, len(classes))
+        """ε-RR on the split rows (one raw word each, in row order); returns ``prior_``.
+
+        :meth:`begin`, :meth:`release_rows` and :meth:`finish` with all rows as one chunk."""
+        y = np.asarray(labels)
         if y.ndim != 1:
             raise ValueError("labels must be 1-D (one per row)")
-        n = y.size
-        mask = prior_split_mask(n, self.fraction, self.rule)
-        first = RandomizedResponse(epsilon, classes).fit_to()
-        rows = np.flatnonzero(mask)
-        out = np.empty(n, dtype=np.int64)
-        kernels.rows_at(y, rows, first.sampler(), rng, out)
-        self.n_rows_ = n
-        self.mask_ = mask
-        self.rows_ = rows
-        self.first_stage_ = first
-        self.prior_ = first.estimate_prior(out[rows])
+        self.begin(y.size)
+        out = np.empty(y.size, dtype=np.int64)
+        out[self.rows_at(0, y.size)] = self.release_rows(labels, 0, rng)
+        self.finish()
+        self.mask_ = prior_split_mask(y.size, self.fraction, self.rule)
+        self.rows_ = np.flatnonzero(self.mask_)
         self.outputs_ = out
-        self._labels: np.ndarray | None = y  # checked once; complete() reads and drops them
+        self._labels: np.ndarray | None = check_class_labels(labels, len(self.first_stage_.classes_))
         return self.prior_
+
+    def begin(self, n_rows: int) -> None:
+        """Start a release of ``n_rows`` rows given a chunk at a time (the chunked form of :meth:`release`)."""
+        epsilon = check_epsilon(self.epsilon)
+        classes = check_classes(self.classes)
+        self.n_rows_ = int(n_rows)
+        self.first_stage_ = RandomizedResponse(epsilon, classes).fit_to()
+        self.prior_rows_ = prior_split_size(self.n_rows_, self.fraction)
+        self._counts = np.zeros(len(classes), np.int64)
+        self._first = Spool(np.int64)
+
+    def rows_at(self, start: int, stop: int) -> np.ndarray:
+        """The split's rows among rows ``start`` to ``stop``, as offsets from ``start``."""
+        return prior_split_rows(self.n_rows_, self.fraction, self.rule, start, stop) - start
+
+    def release_rows(self, labels: np.ndarray, start: int, rng: np.random.Generator) -> np.ndarray:
+        """ε-RR on the split rows of the chunk of rows ``start``… (one raw word each, in row order),
+        counted and kept for :meth:`complete_rows`; returns their outputs."""
+        y = check_class_labels(labels, len(self.first_stage_.classes_)).ravel()
+        rows = self.rows_at(start, start + y.size)
+        out = np.empty(y.size, dtype=np.int64)
+        kernels.rows_at(y, rows, self.first_stage_.sampler(), rng, out)
+        first = out[rows]
+        self._counts += np.bincount(first, minlength=self._counts.size)
+        self._first.append(first)
+        return first
+
+    def finish(self) -> np.ndarray:
+        """``prior_``: the debiased frequency of every first-stage output (post-processing)."""
+        self.prior_ = self.first_stage_.estimate_prior_counts(self._counts)
+        return self.prior_
+
+    def complete_rows(
+        self, mechanism: RRWithPrior | BlockRR, labels: np.ndarray, start: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """The chunk of rows ``start``…: its split rows' first-stage outputs (in the order
+        :meth:`release_rows` made them) and every other row through ``mechanism`` (one word per
+        row, in row order). Chunks must come in row order, each row once."""
+        y = check_class_labels(labels, len(self.first_stage_.classes_)).ravel()
+        rows = self.rows_at(start, start + y.size)
+        out = np.empty(y.size, dtype=np.int64)
+        out[rows] = self._first.read(rows.size)
+        mask = np.zeros(y.size, dtype=np.bool_)
+        mask[rows] = True
+        kernels.rows_where(y, mask, False, mechanism.sampler(), rng, out)
+        return out
 
     def complete(self, mechanism: RRWithPrior | BlockRR, rng: np.random.Generator) -> np.ndarray:
         """Every other row of the released labels through ``mechanism`` (fitted to ``prior_``), in place.
@@ -706,6 +765,7 @@ class PriorSplit:
             raise RuntimeError("PriorSplit.complete needs release() first, once")
         self._labels = None
         kernels.rows_where(y, self.mask_, False, mechanism.sampler(), rng, self.outputs_)
+        self._first.close()
         return self.outputs_
 
     def to_spec(self) -> PriorSplitSpec:
@@ -713,7 +773,7 @@ class PriorSplit:
             rule=self.rule,
             fraction=float(self.fraction),
             n_rows=self.n_rows_,
-            prior_rows=int(self.rows_.size),
+            prior_rows=int(self.prior_rows_),
             first_stage=self.first_stage_.to_spec(),
             prior_probs=self.prior_.tolist(),
         )

@@ -39,6 +39,7 @@ from labeldp.mechanisms.guarantee import PrivacyGuarantee
 from labeldp.mechanisms.lattice import Lattice
 from labeldp.mechanisms.law import TransitionLaw
 from labeldp.mechanisms.prior import LabelDomain
+from labeldp.mechanisms.spool import Spool
 from labeldp.specs.rp_with_prior import KEEP_DENOMINATOR, HistogramPriorSpec, RPWithPriorSpec
 
 ZETA_SCALE = 0.4
@@ -336,36 +337,95 @@ def laplace_noised_indices(
     return snapped + discrete_laplace(*rate_from_epsilon(epsilon, lattice.n_steps), snapped.size, rng)
 
 
+STAT_BLOCK = 1 << 20
+"""Noised values per block of the σ sum: fixed, so a chunked release sums exactly as a whole-array one.
+Decided in docs/decisions/0023-release-job-streamed.md."""
+
+
+def _nodes(n: int, lo: int, hi: int, total: int, squares: float, sigma_steps: float | None) -> tuple[np.ndarray, float]:
+    """Alg. 3's nodes and bin width from the noised values' count, min, max, exact integer sum and
+    Σ(x − μ)² (blocks of :data:`STAT_BLOCK`, each summed as numpy sums)."""
+    mu = total / n  # the integer sum divided once: numpy's mean of the same values
+    sigma = math.sqrt(squares / n) if sigma_steps is None else float(sigma_steps)
+    if not math.isfinite(sigma):
+        raise ValueError("sigma must be finite")
+    sigma = max(sigma, 1.0)
+    if lo == hi:
+        return np.array([lo, lo + 1], dtype=np.int64), sigma
+    k0 = math.floor((lo - mu) / sigma)
+    k1 = math.ceil((hi - mu) / sigma) - 1
+    interior = np.rint(mu + (np.arange(1, k1 - k0 + 1) + k0) * sigma).astype(np.int64)
+    return np.unique(np.concatenate(([lo], interior, [hi]))), sigma
+
+
+def _cell_counts(nodes: np.ndarray, noised: np.ndarray) -> np.ndarray:
+    cell = np.clip(np.searchsorted(nodes, noised, side="right") - 1, 0, nodes.size - 2)
+    return np.bincount(cell, minlength=nodes.size - 1).astype(np.int64)
+
+
+def _check_noised(noised: np.ndarray) -> np.ndarray:
+    noised = np.asarray(noised)
+    if not np.issubdtype(noised.dtype, np.integer):
+        raise TypeError("noised labels must be integer lattice indices")
+    return noised.astype(np.int64).ravel()
+
+
+class NoisedHistogram:
+    """Alg. 3's histogram of noised lattice indices, fed a chunk at a time (``add``), computed by
+    ``finish``: the nodes from the count, min, max, mean and σ of all of them, then the cells'
+    counts by a second read of them (kept in a :class:`~labeldp.mechanisms.spool.Spool`). The
+    noised values are its only input; one chunk or many give the same histogram."""
+
+    def __init__(self, sigma_steps: float | None = None) -> None:
+        self.sigma_steps = sigma_steps
+        self.n, self.lo, self.hi, self.total = 0, 0, 0, 0
+        self._spool = Spool(np.int64)
+
+    def add(self, noised: np.ndarray) -> None:
+        noised = _check_noised(noised)
+        if noised.size == 0:
+            return
+        lo, hi = int(noised.min()), int(noised.max())
+        self.lo, self.hi = (lo, hi) if self.n == 0 else (min(self.lo, lo), max(self.hi, hi))
+        self.total += int(noised.sum())  # exact: |values| ≪ 2⁶³ / chunk size
+        self.n += noised.size
+        self._spool.append(noised)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(integer nodes, cell counts, bin width used); the spool is closed."""
+        if self.n == 0:
+            raise ValueError("need at least one noised label")
+        try:
+            mu = self.total / self.n
+            squares = 0.0
+            if self.sigma_steps is None:
+                for block in self._spool.blocks(STAT_BLOCK):
+                    d = block - mu
+                    squares += float(np.sum(d * d))
+            nodes, sigma = _nodes(self.n, self.lo, self.hi, self.total, squares, self.sigma_steps)
+            counts = np.zeros(nodes.size - 1, np.int64)
+            for block in self._spool.blocks(STAT_BLOCK):
+                counts += _cell_counts(nodes, block)
+            return nodes, counts, sigma
+        finally:
+            self._spool.close()
+
+
 def histogram_from_noised(noised: np.ndarray, sigma_steps: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Alg. 3 on noised lattice indices only: (integer nodes, cell counts, bin width used).
 
     μ = mean, σ = ``sigma_steps`` or the standard deviation of the noised values
     (Remark 4.1), at least one lattice step. Nodes: n₀ = min, μ + (i + k₀)σ for
     i = 1..k₁ − k₀ rounded to the lattice, n_last = max; cells [n_k, n_{k+1}),
-    the last one closed. The input is the only data this function sees.
+    the last one closed. The input is the only data this function sees
+    (:class:`NoisedHistogram` with one chunk).
     """
-    noised = np.asarray(noised)
+    noised = _check_noised(noised)
     if noised.size == 0:
         raise ValueError("need at least one noised label")
-    if not np.issubdtype(noised.dtype, np.integer):
-        raise TypeError("noised labels must be integer lattice indices")
-    noised = noised.astype(np.int64).ravel()
-    lo, hi = int(noised.min()), int(noised.max())
-    mu = float(noised.mean())
-    sigma = float(noised.std()) if sigma_steps is None else float(sigma_steps)
-    if not math.isfinite(sigma):
-        raise ValueError("sigma must be finite")
-    sigma = max(sigma, 1.0)
-    if lo == hi:
-        nodes = np.array([lo, lo + 1], dtype=np.int64)
-    else:
-        k0 = math.floor((lo - mu) / sigma)
-        k1 = math.ceil((hi - mu) / sigma) - 1
-        interior = np.rint(mu + (np.arange(1, k1 - k0 + 1) + k0) * sigma).astype(np.int64)
-        nodes = np.unique(np.concatenate(([lo], interior, [hi])))
-    cell = np.clip(np.searchsorted(nodes, noised, side="right") - 1, 0, nodes.size - 2)
-    counts = np.bincount(cell, minlength=nodes.size - 1).astype(np.int64)
-    return nodes, counts, sigma
+    histogram = NoisedHistogram(sigma_steps)
+    histogram.add(noised)
+    return histogram.finish()
 
 
 class NoisyLabelHistogramPrior:
@@ -373,8 +433,10 @@ class NoisyLabelHistogramPrior:
 
     ``fit`` first privatizes every label with :func:`laplace_noised_indices` and then
     hands only those noised values to :func:`histogram_from_noised`; the raw labels
-    never reach the histogram. Fitted: ``prior_`` (StepPrior, label units),
-    ``sigma_`` (bin width used, label units), ``n_`` (row count), ``step_``, ``n_steps_``.
+    never reach the histogram. The same a chunk of labels at a time: ``begin``, ``add``
+    each chunk (its labels noised in order, as ``fit`` noises them), ``finish``. Fitted:
+    ``prior_`` (StepPrior, label units), ``sigma_`` (bin width used, label units), ``n_``
+    (row count), ``step_``, ``n_steps_``.
     """
 
     def __init__(
@@ -386,15 +448,28 @@ class NoisyLabelHistogramPrior:
         self.step = step
 
     def fit(self, labels: np.ndarray, rng: np.random.Generator) -> NoisyLabelHistogramPrior:
-        lattice = Lattice.for_domain(self.domain, self.step)
-        noised = laplace_noised_indices(labels, lattice, self.epsilon, rng)
-        sigma_steps = None if self.sigma is None else float(self.sigma) / lattice.step
-        nodes, counts, sigma_used = histogram_from_noised(noised, sigma_steps)
+        self.begin()
+        self.add(labels, rng)
+        return self.finish()
+
+    def begin(self) -> NoisyLabelHistogramPrior:
+        self._lattice = Lattice.for_domain(self.domain, self.step)
+        sigma_steps = None if self.sigma is None else float(self.sigma) / self._lattice.step
+        self._histogram = NoisedHistogram(sigma_steps)
+        return self
+
+    def add(self, labels: np.ndarray, rng: np.random.Generator) -> None:
+        """Noise a chunk of labels (the next rows) and count them in; the raw labels are not kept."""
+        self._histogram.add(laplace_noised_indices(labels, self._lattice, self.epsilon, rng))
+
+    def finish(self) -> NoisyLabelHistogramPrior:
+        lattice = self._lattice
+        nodes, counts, sigma_used = self._histogram.finish()
         self.sigma_ = sigma_used * lattice.step
         self.prior_ = StepPrior(
             lattice.low + lattice.step * nodes.astype(np.float64), counts.astype(np.float64), sigma=self.sigma_
         )
-        self.n_ = int(noised.size)
+        self.n_ = int(self._histogram.n)
         self.step_ = lattice.step
         self.n_steps_ = lattice.n_steps
         return self

@@ -5,7 +5,8 @@ Every mechanism comes from the registry (``labeldp.mechanisms.registry``; docs/a
 "The mechanism contract"): its entry says which labels it takes, validates its parameters
 with the mechanism's params model, builds it, and says how its prior is obtained (its
 ``PriorKind``, obtained by the one function :data:`labeldp.release.priors.PRIORS` maps it to).
-A release is: validate → obtain the prior → ``fit_to`` it → privatize → accounting.
+A release is: validate → obtain the prior → ``fit_to`` it → privatize → accounting, over all
+labels at once or a chunk at a time (:class:`Release`: one pass for the prior, one to privatize).
 
 Each label is randomized once per release (parallel composition across rows), and the
 accounting is the basic composition of the parts' guarantees (``labeldp.accounting``).
@@ -13,6 +14,8 @@ accounting is the basic composition of the parts' guarantees (``labeldp.accounti
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +29,14 @@ from labeldp.mechanisms import LabelDomain
 from labeldp.mechanisms.contract import Mechanism, Params, Prior
 from labeldp.mechanisms.registry import NAMES, REGISTRY, Entry
 from labeldp.release.defaults import tail_pick
-from labeldp.release.priors import PriorRequest, PublicPrior, need_classes, need_domain, obtain_prior
+from labeldp.release.priors import ObtainedPrior, PriorRequest, PublicPrior, need_classes, need_domain, prior_pass
 from labeldp.schema import MechanismSpec, NoisyPrior, PrivacyAccounting
 from labeldp.specs.rp_with_prior import HistogramPriorSpec
 
-__all__ = ["MECHANISMS", "PublicPrior", "Randomized", "RandomizerError", "randomize", "validate_public_prior"]
+__all__ = [
+    "MECHANISMS", "FittedRelease", "PublicPrior", "Randomized", "RandomizerError", "Release", "randomize",
+    "validate_public_prior",
+]
 
 MAX_DELTA = 1e-3
 """The largest δ a release may carry, whatever its mechanism's parameters allow."""
@@ -124,58 +130,125 @@ def randomize(
     rng: np.random.Generator,
     **kwargs: Any,
 ) -> Randomized:
-    """Privatize ``labels`` (canonical id order); see :func:`_randomize` for the arguments.
+    """Privatize ``labels`` (canonical id order): a :class:`Release` given them as one chunk.
 
     Mechanism-side ``ValueError``s (a parameter the mechanism refuses, e.g. a loss
     it does not support) become ``invalid_parameters``; their messages are written
     by our code and never contain label values.
     """
+    labels = np.asarray(labels, dtype=np.float64)
+    release = Release(labels.size, domain, mechanism, epsilon_micro, **kwargs)
+    release.add(labels, rng)
+    fitted = release.fit(rng)
+    out = fitted.privatize(labels, rng)
+    return Randomized(fitted.mechanism, fitted.prior, fitted.accounting, out)
+
+
+@contextmanager
+def _invalid_parameters(mechanism: str) -> Iterator[None]:
     try:
-        return _randomize(labels, domain, mechanism, epsilon_micro, rng, **kwargs)
+        yield
     except RandomizerError:
         raise
     except ValueError as exc:
         raise RandomizerError("invalid_parameters", f"{mechanism}: {exc}") from exc
 
 
-def _randomize(
-    labels: np.ndarray,
-    domain: LabelDomain | None,
-    mechanism: str,
-    epsilon_micro: int,
-    rng: np.random.Generator,
-    *,
-    classes: list[str] | None = None,
-    params: dict[str, Any] | None = None,
-    epsilon_prior_micro: int | None = None,
-    public_prior: PublicPrior | None = None,
-    auto: bool = False,
-) -> Randomized:
-    """Privatize ``labels`` (in the caller's canonical id order) with ``mechanism``.
+class Release:
+    """A release of ``n_rows`` labels (canonical id order) given a chunk at a time: the randomizer's
+    one definition (:func:`randomize` is it with one chunk).
 
-    ``domain`` for real/integer labels, ``classes`` (labels = class indices) for
-    categorical ones. ``auto``: ``mechanism`` is ``auto``'s pick; an ``rp_with_prior`` pick without
-    parameters may become ``rr_on_bins`` from its prior (:func:`labeldp.release.defaults.tail_pick`);
-    the returned spec names the mechanism used.
+    Made: the request checked (mechanism, parameters, ε, prior), no label read. Pass one,
+    :meth:`add` every chunk in row order: what the prior needs of all labels (the grid counts,
+    the ε₁-noised labels, the split's first stage — :class:`labeldp.release.priors.PriorPass`).
+    :meth:`fit`: the prior obtained once, the mechanism built and fitted to it, the accounting.
+    Pass two, :meth:`FittedRelease.privatize` every chunk in the same row order: each label
+    randomized once. The draws are those of the whole-array release in the same order, so a
+    seeded stream gives the same labels however the rows are chunked wherever the mechanism
+    draws a fixed number of words per label.
+
+    ``domain`` for real/integer labels, ``classes`` (labels = class indices) for categorical ones.
+    ``auto``: ``mechanism`` is ``auto``'s pick; an ``rp_with_prior`` pick without parameters may
+    become ``rr_on_bins`` from its prior (:func:`labeldp.release.defaults.tail_pick`); the fitted
+    spec names the mechanism used.
     """
-    label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
-    entry = entry_for(mechanism, label_type)
-    p = parse_params(entry, params)
-    if epsilon_micro <= 0:
-        raise RandomizerError("invalid_epsilon", "epsilon must be greater than 0")
-    labels = np.asarray(labels, dtype=np.float64)
-    ask = PriorRequest(mechanism, labels, domain, classes, p, epsilon_micro, epsilon_prior_micro, public_prior)
-    obtained = obtain_prior(entry.prior_kind(p), ask, rng)
-    mech = obtained.fit(_build(mechanism, from_micro(obtained.epsilon_micro), domain, classes, p))
-    if auto and mechanism == "rp_with_prior" and not params and obtained.spec is not None:
-        # Post-processing of the prior just drawn (and public facts): the same prior fits either mechanism.
-        pick = tail_pick(obtained.spec, obtained.mechanism_spec(mech))
-        if pick != mechanism:
-            alt = parse_params(entry_for(pick, label_type), None)
-            mech = obtained.fit(_build(pick, from_micro(obtained.epsilon_micro), domain, classes, alt))
-    out = obtained.privatize(mech, labels, rng)
-    accounting = compose([*obtained.parts, ("randomizer", obtained.epsilon_micro, mech.guarantee)])
-    return Randomized(obtained.mechanism_spec(mech), obtained.spec, accounting, np.asarray(out, dtype=np.float64))
+
+    def __init__(
+        self,
+        n_rows: int,
+        domain: LabelDomain | None,
+        mechanism: str,
+        epsilon_micro: int,
+        *,
+        classes: list[str] | None = None,
+        params: dict[str, Any] | None = None,
+        epsilon_prior_micro: int | None = None,
+        public_prior: PublicPrior | None = None,
+        auto: bool = False,
+    ) -> None:
+        label_type = "categorical" if classes is not None else (domain.kind if domain else "real")
+        self._label_type, self._auto, self._params = label_type, auto, params
+        entry = entry_for(mechanism, label_type)
+        self._p = parse_params(entry, params)
+        if epsilon_micro <= 0:
+            raise RandomizerError("invalid_epsilon", "epsilon must be greater than 0")
+        self.n_rows, self.name, self._domain, self._classes = int(n_rows), mechanism, domain, classes
+        ask = PriorRequest(mechanism, self.n_rows, domain, classes, self._p, epsilon_micro, epsilon_prior_micro,
+                           public_prior)
+        with _invalid_parameters(mechanism):
+            self._pass = prior_pass(entry.prior_kind(self._p), ask)
+        self._rows = 0
+
+    def add(self, labels: np.ndarray, rng: np.random.Generator) -> None:
+        """Pass one: the next chunk of labels (float64, none missing)."""
+        labels = np.asarray(labels, dtype=np.float64)
+        if self._rows + labels.size > self.n_rows:
+            raise ValueError("more labels than the release's rows")
+        with _invalid_parameters(self.name):
+            self._pass.add(labels, self._rows, rng)
+        self._rows += labels.size
+
+    def fit(self, rng: np.random.Generator) -> FittedRelease:
+        """The prior (once, from every label added), the mechanism fitted to it, the accounting."""
+        if self._rows != self.n_rows:
+            raise ValueError("fit needs every label of the release added first")
+        with _invalid_parameters(self.name):
+            obtained = self._pass.obtain(rng)
+            mech = obtained.fit(_build(self.name, from_micro(obtained.epsilon_micro), self._domain, self._classes,
+                                       self._p))
+            if self._auto and self.name == "rp_with_prior" and not self._params and obtained.spec is not None:
+                # Post-processing of the prior just drawn (and public facts): the same prior fits either mechanism.
+                pick = tail_pick(obtained.spec, obtained.mechanism_spec(mech))
+                if pick != self.name:
+                    alt = parse_params(entry_for(pick, self._label_type), None)
+                    mech = obtained.fit(_build(pick, from_micro(obtained.epsilon_micro), self._domain, self._classes,
+                                               alt))
+            accounting = compose([*obtained.parts, ("randomizer", obtained.epsilon_micro, mech.guarantee)])
+            spec = obtained.mechanism_spec(mech)
+        return FittedRelease(spec, obtained.spec, accounting, self.n_rows, self.name, obtained, mech)
+
+
+class FittedRelease:
+    """A :class:`Release` fitted: its message's mechanism, prior and accounting; :meth:`privatize`
+    turns each chunk of labels, in row order, into privatized ones."""
+
+    def __init__(
+        self, mechanism: MechanismSpec, prior: NoisyPrior | HistogramPriorSpec | None, accounting: PrivacyAccounting,
+        n_rows: int, name: str, obtained: ObtainedPrior, mech: Mechanism,
+    ) -> None:
+        self.mechanism, self.prior, self.accounting = mechanism, prior, accounting
+        self.n_rows, self._name, self._obtained, self._mech = n_rows, name, obtained, mech
+        self._rows = 0
+
+    def privatize(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Pass two: the next chunk of labels privatized (float64); each row once, in row order."""
+        labels = np.asarray(labels, dtype=np.float64)
+        if self._rows + labels.size > self.n_rows:
+            raise ValueError("more labels than the release's rows")
+        with _invalid_parameters(self._name):
+            out = self._obtained.privatize(self._mech, labels, self._rows, rng)
+        self._rows += labels.size
+        return np.asarray(out, dtype=np.float64)
 
 
 def fit_to_public_prior(
