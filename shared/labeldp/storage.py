@@ -52,6 +52,9 @@ S3_READ_AHEAD = 1 << 20
 serves the reads that follow from it (one window per open object): a ledger base's 1024 batches of
 ≈ 35 KB were 2 GETs each. Decided in docs/decisions/0029-s3-read-ahead.md."""
 
+S3_COPY_MAX_BYTES = 5 << 30
+"""The largest object S3's CopyObject copies in one request (5 GiB); a larger one is streamed."""
+
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _COPY_CHUNK = 1 << 20
 
@@ -172,10 +175,15 @@ class ObjectStore:
         upload.finish()
 
     def copy(self, source: str, key: str) -> str:
-        """Copy the object ``source`` to ``key`` (complete or not at all), a block at a time; returns ``key``.
+        """Copy the object ``source`` to ``key`` (complete or not at all); returns ``key``.
 
-        Streamed through this process rather than the store's own copy: S3's CopyObject stops at 5 GB.
+        On S3 up to :data:`S3_COPY_MAX_BYTES` the server copies it (CopyObject: no byte passes
+        through this process); past that, and on a local folder, it is streamed a block at a time.
         """
+        if not self._local and self.size(source) <= S3_COPY_MAX_BYTES:
+            with _storage_errors(f"copy object {source!r}", source):
+                self._fs.copy_file(self._path(source), self._path(key))
+            return key
         with self.open_input_stream(source) as f, self.open_output_stream(key) as out:
             for block in iter(lambda: f.read(_COPY_CHUNK), b""):
                 out.write(block)

@@ -343,3 +343,16 @@ def test_s3_many_small_reads_of_one_object_take_few_requests(
         assert [reader.get_batch(i) for i in range(reader.num_record_batches)] == batches
     assert size > 2 * storage.S3_READ_AHEAD  # several windows, so the count below means something
     assert len(requests) <= size // storage.S3_READ_AHEAD + 4, len(requests)
+
+
+def test_copy_makes_an_equal_object(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(random.Random(3).randbytes(300_000))
+    store.put_bytes("from/here", data)
+    assert store.copy("from/here", "to/there") == "to/there"  # on S3 by the server (CopyObject)
+    monkeypatch.setattr(storage, "S3_COPY_MAX_BYTES", 1000)  # past the limit: streamed through this process
+    assert store.copy("from/here", "to/streamed") == "to/streamed"
+    assert store.get_bytes("to/there") == store.get_bytes("to/streamed") == data
+    assert store.get_bytes("from/here") == data
+    with pytest.raises(NotFound):
+        store.copy("from/nowhere", "to/nothing")
+    assert not store.exists("to/nothing")
