@@ -288,6 +288,8 @@ def compare(results: dict[tuple[int, str], dict[str, float]]) -> list[str]:
                 cpu = [c - sum(x.get(f"second_{name}_cpu", 0.0) for name in PROCESSES) for c, x in zip(cpu, (local, r))]
             peak = [max(x.get(f"{st}_{name}_mb", 0.0) for st in stages for name in PROCESSES) for x in (local, r)]
             wall = [_stage_wall(local, stage), _stage_wall(r, stage)]
+            if wall[0] != wall[0]:  # NaN: a stage this run skipped (--no-parquet)
+                continue
             s3_cpu = sum(r.get(f"{st}_s3-server_cpu", 0.0) for st in stages)
             s3_mb = max(r.get(f"{st}_s3-server_mb", 0.0) for st in stages)
             methods = collections.Counter({m: int(sum(r.get(f"{st}_s3_{m}", 0) for st in stages))
