@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,14 @@ INCOMING = ".incoming"
 S3_PART_BYTES = 10 << 20
 """pyarrow's S3 multipart part size (fixed in its C++ code): a write is held in memory until it has
 this much, so one that fails sooner sends nothing."""
+
+S3_READ_AHEAD = 1 << 20
+"""A random-access read on S3 shorter than this fetches this much from its offset in one request and
+serves the reads that follow from it (one window per open object): a ledger base's 1024 batches of
+≈ 35 KB were 2 GETs each. Decided in docs/decisions/0029-s3-read-ahead.md."""
+
+S3_COPY_MAX_BYTES = 5 << 30
+"""The largest object S3's CopyObject copies in one request (5 GiB); a larger one is streamed."""
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _COPY_CHUNK = 1 << 20
@@ -170,10 +179,15 @@ class ObjectStore:
         upload.finish()
 
     def copy(self, source: str, key: str) -> str:
-        """Copy the object ``source`` to ``key`` (complete or not at all), a block at a time; returns ``key``.
+        """Copy the object ``source`` to ``key`` (complete or not at all); returns ``key``.
 
-        Streamed through this process rather than the store's own copy: S3's CopyObject stops at 5 GB.
+        On S3 up to :data:`S3_COPY_MAX_BYTES` the server copies it (CopyObject: no byte passes
+        through this process); past that, and on a local folder, it is streamed a block at a time.
         """
+        if not self._local and self.size(source) <= S3_COPY_MAX_BYTES:
+            with _storage_errors(f"copy object {source!r}", source):
+                self._fs.copy_file(self._path(source), self._path(key))
+            return key
         with self.open_input_stream(source) as f, self.open_output_stream(key) as out:
             for block in iter(lambda: f.read(_COPY_CHUNK), b""):
                 out.write(block)
@@ -186,9 +200,16 @@ class ObjectStore:
             return bytes(f.read())
 
     def open_input_file(self, key: str) -> pa.NativeFile:
-        """Random-access reader (``pyarrow.parquet``, ``pyarrow.ipc``, ``read_at``); close it after use."""
+        """Random-access reader (``pyarrow.parquet``, ``pyarrow.ipc``, ``read_at``); close it after use.
+
+        On S3 each read is a request: short reads are served from a window of :data:`S3_READ_AHEAD`
+        bytes (:class:`_ReadAhead`), so many small reads of one object cost few requests.
+        """
         with _storage_errors(f"open object {key!r}", key):
-            return self._fs.open_input_file(self._path(key))
+            native = self._fs.open_input_file(self._path(key))
+        if self._local:
+            return native
+        return pa.PythonFile(_ReadAhead(native, S3_READ_AHEAD), mode="r")
 
     def open_input_stream(self, key: str) -> pa.NativeFile:
         """Sequential reader, the cheapest way to stream an object once; close it after use."""
@@ -334,6 +355,66 @@ class _Upload(io.RawIOBase):
 
     def close(self) -> None:
         """Only :meth:`finish` or :meth:`abandon` end the upload (``ipc`` writers close their sink)."""
+
+
+class _ReadAhead(io.RawIOBase):
+    """A random-access object file whose reads shorter than ``window`` fetch ``window`` bytes from
+    their offset at once and serve later reads inside them (one window kept: memory ≤ ``window``).
+    Longer reads go straight through, uncopied. Wrapped in ``pa.PythonFile`` for pyarrow."""
+
+    def __init__(self, native: pa.NativeFile, window: int) -> None:
+        super().__init__()
+        self._native, self._window = native, window
+        self._size = native.size()
+        self._position = 0
+        self._start, self._buffer = 0, pa.py_buffer(b"")
+        self._lock = threading.Lock()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return int(self._size)
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._position, 2: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def read(self, size: int | None = -1) -> Any:
+        with self._lock:
+            at = self._position
+            n = self._size - at if size is None or size < 0 else min(size, max(0, self._size - at))
+            self._position = at + n
+            if n == 0:
+                return b""
+            if self._start <= at and at + n <= self._start + len(self._buffer):
+                return self._buffer.slice(at - self._start, n)
+            if n >= self._window:
+                return self._read(at, n)
+            self._start, self._buffer = at, self._read(at, min(self._window, self._size - at))
+            return self._buffer.slice(0, n)
+
+    def _read(self, at: int, n: int) -> pa.Buffer:
+        self._native.seek(at)
+        return self._native.read_buffer(n)
+
+    def readinto(self, buffer: Any) -> int:
+        data = memoryview(self.read(len(buffer)))
+        buffer[: data.nbytes] = data
+        return int(data.nbytes)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._native.close()
+            self._buffer = pa.py_buffer(b"")
+        super().close()
 
 
 def _check_key(key: str) -> None:

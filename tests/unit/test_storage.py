@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.s3_server import S3Server
 
+from labeldp import storage
 from labeldp.errors import NotFound, StorageError
 from labeldp.storage import INCOMING, ObjectStore
 from labeldp_tools.local_stack import free_port
@@ -295,3 +297,62 @@ def test_s3_a_small_write_that_fails_sends_nothing_and_keeps_the_earlier_object(
     assert store.get_bytes("checkpoints/t.pt") == b"epoch 3"
     bucket, raw = _raw_key(store, "checkpoints/t.pt")
     assert _s3_client(s3_server).list_multipart_uploads(Bucket=bucket, Prefix=raw).get("Uploads", []) == []
+
+
+def test_random_access_reads_return_the_stored_bytes(store: ObjectStore) -> None:
+    # Offsets and lengths around S3's read-ahead window: inside it, across its end, longer than it, past the end.
+    data = bytes(random.Random(7).randbytes((3 << 20) + 12345))
+    store.put_bytes("random", data)
+    window = storage.S3_READ_AHEAD
+    cases = [(0, 1), (5, 100), (window - 3, 10), (window - 3, 3), (window, window), (window + 1, window + 7),
+             (len(data) - 5, 5), (len(data) - 5, 100), (len(data), 10), (17, 0)]
+    rng = random.Random(8)
+    cases += [(rng.randrange(len(data)), rng.choice([1, 300, 70_000, window - 1, 2 * window])) for _ in range(200)]
+    with store.open_input_file("random") as f:
+        assert f.size() == len(data)
+        for offset, n in cases:
+            assert f.read_at(n, offset) == data[offset:offset + n], (offset, n)
+        f.seek(window - 2)
+        assert f.read(4) == data[window - 2:window + 2] and f.tell() == window + 2
+        assert f.read() == data[window + 2:]
+
+
+def test_s3_many_small_reads_of_one_object_take_few_requests(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ledger base: one Arrow file of many small record batches read one by one (1024 of them
+    # were 1024 GETs, ≈ 20 s on moto). Each request the reader makes goes through ``_read``.
+    requests: list[int] = []
+    read = storage._ReadAhead._read
+
+    def counted(self: Any, at: int, n: int) -> pa.Buffer:
+        requests.append(n)
+        return read(self, at, n)
+
+    monkeypatch.setattr(storage._ReadAhead, "_read", counted)
+    store = s3_server.store()
+    batches = [pa.record_batch({"id": pa.array([f"{b:04d}-{i:012d}" for i in range(200)])}) for b in range(1024)]
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    store.put_bytes("base", sink.getvalue().to_pybytes())
+    size = store.size("base")
+    with store.open_input_file("base") as f:
+        reader = ipc.open_file(f)
+        assert [reader.get_batch(i) for i in range(reader.num_record_batches)] == batches
+    assert size > 2 * storage.S3_READ_AHEAD  # several windows, so the count below means something
+    assert len(requests) <= size // storage.S3_READ_AHEAD + 4, len(requests)
+
+
+def test_copy_makes_an_equal_object(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(random.Random(3).randbytes(300_000))
+    store.put_bytes("from/here", data)
+    assert store.copy("from/here", "to/there") == "to/there"  # on S3 by the server (CopyObject)
+    monkeypatch.setattr(storage, "S3_COPY_MAX_BYTES", 1000)  # past the limit: streamed through this process
+    assert store.copy("from/here", "to/streamed") == "to/streamed"
+    assert store.get_bytes("to/there") == store.get_bytes("to/streamed") == data
+    assert store.get_bytes("from/here") == data
+    with pytest.raises(NotFound):
+        store.copy("from/nowhere", "to/nothing")
+    assert not store.exists("to/nothing")
