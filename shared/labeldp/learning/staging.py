@@ -90,16 +90,7 @@ class StagedRelease:
         meta = json.loads((directory / META_FILE).read_text())
         with np.load(directory / LABELS_FILE) as data:
             val_labels = np.asarray(data["val_labels"], dtype=np.float64)
-        return cls(
-            directory,
-            Preprocessor.from_dict(meta["preprocessor"]),
-            float(meta["target_mean"]),
-            float(meta["target_std"]),
-            int(meta["n_train"]),
-            int(meta["n_validation"]),
-            val_labels,
-            meta.get("store_prefix"),
-        )
+        return staged_of(meta, directory, val_labels, meta.get("store_prefix"))
 
 
 def write_options(schema: pa.Schema) -> dict[str, Any]:
@@ -248,7 +239,7 @@ def open_stage(objects: ObjectStore, prefix: str) -> dict[str, Any]:
     return meta
 
 
-def staged_of(meta: dict[str, Any], directory: Path, val_labels: np.ndarray, prefix: str) -> StagedRelease:
+def staged_of(meta: dict[str, Any], directory: Path, val_labels: np.ndarray, prefix: str | None) -> StagedRelease:
     """The :class:`StagedRelease` of a stage's ``staged.json``, its cache in ``directory``."""
     return StagedRelease(
         directory,
