@@ -58,12 +58,12 @@ def test_a_release_is_queued_uncharged_then_charged_by_a_worker(database_url: st
     snapshot = release_snapshot(ctx, release_id)  # one poll of its event stream: not over yet
     assert (snapshot.data["stage"], snapshot.terminal) == ("accepted", False)
     assert set(spent_per_id(ctx, "q").values()) == {0}  # nothing charged before the worker
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, ls).budget.spent_micro == 0
     charged = settle(ctx, release_id)
     assert (charged["status"], charged["job_attempts"]) == ("pending", 1)
     assert len(charged["message_sha256"]) == 64 and ctx.store.size(message_key(f"{release_id}/manifest.json")) > 0
     assert spent_per_id(ctx, "q") == dict.fromkeys("abc", 500_000)
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 500_000
+    assert get_label_set(ctx, ls).budget.spent_micro == 500_000
 
 
 def test_queued_jobs_hold_the_label_sets_cap(database_url: str, tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_a_job_the_ledger_refuses_fails_with_its_code_and_charges_nothing(databa
     assert failed["message_sha256"] is None and failed["accounting"] is None
     assert release_snapshot(ctx, second).terminal  # its event stream ends: a failed job is final
     assert spent_per_id(ctx, "tight") == {"x": 800_000, "y": 800_000, "z": 0}
-    assert get_label_set(ctx, b)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, b).budget.spent_micro == 0
     assert [k for k in ctx.store.list("messages") if second in k] == []  # its message object was removed
     with pytest.raises(LabelDPError) as refused:
         redeliver(ctx, second)
@@ -155,7 +155,7 @@ def test_a_job_whose_workers_keep_dying_fails_cleanly(database_url: str, tmp_pat
     failed = get_release(ctx, release_id)
     assert (failed["status"], failed["job_attempts"], failed["error"]["code"]) == ("failed", 2, "worker_lost")
     assert spent_per_id(ctx, "dying") == {"a": 0}
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, ls).budget.spent_micro == 0
     assert ReleaseWorker(ctx).step() is False  # nothing left to run
     again = _queue(ctx, ls)  # its hold on the cap is gone
     assert settle(ctx, again)["status"] == "pending"
