@@ -34,7 +34,7 @@ def settle(ctx: LabelsContext, release_id: str, timeout: float = 60.0) -> dict[s
         with ctx.sessions() as s:
             row = s.get(ReleaseRow, release_id)
             assert row is not None
-            body = describe(row)
+            body = describe(row).model_dump()
         if body["status"] == "failed":
             raise JobFailed(body["error"]["code"], body["error"]["message"])
         if body["status"] not in RELEASE_JOB_STATES:

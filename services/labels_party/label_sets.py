@@ -32,7 +32,7 @@ from labeldp.service.settings import ApiKey
 from labeldp.service.timestamps import iso
 from labeldp.storage import ObjectStore
 
-from . import audit, external_sort, id_lookup, ledger
+from . import audit, external_sort, id_lookup, ledger, responses
 from .columnar import get_array, get_table, npy_slices, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
@@ -211,7 +211,7 @@ def create_label_set(
             details={"name": row.name, "label_type": row.label_type, "cap_micro": row.cap_micro, "ids": row.n_ids},
         )
         out = StoredResponse(
-            201, describe(ctx, s, row, id_remaining), {"Location": f"/v1/label-sets/{label_set_id}"}
+            201, describe(ctx, s, row, id_remaining).model_dump(), {"Location": f"/v1/label-sets/{label_set_id}"}
         )
         if claim is not None:
             claim.complete(s, out)
@@ -305,7 +305,7 @@ def set_ids(
             row.ids_object = sorted_key
             row.n_ids = runs.n
             row.ids_ready = 1
-            out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)))
+            out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)).model_dump())
             if claim is not None:
                 claim.complete(s, out)
         named = True
@@ -548,7 +548,7 @@ def ids_remaining(ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRo
 
 def budget(
     ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
-) -> dict[str, Any]:
+) -> responses.Budget:
     """Total/spent/remaining: remaining is the minimum over the set's ids and its own cap.
 
     ``id_remaining``: what :func:`ledger.remaining_for` answered for the set's ids, computed by a
@@ -558,56 +558,62 @@ def budget(
     assert domain is not None
     id_eps, id_delta = id_remaining or ids_remaining(ctx, s, domain, row)
     remaining = max(0, min(row.cap_micro - row.spent_micro, id_eps))
-    return {
-        "total_epsilon": from_micro(row.cap_micro),
-        "spent_epsilon": from_micro(row.spent_micro),
-        "remaining_epsilon": from_micro(remaining),
-        "total_micro": row.cap_micro,
-        "spent_micro": row.spent_micro,
-        "remaining_micro": remaining,
-        "remaining_delta": from_delta_units(max(0, id_delta)),
-        "privacy_domain": domain.name,
-        "per_id_epsilon": from_micro(domain.epsilon_budget_micro),
-    }
+    return responses.Budget(
+        total_epsilon=from_micro(row.cap_micro),
+        spent_epsilon=from_micro(row.spent_micro),
+        remaining_epsilon=from_micro(remaining),
+        total_micro=row.cap_micro,
+        spent_micro=row.spent_micro,
+        remaining_micro=remaining,
+        remaining_delta=from_delta_units(max(0, id_delta)),
+        privacy_domain=domain.name,
+        per_id_epsilon=from_micro(domain.epsilon_budget_micro),
+    )
 
 
 def describe(
     ctx: LabelsContext, s: Session, row: LabelSetRow, id_remaining: tuple[int, int] | None = None
-) -> dict[str, Any]:
+) -> responses.LabelSet:
     releases = s.execute(
         select(ReleaseRow.id, ReleaseRow.status, ReleaseRow.mechanism, ReleaseRow.epsilon_micro)
         .where(ReleaseRow.label_set_id == row.id)
         .order_by(ReleaseRow.created_at)
     ).all()
     spend = budget(ctx, s, row, id_remaining)
-    return {
-        "id": row.id,
-        "name": row.name,
-        "label_type": row.label_type,
-        "domain": None if row.label_type == "categorical" else {"low": row.domain_low, "high": row.domain_high},
-        "classes": class_names(row),
-        "privacy_domain": spend["privacy_domain"],
-        "privacy_domain_id": row.privacy_domain_id,
-        "counts": {"ids": row.n_ids, "labeled": row.labeled, "missing": row.n_ids - row.labeled},
-        "ids_ready": bool(row.ids_ready),
-        "labels_deleted": row.labels_version == LABELS_DELETED,
-        "budget": spend,
-        "releases": [
-            {"id": r.id, "status": r.status, "mechanism": r.mechanism, "epsilon": from_micro(r.epsilon_micro)}
+    return responses.LabelSet(
+        id=row.id,
+        name=row.name,
+        label_type=row.label_type,
+        domain=None if row.label_type == "categorical" else responses.Domain(low=row.domain_low, high=row.domain_high),
+        classes=class_names(row),
+        privacy_domain=spend.privacy_domain,
+        privacy_domain_id=row.privacy_domain_id,
+        counts=_counts(row),
+        ids_ready=bool(row.ids_ready),
+        labels_deleted=row.labels_version == LABELS_DELETED,
+        budget=spend,
+        releases=[
+            responses.ReleaseSummary(
+                id=r.id, status=r.status, mechanism=r.mechanism, epsilon=from_micro(r.epsilon_micro)
+            )
             for r in releases
         ],
-        "created_at": iso(row.created_at),
-    }
+        created_at=iso(row.created_at),
+    )
 
 
-def get_label_set(ctx: LabelsContext, label_set_id: str) -> dict[str, Any]:
+def _counts(row: LabelSetRow) -> responses.Counts:
+    return responses.Counts(ids=row.n_ids, labeled=row.labeled, missing=row.n_ids - row.labeled)
+
+
+def get_label_set(ctx: LabelsContext, label_set_id: str) -> responses.LabelSet:
     with ctx.sessions() as s:
         return describe(ctx, s, load_label_set(s, label_set_id))
 
 
 def list_label_sets(
     ctx: LabelsContext, limit: int, cursor: str | None, order: Order = ASC, name: str | None = None
-) -> dict[str, Any]:
+) -> responses.LabelSetPage:
     """A page of label sets in creation ``order`` (``name``: only the sets of that name): catalogue
     facts only (no file is read)."""
     limit = check_limit(limit)
@@ -622,24 +628,28 @@ def list_label_sets(
     with ctx.sessions() as s:
         rows = s.execute(stmt.order_by(*ordered(LabelSetRow.created_at, LabelSetRow.id, order)).limit(limit + 1)).all()
     items = [
-        {
-            "id": r.id,
-            "name": r.name,
-            "label_type": r.label_type,
-            "privacy_domain": domain,
-            "privacy_domain_id": r.privacy_domain_id,
-            "counts": {"ids": r.n_ids, "labeled": r.labeled, "missing": r.n_ids - r.labeled},
-            "labels_deleted": r.labels_version == LABELS_DELETED,
-            "spent_epsilon": from_micro(r.spent_micro),
-            "created_at": iso(r.created_at),
-        }
+        responses.LabelSetItem(
+            id=r.id,
+            name=r.name,
+            label_type=r.label_type,
+            privacy_domain=domain,
+            privacy_domain_id=r.privacy_domain_id,
+            counts=_counts(r),
+            labels_deleted=r.labels_version == LABELS_DELETED,
+            spent_epsilon=from_micro(r.spent_micro),
+            created_at=iso(r.created_at),
+        )
         for r, domain in rows[:limit]
     ]
     last = rows[limit - 1][0] if len(rows) > limit else None
-    return {"items": items, "next_cursor": next_cursor(last, LabelSetRow.created_at, LabelSetRow.id, order)}
+    return responses.LabelSetPage(
+        items=items, next_cursor=next_cursor(last, LabelSetRow.created_at, LabelSetRow.id, order)
+    )
 
 
-def delete_labels(ctx: LabelsContext, label_set_id: str, caller: ApiKey | None = None) -> dict[str, Any]:
+def delete_labels(
+    ctx: LabelsContext, label_set_id: str, caller: ApiKey | None = None
+) -> responses.LabelSet:
     """Delete a label set's raw labels once they are spent; the ids, ledger and releases stay.
 
     Raw labels need not be kept once released: what the features party holds is the

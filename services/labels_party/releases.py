@@ -45,7 +45,7 @@ from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.settings import ApiKey, message_limits
 from labeldp.service.timestamps import iso
 
-from . import audit, ledger
+from . import audit, ledger, responses
 from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
@@ -197,7 +197,7 @@ def create_release(
             subject_id=release_id,
             details={"label_set_id": label_set_id, "mechanism": mechanism, "epsilon_micro": charge},
         )
-        response = StoredResponse(202, describe(row), {"Location": f"/v1/releases/{release_id}"})
+        response = StoredResponse(202, describe(row).model_dump(), {"Location": f"/v1/releases/{release_id}"})
         if claim is not None:
             claim.complete(s, response)
     ctx.jobs_queued.set()  # this process's release worker, if it runs one, looks now
@@ -424,30 +424,32 @@ def stage(r: ReleaseRow, now: float | None = None) -> str:
 JOB_STAGE_OF = dict(zip(RELEASE_JOB_STATES, JOB_STAGES, strict=True))
 
 
-def describe(r: ReleaseRow) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "label_set_id": r.label_set_id,
-        "status": r.status,
-        "stage": stage(r),
-        "mechanism": r.mechanism,
-        "epsilon": from_micro(r.epsilon_micro),
-        "epsilon_micro": r.epsilon_micro,
-        "delta": from_delta_units(r.delta_units or 0),
-        "accounting": None if r.accounting_json is None else json.loads(r.accounting_json),
-        "prior_source": r.prior_source,
-        "feature_table": r.feature_table,
-        "row_count": r.row_count,
-        "message_sha256": r.message_sha256,
-        "message_bytes": r.message_bytes,
-        "attempts": r.attempts or 0,
-        "last_error": shown(r.last_error),
-        "job_attempts": r.job_attempts or 0,
-        "error": None if r.error_code is None else {"code": r.error_code, "message": r.error_message or ""},
-        "created_at": iso(r.created_at),
-        "delivered_at": iso(r.delivered_at),
-        "message_removed_at": iso(r.message_removed_at),
-    }
+def describe(r: ReleaseRow) -> responses.Release:
+    return responses.Release(
+        id=r.id,
+        label_set_id=r.label_set_id,
+        status=r.status,
+        stage=stage(r),
+        mechanism=r.mechanism,
+        epsilon=from_micro(r.epsilon_micro),
+        epsilon_micro=r.epsilon_micro,
+        delta=from_delta_units(r.delta_units or 0),
+        accounting=None if r.accounting_json is None else json.loads(r.accounting_json),
+        prior_source=r.prior_source,
+        feature_table=r.feature_table,
+        row_count=r.row_count,
+        message_sha256=r.message_sha256,
+        message_bytes=r.message_bytes,
+        attempts=r.attempts or 0,
+        last_error=shown(r.last_error),
+        job_attempts=r.job_attempts or 0,
+        error=None if r.error_code is None else responses.ReleaseError(
+            code=r.error_code, message=r.error_message or ""
+        ),
+        created_at=iso(r.created_at),
+        delivered_at=iso(r.delivered_at),
+        message_removed_at=iso(r.message_removed_at),
+    )
 
 
 def _load(s: Session, release_id: str) -> ReleaseRow:
@@ -457,13 +459,13 @@ def _load(s: Session, release_id: str) -> ReleaseRow:
     return r
 
 
-def get_release(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
+def get_release(ctx: LabelsContext, release_id: str) -> responses.Release:
     """A release's status and accounting; never reads the message bytes."""
     with ctx.sessions() as s:
         return describe(_load(s, release_id))
 
 
-def redeliver(ctx: LabelsContext, release_id: str) -> dict[str, Any]:
+def redeliver(ctx: LabelsContext, release_id: str) -> responses.Release:
     """Queue a rejected release again: same bytes, so no new charge."""
     with ctx.sessions.begin() as s:
         r = _load(s, release_id)
@@ -482,13 +484,13 @@ def release_snapshot(ctx: LabelsContext, release_id: str) -> Snapshot:
     facts, never the message or a label); over once delivered, rejected or failed."""
     with ctx.sessions() as s:
         body = describe(_load(s, release_id))
-    return Snapshot(body, body["status"] in FINAL_STATES, (body["stage"], body["attempts"], body["job_attempts"]))
+    return Snapshot(body.model_dump(), body.status in FINAL_STATES, (body.stage, body.attempts, body.job_attempts))
 
 
 def list_releases(
     ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None,
     privacy_domain: str | None = None, *, known_set: bool = False, order: Order = ASC,
-) -> dict[str, Any]:
+) -> responses.ReleasePage:
     """A page of releases in creation ``order``, optionally of one label set or of one privacy domain (by name);
     never reads message bytes. ``known_set``: the set must exist (404 ``label_set_not_found``, the
     sub-collection ``/label-sets/{id}/releases``); a filter that matches nothing is an empty page."""
@@ -502,4 +504,6 @@ def list_releases(
     with ctx.sessions() as s:
         if known_set and label_set_id is not None:
             load_label_set(s, label_set_id)
-        return keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe, order)
+        return responses.ReleasePage(
+            **keyset_page(s, stmt, ReleaseRow.created_at, ReleaseRow.id, limit, cursor, describe, order)
+        )

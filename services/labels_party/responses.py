@@ -2,9 +2,9 @@
 
 Every JSON route (labels_party.routes) declares its model as ``response_model``, so FastAPI
 documents the body with it and validates and serializes every answer, a replay included,
-through it. privacy_domains.py and audit.py return these models (label sets, uploads and
-releases still hand dicts); an answer stored for Idempotency-Key replays is kept as its
-model's dump. The models forbid unknown fields: a field added to a body but not to its model
+through it. The domain modules (privacy_domains, audit, label_sets, releases, uploads,
+resumable) build and return these models; an answer stored for Idempotency-Key replays is
+kept as its model's dump. The models forbid unknown fields: a field added to a body but not to its model
 fails the request (a 500) and every test that makes it (README "REST API", naming).
 """
 

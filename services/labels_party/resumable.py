@@ -30,7 +30,7 @@ from labeldp.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.storage import ObjectStore
 
-from . import uploads
+from . import responses, uploads
 from .context import LabelsContext
 from .label_sets import load_label_set
 from .sources import FORMATS
@@ -91,25 +91,25 @@ def _parts(ctx: LabelsContext, upload_id: str) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
-def _describe(ctx: LabelsContext, upload_id: str, session: dict[str, Any]) -> dict[str, Any]:
+def _describe(ctx: LabelsContext, upload_id: str, session: dict[str, Any]) -> responses.Upload:
     parts = _parts(ctx, upload_id) if session.get("state") != "completed" else {}
     highest = max(parts, default=0)
-    return {
-        "id": upload_id,
-        "label_set_id": session["label_set_id"],
-        "target": session["target"],
-        "format": session["format"],
-        "validate_only": session["validate_only"],
-        "state": session.get("state", "open"),
-        "parts": [{"number": n, "size": size} for n, size in parts.items()],
-        "missing_below_highest": [n for n in range(1, highest) if n not in parts][:1000],
-        "part_max_bytes": ctx.settings.upload_part_max_bytes,
-        "max_parts": ctx.settings.upload_max_parts,
-        "created_at": session["created_at"],
-    }
+    return responses.Upload(
+        id=upload_id,
+        label_set_id=session["label_set_id"],
+        target=session["target"],
+        format=session["format"],
+        validate_only=session["validate_only"],
+        state=session.get("state", "open"),
+        parts=[responses.UploadPartInfo(number=n, size=size) for n, size in parts.items()],
+        missing_below_highest=[n for n in range(1, highest) if n not in parts][:1000],
+        part_max_bytes=ctx.settings.upload_part_max_bytes,
+        max_parts=ctx.settings.upload_max_parts,
+        created_at=session["created_at"],
+    )
 
 
-def create_upload(ctx: LabelsContext, label_set_id: str, body: UploadCreate) -> dict[str, Any]:
+def create_upload(ctx: LabelsContext, label_set_id: str, body: UploadCreate) -> responses.Upload:
     with ctx.sessions() as s:
         load_label_set(s, label_set_id)  # 404 before anything is written
     if body.validate_only and body.target == "ids":
@@ -125,11 +125,11 @@ def create_upload(ctx: LabelsContext, label_set_id: str, body: UploadCreate) -> 
     return _describe(ctx, upload_id, session)
 
 
-def get_upload(ctx: LabelsContext, upload_id: str) -> dict[str, Any]:
+def get_upload(ctx: LabelsContext, upload_id: str) -> responses.Upload:
     return _describe(ctx, upload_id, _session(ctx, upload_id))
 
 
-def put_part(ctx: LabelsContext, upload_id: str, number: int, body: Path, size: int) -> dict[str, Any]:
+def put_part(ctx: LabelsContext, upload_id: str, number: int, body: Path, size: int) -> responses.UploadPart:
     """Store one part (replacing a part of that number sent before)."""
     if not 1 <= number <= ctx.settings.upload_max_parts:
         raise InvalidInput("invalid_part_number", f"part numbers run from 1 to {ctx.settings.upload_max_parts}")
@@ -140,7 +140,7 @@ def put_part(ctx: LabelsContext, upload_id: str, number: int, body: Path, size: 
     if _session(ctx, upload_id).get("state") == "completed":
         raise Conflict("upload_completed", "this upload is already completed")
     ctx.store.put_file(_part_key(upload_id, number), body)
-    return {"upload_id": upload_id, "number": number, "size": size}
+    return responses.UploadPart(upload_id=upload_id, number=number, size=size)
 
 
 def complete_upload(
@@ -169,13 +169,18 @@ def complete_upload(
     names = uploads.Columns.of(session.get("id_column"), session.get("label_column"))  # older sessions: none
     if session["target"] == "ids":
         done = uploads.upload_ids(ctx, label_set_id, source, kind, None, names)
-        answer = {"upload_id": upload_id, "target": "ids", "label_set": done.body, "labels": None}
+        answer = responses.UploadCompleted(
+            upload_id=upload_id, target="ids", label_set=responses.LabelSet.model_validate(done.body), labels=None
+        )
     else:
         done = uploads.upload_labels(
             ctx, label_set_id, source, kind, validate_only=bool(session["validate_only"]), claim=None, names=names
         )
-        answer = {"upload_id": upload_id, "target": "labels", "label_set": None, "labels": done.body}
-    out = StoredResponse(200, answer)
+        answer = responses.UploadCompleted(
+            upload_id=upload_id, target="labels", label_set=None,
+            labels=responses.LabelsUploaded.model_validate(done.body),
+        )
+    out = StoredResponse(200, answer.model_dump())
     if claim is not None:
         with ctx.sessions.begin() as s:
             claim.complete(s, out)

@@ -38,7 +38,7 @@ from labeldp.parquet_batches import check_column_type, check_unicode, is_unicode
 from labeldp.service.idempotency import Claim, StoredResponse
 from labeldp.storage import ObjectStore
 
-from . import external_sort, id_lookup
+from . import external_sort, id_lookup, responses
 from .columnar import release_unused_memory
 from .context import LabelsContext, label_set_prefix
 from .label_sets import (
@@ -664,14 +664,14 @@ def upload_labels(
                 )
         runs.close()
         labeled_after = row.labeled + (0 if validate_only else n)
-        response = {
-            "label_set_id": label_set_id,
-            "validate_only": validate_only,
-            "accepted_rows": int(n),
-            "labeled": int(labeled_after),
-            "missing": int(row.n_ids - labeled_after),
-        }
-        out = StoredResponse(200, response)
+        response = responses.LabelsUploaded(
+            label_set_id=label_set_id,
+            validate_only=validate_only,
+            accepted_rows=int(n),
+            labeled=int(labeled_after),
+            missing=int(row.n_ids - labeled_after),
+        )
+        out = StoredResponse(200, response.model_dump())
         if validate_only:
             return out
         # Named by content, not by version: an upload that loses the compare-and-swap below has

@@ -37,7 +37,7 @@ def test_an_unreleased_set_is_deleted_with_its_objects_and_a_released_one_never(
     with pytest.raises(Conflict) as used:
         delete_label_set(ctx, spent)
     assert used.value.code == "label_set_in_use" and used.value.details == [{"releases": 1}]
-    assert get_label_set(ctx, spent)["id"] == spent and ctx.store.list(f"label_sets/{spent}")
+    assert get_label_set(ctx, spent).id == spent and ctx.store.list(f"label_sets/{spent}")
     with pytest.raises(NotFound):
         delete_label_set(ctx, mistaken)
 

@@ -81,7 +81,7 @@ def test_a_release_in_chunks_and_groups_charges_each_id_once_and_sends_each_row(
     ids, labels = _message(ctx, first["id"])
     assert ids == sorted(a_ids) and labels.size == 300 and np.all(np.isfinite(labels))
     # the set's remaining budget, read group by group: 0.2 where A shares ids with B
-    assert get_label_set(ctx, a)["budget"]["remaining_micro"] == 200_000
+    assert get_label_set(ctx, a).budget.remaining_micro == 200_000
     with pytest.raises(Conflict) as refused:  # refused at acceptance, nothing queued
         release(ctx, a, 0.3)
     assert refused.value.code == "budget_exhausted"

@@ -51,19 +51,19 @@ def test_a_release_is_queued_uncharged_then_charged_by_a_worker(database_url: st
     new_domain(ctx, "q", epsilon=2)
     ls = labeled_set(ctx, tmp_path, "q", ["a", "b", "c"])
     release_id = _queue(ctx, ls)
-    queued = get_release(ctx, release_id)
+    queued = get_release(ctx, release_id).model_dump()
     assert (queued["status"], queued["stage"], queued["accounting"], queued["message_sha256"]) == (
         "queued", "accepted", None, None
     )
     snapshot = release_snapshot(ctx, release_id)  # one poll of its event stream: not over yet
     assert (snapshot.data["stage"], snapshot.terminal) == ("accepted", False)
     assert set(spent_per_id(ctx, "q").values()) == {0}  # nothing charged before the worker
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, ls).budget.spent_micro == 0
     charged = settle(ctx, release_id)
     assert (charged["status"], charged["job_attempts"]) == ("pending", 1)
     assert len(charged["message_sha256"]) == 64 and ctx.store.size(message_key(f"{release_id}/manifest.json")) > 0
     assert spent_per_id(ctx, "q") == dict.fromkeys("abc", 500_000)
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 500_000
+    assert get_label_set(ctx, ls).budget.spent_micro == 500_000
 
 
 def test_queued_jobs_hold_the_label_sets_cap(database_url: str, tmp_path: Path) -> None:
@@ -90,12 +90,12 @@ def test_a_job_the_ledger_refuses_fails_with_its_code_and_charges_nothing(databa
     with pytest.raises(JobFailed) as exc:
         settle(ctx, second)
     assert exc.value.code == "budget_exhausted"
-    failed = get_release(ctx, second)
+    failed = get_release(ctx, second).model_dump()
     assert (failed["status"], failed["stage"], failed["error"]["code"]) == ("failed", "failed", "budget_exhausted")
     assert failed["message_sha256"] is None and failed["accounting"] is None
     assert release_snapshot(ctx, second).terminal  # its event stream ends: a failed job is final
     assert spent_per_id(ctx, "tight") == {"x": 800_000, "y": 800_000, "z": 0}
-    assert get_label_set(ctx, b)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, b).budget.spent_micro == 0
     assert [k for k in ctx.store.list("messages") if second in k] == []  # its message object was removed
     with pytest.raises(LabelDPError) as refused:
         redeliver(ctx, second)
@@ -109,7 +109,7 @@ def test_a_live_lease_is_never_taken_over(database_url: str, tmp_path: Path) -> 
     assert claim(ctx.sessions, "w1", lease_seconds=60) == release_id
     assert reap_expired(ctx.sessions, max_attempts=3) == []
     assert claim(ctx.sessions, "w2", lease_seconds=60) is None
-    assert get_release(ctx, release_id)["status"] == "running"
+    assert get_release(ctx, release_id).status == "running"
 
 
 def test_a_dead_workers_job_is_resumed_and_a_late_commit_loses(database_url: str, tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_a_dead_workers_job_is_resumed_and_a_late_commit_loses(database_url: str
     assert set(spent_per_id(ctx, "resume").values()) == {0}
     assert [k for k in ctx.store.list("messages") if release_id in k] == []  # w1's message object is gone
     run_job(ctx, release_id, "w2")
-    done = get_release(ctx, release_id)
+    done = get_release(ctx, release_id).model_dump()
     assert (done["status"], done["job_attempts"]) == ("pending", 2)
     w2 = [k for k in ctx.store.list("messages") if k.startswith(f"messages/{release_id}.2/")]  # w2's own objects
     assert w2 and sum(ctx.store.size(k) for k in w2) == done["message_bytes"]
@@ -152,10 +152,10 @@ def test_a_job_whose_workers_keep_dying_fails_cleanly(database_url: str, tmp_pat
         _expire(ctx, release_id)
         requeued = reap_expired(ctx.sessions, max_attempts=2)
         assert requeued == ([release_id] if attempt == 1 else [])
-    failed = get_release(ctx, release_id)
+    failed = get_release(ctx, release_id).model_dump()
     assert (failed["status"], failed["job_attempts"], failed["error"]["code"]) == ("failed", 2, "worker_lost")
     assert spent_per_id(ctx, "dying") == {"a": 0}
-    assert get_label_set(ctx, ls)["budget"]["spent_micro"] == 0
+    assert get_label_set(ctx, ls).budget.spent_micro == 0
     assert ReleaseWorker(ctx).step() is False  # nothing left to run
     again = _queue(ctx, ls)  # its hold on the cap is gone
     assert settle(ctx, again)["status"] == "pending"
@@ -178,8 +178,8 @@ def test_retention_removes_the_messages_of_delivered_releases_only(database_url:
     assert remove_expired_messages(ctx, week) == 0  # once
     kept = {k.split("/")[1] for k in ctx.store.list("messages")}  # messages/<release id>/<shard or manifest>
     assert kept == set(ids[1:])
-    gone = get_release(ctx, ids[0])
+    gone = get_release(ctx, ids[0]).model_dump()
     assert gone["status"] == "delivered" and gone["message_removed_at"] is not None
     assert len(gone["message_sha256"]) == 64  # the row keeps its digest
-    assert all(get_release(ctx, i)["message_removed_at"] is None for i in ids[1:])
+    assert all(get_release(ctx, i).message_removed_at is None for i in ids[1:])
     assert release_worker.remove_expired_messages(ctx, 0.0) == 1  # retention 0: the fresh delivery too

@@ -17,8 +17,8 @@ def _walk(ctx, **filters) -> list[str]:  # type: ignore[no-untyped-def]
     while True:
         page = list_releases(ctx, filters.get("label_set_id"), 2, cursor, filters.get("privacy_domain"),
                              known_set=filters.get("known_set", False))
-        ids += [r["id"] for r in page["items"]]
-        cursor = page["next_cursor"]
+        ids += [r.id for r in page.items]
+        cursor = page.next_cursor
         if cursor is None:
             return ids
 

@@ -140,7 +140,7 @@ def test_uploads_past_their_retention_are_swept_with_their_parts(tmp_path: Path)
 
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, upload_retention_seconds=3600)
     ls = _label_set_in(ctx)
-    old, fresh = (create_upload(ctx, ls, UploadCreate(target="ids", format="csv"))["id"] for _ in range(2))
+    old, fresh = (create_upload(ctx, ls, UploadCreate(target="ids", format="csv")).id for _ in range(2))
     part = tmp_path / "part"
     part.write_bytes(b"id\na\n")
     for up in (old, fresh):

@@ -102,7 +102,7 @@ def list_label_sets(
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
     name: str | None = Query(None, max_length=200, description="only the sets of this name (names are not unique)"),
-) -> dict[str, Any]:
+) -> responses.LabelSetPage:
     return label_sets.list_label_sets(ctx, limit, cursor, order, name)
 
 
@@ -117,7 +117,7 @@ def list_label_sets(
         **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found"),
     },
 )
-def delete_labels(label_set_id: str, ctx: Context, caller: ReleaseKey) -> dict[str, Any]:
+def delete_labels(label_set_id: str, ctx: Context, caller: ReleaseKey) -> responses.LabelSet:
     out = label_sets.delete_labels(ctx, label_set_id, caller)
     log.info("label set %s: raw labels deleted", label_set_id)
     return out
@@ -135,10 +135,10 @@ def delete_labels(label_set_id: str, ctx: Context, caller: ReleaseKey) -> dict[s
         **errors(401, 403, 404, 409, 422, 503, e404="label_set_not_found", e409="label_set_in_use"),
     },
 )
-def delete_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
+def delete_label_set(label_set_id: str, ctx: Context) -> responses.Deleted:
     label_sets.delete_label_set(ctx, label_set_id)
     log.info("label set %s deleted", label_set_id)
-    return {"id": label_set_id, "deleted": True}
+    return responses.Deleted(id=label_set_id, deleted=True)
 
 
 @router.get(
@@ -151,7 +151,7 @@ def delete_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
         **errors(401, 403, 404, 422, 503, e404="label_set_not_found"),
     },
 )
-def get_label_set(label_set_id: str, ctx: Context) -> dict[str, Any]:
+def get_label_set(label_set_id: str, ctx: Context) -> responses.LabelSet:
     return label_sets.get_label_set(ctx, label_set_id)
 
 

@@ -53,7 +53,7 @@ def list_releases(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
-) -> dict[str, Any]:
+) -> responses.ReleasePage:
     return releases.list_releases(ctx, label_set_id, limit, cursor, privacy_domain, order=order)
 
 
@@ -75,7 +75,7 @@ def list_label_set_releases(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
-) -> dict[str, Any]:
+) -> responses.ReleasePage:
     return releases.list_releases(ctx, label_set_id, limit, cursor, known_set=True, order=order)
 
 
@@ -105,7 +105,7 @@ def create_release(
     response: Response,
     key: IdempotencyKey,
     caller: ReleaseKey,
-) -> dict[str, Any]:
+) -> dict[str, Any] | responses.Release:
     scope = f"POST /v1/label-sets/{label_set_id}/releases"
     outcomes = metrics.release_requests
     try:
@@ -136,7 +136,7 @@ def create_release(
         **errors(401, 403, 404, 422, 503, e404="release_not_found"),
     },
 )
-def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
+def get_release(release_id: str, ctx: Context) -> responses.Release:
     return releases.get_release(ctx, release_id)
 
 
@@ -151,7 +151,7 @@ def get_release(release_id: str, ctx: Context) -> dict[str, Any]:
         **errors(401, 403, 404, 409, 422, 503, e404="release_not_found", e409="already_delivered"),
     },
 )
-def redeliver(release_id: str, ctx: Context) -> dict[str, Any]:
+def redeliver(release_id: str, ctx: Context) -> responses.Release:
     return releases.redeliver(ctx, release_id)
 
 

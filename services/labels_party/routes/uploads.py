@@ -36,9 +36,9 @@ router = APIRouter(prefix="/v1", tags=["label sets"])
     },
     openapi_extra=json_example({"target": "labels", "format": "parquet"}),
 )
-def create_upload(label_set_id: str, body: resumable.UploadCreate, ctx: Context, response: Response) -> dict[str, Any]:
+def create_upload(label_set_id: str, body: resumable.UploadCreate, ctx: Context, response: Response) -> Upload:
     out = resumable.create_upload(ctx, label_set_id, body)
-    response.headers["Location"] = f"/v1/uploads/{out['id']}"
+    response.headers["Location"] = f"/v1/uploads/{out.id}"
     return out
 
 
@@ -49,7 +49,7 @@ def create_upload(label_set_id: str, body: resumable.UploadCreate, ctx: Context,
     description="Its parts received so far (number and size) and the numbers missing below the highest.",
     responses={**ok(EXAMPLE_UPLOAD, "the upload"), **errors(401, 404, 422, 503, e404="upload_not_found")},
 )
-def get_upload(upload_id: str, ctx: Context) -> dict[str, Any]:
+def get_upload(upload_id: str, ctx: Context) -> Upload:
     return resumable.get_upload(ctx, upload_id)
 
 
@@ -67,7 +67,7 @@ def get_upload(upload_id: str, ctx: Context) -> dict[str, Any]:
 )
 async def put_part(
     upload_id: str, request: Request, ctx: Context, number: int = Path(ge=1, le=100_000)
-) -> dict[str, Any]:
+) -> UploadPart:
     body = await spool_body(request, ctx.spool_dir)  # then one object in the store; the spool is removed
     try:
         return await run_in_threadpool(resumable.put_part, ctx, upload_id, number, body.path, body.size)
