@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,14 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from features_party import checkpoints, inbox, leases, store, training_context, training_errors, training_run
 from features_party.progress import ProgressBoard
 from labeldp.learning.device import resolve_device
-from labeldp.service.database import is_transient, make_session_factory
+from labeldp.service.database import make_session_factory
+from labeldp.service.job_loop import JobRunner, run_jobs
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings, open_object_store, require_webhook_secret
 
 log = logging.getLogger("labeldp.features")
 
 MIGRATIONS = "features_party.migrations"
-SWEEP_SECONDS = 60.0  # how often an idle worker removes the checkpoints of finished trainings
 
 
 class Worker:
@@ -37,7 +36,6 @@ class Worker:
     def __init__(self, ctx: training_context.JobContext, max_attempts: int, poll_seconds: float) -> None:
         self.ctx, self.max_attempts, self.poll_seconds = ctx, max_attempts, poll_seconds
         self.lost_error = training_errors.stored_error(*leases.WORKER_LOST)
-        self._next_sweep = 0.0
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """Reap expired leases, then claim and run one training; False when none was queued."""
@@ -70,68 +68,32 @@ class Worker:
 
     def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
         """Work until ``stop``; ``wake`` (set when this process queued a training) cuts the wait short."""
-        log.info("training worker %s started", self.ctx.owner)
-        while not stop.is_set():
-            try:
-                if self.step(stop):
-                    continue
-                if time.monotonic() >= self._next_sweep:
-                    self._next_sweep = time.monotonic() + SWEEP_SECONDS
-                    self.sweep_checkpoints()
-            except Exception as exc:  # a database outage: wait and try again, never exit
-                level = logging.WARNING if is_transient(exc) else logging.ERROR
-                log.log(level, "training worker: %s; retrying", type(exc).__name__)
-            if wake is not None:
-                wake.wait(self.poll_seconds)
-                wake.clear()
-            else:
-                stop.wait(self.poll_seconds)
-        log.info("training worker %s stopped", self.ctx.owner)
+        run_jobs(lambda: self.step(stop), stop, poll_seconds=self.poll_seconds, log=log, name="training worker",
+                 owner=self.ctx.owner, wake=wake, housekeeping=self.sweep_checkpoints)
 
 
-class TrainingRunner:
+class TrainingRunner(JobRunner):
     """The API's in-process worker, a thread started and stopped by the app's lifespan; with
     ``enabled`` False (``LABELDP_TRAINING_IN_PROCESS_WORKER=false``) it runs nothing and the
-    trainings the API queues wait for ``labeldp worker features`` processes."""
+    trainings the API queues wait for ``labeldp worker features`` processes. Nothing is recovered
+    at start: a training another process runs is that process's (features_party.leases); expired
+    ones are re-queued by the loop. Shutdown stops after the running epoch; its training goes
+    back to the queue for the next worker."""
 
     def __init__(self, ctx: training_context.JobContext, *, enabled: bool = True, max_attempts: int = 3,
                  poll_seconds: float = 1.0) -> None:
         self.ctx = ctx
-        self.enabled = enabled
         self.worker = Worker(ctx, max_attempts, poll_seconds)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(self.worker.run, enabled=enabled, thread_name="labeldp-training")
 
     @property
     def board(self) -> ProgressBoard:
         return self.ctx.board
 
-    def start(self) -> None:
-        """Start the worker thread. Nothing is recovered here: a training another process runs
-        is that process's (features_party.leases); expired ones are re-queued by the loop."""
-        if not self.enabled or self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self.worker.run, args=(self._stop, self._wake), name="labeldp-training", daemon=True
-        )
-        self._thread.start()
-
     def submit(self, training_id: str) -> None:
         """A training was queued by this process: look now rather than at the next poll."""
         del training_id  # the queue is the table; any worker may take it
-        self._wake.set()
-
-    def shutdown(self, wait: bool = True) -> None:
-        """Stop after the running epoch; its training goes back to the queue for the next worker."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        self._wake.set()
-        if wait:
-            thread.join()
+        self.wake()
 
 
 def run_worker(settings: Settings, stop: threading.Event) -> None:

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.errors import LabelDPError, Unavailable
 from labeldp.service.database import is_transient, make_session_factory
+from labeldp.service.job_loop import JobRunner, run_jobs
 from labeldp.service.leases import LeaseKeeper, new_owner
 from labeldp.service.migrations import open_database
 from labeldp.service.settings import Settings
@@ -47,7 +48,6 @@ from .sweep import sweep_orphans
 log = logging.getLogger("labeldp.labels.worker")
 
 MIGRATIONS = "labels_party.migrations"
-SWEEP_SECONDS = 60.0  # how often an idle worker removes expired messages and orphaned objects
 WORKER_LOST = ("worker_lost", "the release's worker stopped before it was charged, too many times; nothing was "
                "charged")
 INTERNAL = "release_failed"
@@ -186,7 +186,6 @@ class ReleaseWorker:
         self.ctx = ctx
         self.owner = owner or new_owner()
         self.lease_seconds = ctx.settings.release_lease_seconds
-        self._next_sweep = 0.0
 
     def step(self) -> bool:
         """Reap expired leases, then claim and run one job; False when none was queued."""
@@ -236,54 +235,19 @@ class ReleaseWorker:
 
     def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
         """Work until ``stop``; ``wake`` (set when this process queued a job) cuts the wait short."""
-        log.info("release worker %s started", self.owner)
-        poll = self.ctx.settings.release_poll_seconds
-        while not stop.is_set():
-            try:
-                if self.step():
-                    continue
-                if time.monotonic() >= self._next_sweep:
-                    self._next_sweep = time.monotonic() + SWEEP_SECONDS
-                    self.sweep()
-            except Exception as exc:  # a database outage: wait and try again, never exit
-                level = logging.WARNING if is_transient(exc) else logging.ERROR
-                log.log(level, "release worker: %s; retrying", type(exc).__name__)
-            if wake is not None:
-                wake.wait(poll)
-                wake.clear()
-            else:
-                stop.wait(poll)
-        log.info("release worker %s stopped", self.owner)
+        run_jobs(self.step, stop, poll_seconds=self.ctx.settings.release_poll_seconds, log=log,
+                 name="release worker", owner=self.owner, wake=wake, housekeeping=self.sweep)
 
 
-class ReleaseRunner:
+class ReleaseRunner(JobRunner):
     """The labels API's in-process release worker, a thread the app's lifespan starts and stops;
     off (``LABELDP_RELEASE_IN_PROCESS_WORKER=false``), the API's jobs wait for ``labeldp worker labels``."""
 
     def __init__(self, ctx: LabelsContext) -> None:
         self.ctx = ctx
-        self.enabled = ctx.settings.release_in_process_worker
         self.worker = ReleaseWorker(ctx)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if not self.enabled or self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self.worker.run, args=(self._stop, self.ctx.jobs_queued), name="labeldp-release", daemon=True
-        )
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        """Stop after the running job (its final transaction commits or never starts)."""
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        self.ctx.jobs_queued.set()
-        thread.join()
+        super().__init__(self.worker.run, enabled=ctx.settings.release_in_process_worker,
+                         thread_name="labeldp-release", wake=ctx.jobs_queued)
 
 
 def run_worker(settings: Settings, stop: threading.Event) -> None:
