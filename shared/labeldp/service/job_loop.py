@@ -1,6 +1,7 @@
 """The job workers' polling loop and the in-process thread that runs it (both parties).
 
-:func:`run_jobs` is the loop of a release worker and of a training worker: one job per ``step``
+:func:`run_jobs` is the loop of a release worker, a training worker and a webhook sender
+(:mod:`labeldp.service.webhooks`, one delivery a step, its hourly prune inside it): one job per ``step``
 (False when none was queued), when idle a ``housekeeping`` call every ``housekeeping_seconds``,
 then a wait of ``poll_seconds`` on ``wake`` (this process queued a job) or ``stop``. An exception
 is logged — WARNING when :func:`labeldp.service.database.is_transient` (the database is away),
@@ -86,12 +87,12 @@ class JobRunner:
         """A job was queued by this process: look now rather than at the next poll."""
         self._wake.set()
 
-    def shutdown(self, wait: bool = True) -> None:
-        """Stop after the running job (``wait``: until the thread has ended)."""
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop after the running job (``wait``: until the thread has ended, or ``timeout`` s)."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
         self._stop.set()
         self._wake.set()
         if wait:
-            thread.join()
+            thread.join(timeout)

@@ -49,6 +49,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from labeldp.service.job_loop import JobRunner, run_jobs
 from labeldp.service.leases import new_owner
 from labeldp.service.pagination import ASC, Order, after, check_limit, next_cursor, ordered
 from labeldp.service.timestamps import iso, utcnow
@@ -248,9 +249,7 @@ class WebhookSender:
         self.poll_seconds = poll_seconds
         self.lease_seconds = 2 * timeout + 10  # an attempt ends within its timeout; then the row is written
         self.owner = new_owner()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._runner = JobRunner(self._run, enabled=True, thread_name="labeldp-webhooks")
         self._rng = random.Random()
         self._pruned_at = 0.0
         self.delivered = 0
@@ -260,44 +259,27 @@ class WebhookSender:
         return enqueue(session, self.table, self.url, event)
 
     def wake(self) -> None:
-        self._wake.set()
+        self._runner.wake()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="labeldp-webhooks", daemon=True)
-            self._thread.start()
+        self._runner.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(self.timeout + 5 if timeout is None else timeout)
-            self._thread = None
+        self._runner.shutdown(timeout=self.timeout + 5 if timeout is None else timeout)
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event, wake: threading.Event) -> None:
         with httpx.Client(timeout=self.timeout, follow_redirects=False) as client:
-            while not self._stop.is_set():
-                try:
-                    sent = self.deliver_due(client)
-                except Exception as exc:  # a database outage: back off, never die
-                    log.warning("webhook deliveries: pass failed (%s)", type(exc).__name__)
-                    sent = 0
-                if not sent:
-                    self._wake.wait(self.poll_seconds)
-                    self._wake.clear()
+            run_jobs(lambda: self.deliver_one(client), stop, poll_seconds=self.poll_seconds, log=log,
+                     name="webhook sender", owner=self.owner, wake=wake)
 
-    def deliver_due(self, client: httpx.Client, limit: int = 10) -> int:
-        """Claim and attempt up to ``limit`` due deliveries, one claim at a time; how many were attempted."""
+    def deliver_one(self, client: httpx.Client) -> bool:
+        """Claim and attempt one due delivery; False when none is due (the hourly prune first)."""
         self._prune()
-        done = 0
-        while done < limit and not self._stop.is_set():
-            claimed = claim_due(self.sessions, self.table, self.url, self.owner, self.lease_seconds)
-            if not claimed:
-                break
-            self._attempt(client, claimed[0])
-            done += 1
-        return done
+        claimed = claim_due(self.sessions, self.table, self.url, self.owner, self.lease_seconds)
+        if not claimed:
+            return False
+        self._attempt(client, claimed[0])
+        return True
 
     def _attempt(self, client: httpx.Client, row_id: str) -> None:
         t = self.table
