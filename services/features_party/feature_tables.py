@@ -562,25 +562,32 @@ def get_feature_table(session: Session, name: str) -> store.FeatureTable:
 TABLE_ID = re.compile(r"^ft_[0-9a-f]{32}$")
 
 
-def find_feature_table(session: Session, ref: str) -> store.FeatureTable:
-    """The table ``ref`` names: its id (``ft_…``: that content, 404 once replaced) or, for compatibility,
-    its name (issue 26: one way to refer to a resource; a new name never takes an id's shape)."""
-    if TABLE_ID.match(ref):
+TABLE_NOT_FOUND = (
+    "no feature table has that id: ids look like ft_…; find one by name with GET /v1/feature-tables?name=…"
+)
+
+
+def find_hinted_table(session: Session, hint: str) -> store.FeatureTable | None:
+    """The table a release's ``feature_table`` hint names (a cross-party hint the labels party passes on,
+    not a reference: its name, or the id the advertiser copied), or None."""
+    if TABLE_ID.match(hint):
         try:
-            return get_feature_table_by_id(session, ref)
+            return get_feature_table_by_id(session, hint)
         except NotFound:
             pass
-    return get_feature_table(session, ref)
+    return session.get(store.FeatureTable, hint)
 
 
 def get_feature_table_by_id(session: Session, table_id: str) -> store.FeatureTable:
-    """The table whose id (``ft_`` + its file's name, :func:`table_id`) is ``table_id``, or 404."""
+    """The table whose id (``ft_`` + its file's name, :func:`table_id`) is ``table_id``; anything else, a
+    name included, is 404 ``feature_table_not_found`` saying how to find the id (issue 26: one way to
+    refer to a resource)."""
     row = None
     if TABLE_ID.match(table_id):
         path = f"{TABLES_DIR}/{table_id.removeprefix('ft_')}.parquet"
         row = session.execute(select(store.FeatureTable).where(store.FeatureTable.path == path)).scalar_one_or_none()
     if row is None:
-        raise NotFound("feature_table_not_found", "no such feature table")
+        raise NotFound("feature_table_not_found", TABLE_NOT_FOUND)
     return row
 
 

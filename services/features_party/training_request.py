@@ -21,11 +21,9 @@ class _TrainingTarget(TrainingOptions):
     release_id: str = Field(min_length=1, max_length=256)
     feature_table_id: str | None = Field(
         None, max_length=64,
-        description="`ft_…`: the feature table to join the release with (default: the table the release names)",
-    )
-    feature_table: str | None = Field(
-        None, max_length=64, deprecated=True,
-        description="the table's name (or id): kept for compatibility; send `feature_table_id`",
+        description="`ft_…`: the feature table to join the release with (default: the table the release's "
+        "`feature_table` hint names); a name is 422 `unknown_feature_table` (find the id with "
+        "`GET /v1/feature-tables?name=…`)",
     )
     forward_correction: bool = Field(
         False,

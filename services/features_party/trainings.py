@@ -63,17 +63,7 @@ def create_training(
     with session_factory() as session:
         _check_queue(session, queue_max, retry_after)
         release = inbox.get_release(session, request.release_id)
-        if request.feature_table_id is not None and request.feature_table is not None:
-            raise InvalidInput("invalid_request", "send feature_table_id, not both it and feature_table")
-        table_name = request.feature_table_id or request.feature_table or release.feature_table
-        if not table_name:
-            raise InvalidInput(
-                "feature_table_required", "the release names no feature table; send feature_table_id"
-            )
-        try:  # its id (that content) or, as releases and older clients name it, its name
-            table_row = feature_tables.find_feature_table(session, table_name)
-        except NotFound:
-            raise InvalidInput("unknown_feature_table", f"no feature table {table_name!r} is held here") from None
+        table_row = _table_to_join(session, request.feature_table_id, release.feature_table)
         task = LabelTask.of(release.mechanism)
         if request.forward_correction:
             check_forward_correction(task)
@@ -109,6 +99,25 @@ def create_training(
             claim.complete(session, response)
     log.info("training %s queued for release %s on table %s", training_id, release_id, table_row.name)
     return response
+
+
+def _table_to_join(session: Session, feature_table_id: str | None, hint: str | None) -> store.FeatureTable:
+    """The table a training joins: ``feature_table_id`` (an id only: anything else, a name included, is 422
+    ``unknown_feature_table`` saying how to find the id), else the table the release's ``feature_table``
+    hint names (422 ``feature_table_required`` when it names none, ``unknown_feature_table`` when none is held)."""
+    if feature_table_id is not None:
+        try:
+            return feature_tables.get_feature_table_by_id(session, feature_table_id)
+        except NotFound:
+            raise InvalidInput("unknown_feature_table", feature_tables.TABLE_NOT_FOUND) from None
+    if not hint:
+        raise InvalidInput("feature_table_required", "the release names no feature table; send feature_table_id")
+    row = feature_tables.find_hinted_table(session, hint)
+    if row is None:
+        raise InvalidInput(
+            "unknown_feature_table", f"no feature table {hint!r} (the release's hint) is held: send feature_table_id"
+        )
+    return row
 
 
 def _check_table_unchanged(session: Session, checked: store.FeatureTable) -> None:

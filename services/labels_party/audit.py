@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any, Literal, get_args
 
-from sqlalchemy import event, or_, select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labeldp.errors import Conflict
@@ -143,9 +143,11 @@ def list_events(
     action: str | None = None, order: Order = ASC,
 ) -> responses.AuditEventPage:
     stmt = select(AuditEventRow)
-    if domain is not None:
-        # the domain's id, or its name (as events record both)
-        stmt = stmt.where(or_(AuditEventRow.privacy_domain_id == domain, AuditEventRow.privacy_domain == domain))
+    if domain is not None:  # the domain's id only (404 privacy_domain_not_found otherwise, a name included)
+        from .privacy_domains import find_domain  # privacy_domains records its events here
+
+        with ctx.sessions() as s:
+            stmt = stmt.where(AuditEventRow.privacy_domain_id == find_domain(s, domain).id)
     if subject_id is not None:
         stmt = stmt.where(AuditEventRow.subject_id == subject_id)
     if action is not None:

@@ -35,7 +35,7 @@ from labeldp.storage import ObjectStore
 from . import audit, external_sort, id_lookup, ledger, responses
 from .columnar import get_array, get_table, npy_slices, put_table, release_unused_memory
 from .context import LabelsContext, label_set_prefix
-from .privacy_domains import DEFAULT_DOMAIN, ensure_default_domain, find_domain
+from .privacy_domains import default_domain_id, find_domain
 from .store import LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 # pyarrow-stubs type the compute kernels' results as `object`; their call sites are read untyped.
@@ -62,9 +62,11 @@ class LabelSetCreate(BaseModel):
     label_type: Literal["real", "integer", "categorical"] = "real"
     domain: DomainIn | None = Field(None, description="label range; real and integer label sets")
     classes: list[StrictStr] | None = Field(None, description="class names; categorical label sets")
-    privacy_domain: str = Field(
-        DEFAULT_DOMAIN, min_length=1, max_length=200,
-        description="the privacy domain whose per-id ledger it charges: its id (`pd_…`); its name is still accepted",
+    privacy_domain: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="the id (`pd_…`) of the privacy domain whose per-id ledger it charges (default: the "
+        "`default` domain); a name is 404 `privacy_domain_not_found` (find the id with "
+        "`GET /v1/privacy-domains?name=…`)",
     )
     total_epsilon: EpsilonIn | None = Field(
         None, description="optional cap on this label set's own releases (default: the domain's per-id budget)"
@@ -173,19 +175,20 @@ def create_label_set(
         if not body.ids:
             raise InvalidInput("invalid_ids", "ids must not be empty (or omit them and upload them)")
         ids = canonical_ids(pa.array([str(i) for i in body.ids], pa.string()))
-    if body.privacy_domain == DEFAULT_DOMAIN:
-        ensure_default_domain(ctx)
+    if body.privacy_domain is None:
+        domain_id = default_domain_id(ctx)
+    else:
+        with ctx.sessions() as s:
+            domain_id = find_domain(s, body.privacy_domain).id  # an id only: 404 before anything is written
     id_remaining = None
     if ids is not None:
-        with ctx.sessions() as s:
-            domain_id = find_domain(s, body.privacy_domain).id
         ledger.register_ids(ctx, domain_id, ids)  # before the set exists: see register_ids
         with ctx.sessions() as s:
-            domain_row = find_domain(s, body.privacy_domain)
+            domain_row = find_domain(s, domain_id)
         id_remaining = ledger.remaining_for(ctx, None, domain_row, ids)  # outside the transaction below
     label_set_id = "ls_" + uuid.uuid4().hex
     with ctx.sessions.begin() as s:
-        domain = find_domain(s, body.privacy_domain)
+        domain = find_domain(s, domain_id)
         row = LabelSetRow(
             id=label_set_id,
             name=body.name,

@@ -150,18 +150,30 @@ def ensure_default_domain(ctx: LabelsContext) -> None:
 
 
 DOMAIN_ID = re.compile(r"^pd_[0-9a-f]{32}$")
-"""A privacy domain's id: what every reference to a domain takes (its name is still accepted)."""
+"""A privacy domain's id: what every reference to a domain takes (a name never takes its shape)."""
+
+DOMAIN_NOT_FOUND = (
+    "no privacy domain has that id: ids look like pd_…; find one by name with GET /v1/privacy-domains?name=…"
+)
 
 
-def find_domain(s: Session, ref: str) -> PrivacyDomainRow:
-    """The domain ``ref`` names: its id (``pd_…``) or, for compatibility, its name (issue 26: one
-    way to refer to a resource). A new name never takes an id's shape, so the two never collide."""
-    row = s.get(PrivacyDomainRow, ref) if DOMAIN_ID.match(ref) else None
+def find_domain(s: Session, domain_id: str) -> PrivacyDomainRow:
+    """The domain whose id (``pd_…``) is ``domain_id``; anything else, a name included, is 404
+    ``privacy_domain_not_found`` saying how to find the id (issue 26: one way to refer to a resource)."""
+    row = s.get(PrivacyDomainRow, domain_id) if DOMAIN_ID.match(domain_id) else None
     if row is None:
-        row = s.scalar(select(PrivacyDomainRow).where(PrivacyDomainRow.name == ref))
-    if row is None:
-        raise NotFound("privacy_domain_not_found", "no such privacy domain")
+        raise NotFound("privacy_domain_not_found", DOMAIN_NOT_FOUND)
     return row
+
+
+def default_domain_id(ctx: LabelsContext) -> str:
+    """The default domain's id (created on first use): what a label set that names no domain charges."""
+    ensure_default_domain(ctx)
+    with ctx.sessions() as s:
+        found = s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == DEFAULT_DOMAIN))
+    if found is None:  # ensure_default_domain committed it, or another process did
+        raise NotFound("privacy_domain_not_found", DOMAIN_NOT_FOUND)
+    return found
 
 
 def describe(ctx: LabelsContext, s: Session, row: PrivacyDomainRow) -> responses.PrivacyDomain:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labeldp.epsilon import EpsilonIn, InvalidEpsilon, delta_units_ceil, exact_micro, from_delta_units, from_micro
@@ -50,6 +50,7 @@ from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
 from .label_sets import LABELS_DELETED, class_names, ids_remaining, iter_labelled_chunks, load_label_set, work_prefix
+from .privacy_domains import find_domain
 from .store import RELEASE_JOB_STATES, LabelSetRow, PrivacyDomainRow, ReleaseRow
 
 log = logging.getLogger("labeldp.labels")
@@ -491,17 +492,20 @@ def list_releases(
     ctx: LabelsContext, label_set_id: str | None, limit: int, cursor: str | None,
     privacy_domain: str | None = None, *, known_set: bool = False, order: Order = ASC,
 ) -> responses.ReleasePage:
-    """A page of releases in creation ``order``, optionally of one label set or of one privacy domain (by name);
+    """A page of releases in creation ``order``, optionally of one label set or of one privacy domain (its id:
+    404 ``privacy_domain_not_found`` for anything else, a name included);
     never reads message bytes. ``known_set``: the set must exist (404 ``label_set_not_found``, the
     sub-collection ``/label-sets/{id}/releases``); a filter that matches nothing is an empty page."""
     stmt = select(ReleaseRow)
     if label_set_id is not None:
         stmt = stmt.where(ReleaseRow.label_set_id == label_set_id)
     if privacy_domain is not None:
-        stmt = stmt.join(LabelSetRow, LabelSetRow.id == ReleaseRow.label_set_id).join(
-            PrivacyDomainRow, PrivacyDomainRow.id == LabelSetRow.privacy_domain_id
-        ).where(or_(PrivacyDomainRow.id == privacy_domain, PrivacyDomainRow.name == privacy_domain))
+        stmt = stmt.join(LabelSetRow, LabelSetRow.id == ReleaseRow.label_set_id).where(
+            LabelSetRow.privacy_domain_id == privacy_domain
+        )
     with ctx.sessions() as s:
+        if privacy_domain is not None:
+            find_domain(s, privacy_domain)
         if known_set and label_set_id is not None:
             load_label_set(s, label_set_id)
         return responses.ReleasePage(

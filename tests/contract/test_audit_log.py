@@ -58,8 +58,9 @@ def _events(client: TestClient, **params: object) -> list[dict[str, Any]]:
 
 def _label_set(client: TestClient) -> str:
     domain = {"name": "conv", "id_source": "crm:audit", "epsilon": 10}
-    assert client.post("/v1/privacy-domains", json=domain, headers=ADMIN).status_code == 201
-    body = {"name": "spend", "domain": {"low": 0, "high": 10}, "ids": IDS, "privacy_domain": "conv"}
+    made = client.post("/v1/privacy-domains", json=domain, headers=ADMIN)
+    assert made.status_code == 201, made.text
+    body = {"name": "spend", "domain": {"low": 0, "high": 10}, "ids": IDS, "privacy_domain": made.json()["id"]}
     r = client.post("/v1/label-sets", json=body, headers=RELEASE)
     assert r.status_code == 201, r.text
     ls = r.json()["id"]
@@ -108,7 +109,7 @@ def test_label_sets_and_releases_are_audited_under_the_acting_key_without_a_labe
     assert details["release.charged", charged]["epsilon_micro"] == 500_000
     assert details["release.failed", lost]["error_code"] == "worker_lost"
     assert details["release.failed", refused]["error_code"] == "labels_deleted"
-    assert _events(labels, action="release.failed", privacy_domain="conv") == [
+    assert _events(labels, action="release.failed", privacy_domain=events[0]["privacy_domain_id"]) == [
         e for e in events if e["action"] == "release.failed"
     ]
     # No raw label in any event, in any rendering of it.

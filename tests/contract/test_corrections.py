@@ -45,15 +45,17 @@ def test_a_feature_table_is_replaced_then_deleted_over_http(features: TestClient
     csv = {**FEATURES_AUTH, "Content-Type": "text/csv"}
     first = features.post("/v1/feature-tables", params={"name": "visits"}, content=b"id,x\nu1,1\n", headers=csv)
     assert first.status_code == 201, first.text
-    replaced = features.put("/v1/feature-tables/visits", params={"id_column": "user_id"},
+    replaced = features.put(f"/v1/feature-tables/{first.json()['id']}", params={"id_column": "user_id"},
                             content=b"user_id,x,city\nu1,2,p\nu2,3,q\n", headers=csv)
     assert replaced.status_code == 200, replaced.text
     assert replaced.json()["n_rows"] == 2 and replaced.json()["id"] != first.json()["id"]
-    assert features.get("/v1/feature-tables/visits", headers=FEATURES_AUTH).json() == replaced.json()
-    unknown = features.put("/v1/feature-tables/visits", params={"id_column": "order_id"},
+    now = f"/v1/feature-tables/{replaced.json()['id']}"
+    assert features.get(now, headers=FEATURES_AUTH).json() == replaced.json()
+    unknown = features.put(now, params={"id_column": "order_id"},
                            content=b"user_id,x\nu1,2\n", headers=csv)
     assert unknown.status_code == 422 and unknown.json()["code"] == "missing_id_column"
-    gone = features.delete("/v1/feature-tables/visits", headers=FEATURES_AUTH)
+    gone = features.delete(now, headers=FEATURES_AUTH)
     assert gone.json() == {"id": replaced.json()["id"], "deleted": True}
-    assert features.get("/v1/feature-tables/visits", headers=FEATURES_AUTH).status_code == 404
-    assert features.put("/v1/feature-tables/visits", content=b"id,x\nu1,1\n", headers=csv).status_code == 404
+    assert features.get(now, headers=FEATURES_AUTH).status_code == 404
+    assert features.put(now, content=b"id,x\nu1,1\n", headers=csv).status_code == 404
+    assert features.get("/v1/feature-tables", params={"name": "visits"}, headers=FEATURES_AUTH).json()["items"] == []

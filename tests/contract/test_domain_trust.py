@@ -56,17 +56,19 @@ def _events(client: TestClient, **params: object) -> list[dict]:  # type: ignore
 def test_a_release_key_cannot_create_a_privacy_domain(labels: TestClient) -> None:
     r = _domain(labels, RELEASE, "again", "crm:customer_id", 1000)
     assert (r.status_code, r.json()["code"]) == (403, "scope_required"), r.text
-    assert labels.get("/v1/privacy-domains/again", headers=RELEASE).status_code == 404
+    assert labels.get("/v1/privacy-domains", params={"name": "again"}, headers=RELEASE).json()["items"] == []
     assert _events(labels) == []  # nothing written, not even an audit event
     assert labels.get("/v1/audit-events", headers=RELEASE).status_code == 403  # the log is the admin's
     # the admin key creates it; it cannot upload or release (that is the release key's scope)
-    assert _domain(labels, ADMIN, "again", "crm:customer_id").status_code == 201
-    body = {"name": "s", "domain": {"low": 0, "high": 1}, "ids": ["a"], "privacy_domain": "again"}
+    made = _domain(labels, ADMIN, "again", "crm:customer_id")
+    assert made.status_code == 201, made.text
+    body = {"name": "s", "domain": {"low": 0, "high": 1}, "ids": ["a"], "privacy_domain": made.json()["id"]}
     r = labels.post("/v1/label-sets", json=body, headers=ADMIN)
     assert (r.status_code, r.json()["code"]) == (403, "scope_required"), r.text
     assert labels.post("/v1/label-sets", json=body, headers=RELEASE).status_code == 201
     # every key reads a domain
-    assert labels.get("/v1/privacy-domains/again", headers=RELEASE).json()["id_source"] == "crm:customer_id"
+    shown = labels.get(f"/v1/privacy-domains/{made.json()['id']}", headers=RELEASE)
+    assert shown.json()["id_source"] == "crm:customer_id"
 
 
 def test_two_domains_cannot_claim_one_id_source(labels: TestClient) -> None:
@@ -75,7 +77,7 @@ def test_two_domains_cannot_claim_one_id_source(labels: TestClient) -> None:
     for name, source in [("conversions-again", "crm:customer_id"), ("shouting", "CRM:Customer_ID ")]:
         r = _domain(labels, ADMIN, name, source, 50)
         assert (r.status_code, r.json()["code"]) == (409, "id_source_claimed"), r.text
-        assert labels.get(f"/v1/privacy-domains/{name}", headers=ADMIN).status_code == 404
+        assert labels.get("/v1/privacy-domains", params={"name": name}, headers=ADMIN).json()["items"] == []
     assert [e["privacy_domain"] for e in _events(labels)] == ["conversions"]
     assert _domain(labels, ADMIN, "orders", "shop:order_id").status_code == 201  # another source is fine
     r = _domain(labels, ADMIN, "spaces", "crm customer")
@@ -94,7 +96,8 @@ def test_the_audit_log_lists_every_domain_change_and_is_append_only(labels: Test
                        headers=RELEASE).status_code == 201
     events = _events(labels, limit=2, action="privacy_domain.created")  # two pages
     assert [e["privacy_domain"] for e in events] == [*names, "default"]
-    assert [e["action"] for e in _events(labels, privacy_domain="default")] == [
+    default = events[3]["privacy_domain_id"]
+    assert [e["action"] for e in _events(labels, privacy_domain=default)] == [
         "privacy_domain.created", "label_set.created"
     ]
     admin_id = ApiKey(ADMIN_KEY, frozenset()).key_id
@@ -103,7 +106,7 @@ def test_the_audit_log_lists_every_domain_change_and_is_append_only(labels: Test
         assert event["details"]["id_source"] == f"src:{event['privacy_domain']}"
         assert ADMIN_KEY not in str(event)
     assert (events[3]["key_id"], events[3]["scope"]) == (None, None)
-    assert _events(labels, privacy_domain="b") == [events[1]]
+    assert _events(labels, privacy_domain=events[1]["privacy_domain_id"]) == [events[1]]
 
     sessions = labels.app.state.ctx.sessions
     with pytest.raises(AuditLogIsAppendOnly), sessions.begin() as s:
@@ -125,7 +128,7 @@ def test_key_entries_carry_scopes_and_a_plain_key_only_releases() -> None:
 
 def test_privacy_domains_are_listed_a_page_at_a_time_to_every_key(labels: TestClient) -> None:
     """Issue 26 item 3: domains could be read by name only. The list pages them oldest first
-    (labeldp.service.pagination), each body the one GET by name answers; any key reads it."""
+    (labeldp.service.pagination), each body the one GET by id answers; any key reads it."""
     for i in range(3):
         assert _domain(labels, ADMIN, f"d{i}", f"src:{i}", eps=1.0 + i).status_code == 201
     names: list[str] = []
@@ -136,7 +139,7 @@ def test_privacy_domains_are_listed_a_page_at_a_time_to_every_key(labels: TestCl
         assert page.status_code == 200, page.text
         assert len(page.json()["items"]) <= 2
         for item in page.json()["items"]:
-            assert item == labels.get(f"/v1/privacy-domains/{item['name']}", headers=RELEASE).json()
+            assert item == labels.get(f"/v1/privacy-domains/{item['id']}", headers=RELEASE).json()
             names.append(item["name"])
         cursor = page.json()["next_cursor"]
         if cursor is None:

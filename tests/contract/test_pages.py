@@ -36,7 +36,8 @@ def test_a_label_sets_releases_are_a_sub_collection(labels: TestClient) -> None:
     page = labels.get(f"/v1/label-sets/{ls}/releases", headers=LABELS_AUTH)
     assert page.status_code == 200 and page.json() == {"items": [], "next_cursor": None}
     assert labels.get("/v1/label-sets/ls_nope/releases", headers=LABELS_AUTH).json()["code"] == "label_set_not_found"
-    by_domain = labels.get("/v1/releases", params={"privacy_domain": "default"}, headers=LABELS_AUTH)
+    default = labels.get("/v1/privacy-domains", params={"name": "default"}, headers=LABELS_AUTH).json()["items"][0]
+    by_domain = labels.get("/v1/releases", params={"privacy_domain": default["id"]}, headers=LABELS_AUTH)
     assert by_domain.status_code == 200 and by_domain.json()["items"] == []
 
 

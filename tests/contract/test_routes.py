@@ -54,13 +54,14 @@ def test_a_body_that_drifts_from_its_model_is_refused(labels: TestClient, monkey
         "/v1/privacy-domains", json={"name": "drift", "id_source": "drift", "epsilon": 1}, headers=LABELS_AUTH
     )
     assert created.status_code == 201, created.text
-    assert labels.get("/v1/privacy-domains/drift", headers=LABELS_AUTH).json() == created.json()
+    path = f"/v1/privacy-domains/{created.json()['id']}"
+    assert labels.get(path, headers=LABELS_AUTH).json() == created.json()
     real = privacy_domains.get_privacy_domain
     monkeypatch.setattr(
         privacy_domains, "get_privacy_domain", lambda ctx, name: {**real(ctx, name).model_dump(), "extra": 1}
     )
     served = TestClient(labels.app, raise_server_exceptions=False)  # what a client sees, not the traceback
-    drifted = served.get("/v1/privacy-domains/drift", headers=LABELS_AUTH)
+    drifted = served.get(path, headers=LABELS_AUTH)
     assert drifted.status_code == 500 and drifted.json()["code"] == "internal_error", drifted.text
 
 

@@ -58,6 +58,13 @@ def feature_table(stack: LocalStack, data) -> str:
     return "clicks"
 
 
+def domain_id(labels: httpx.Client, name: str) -> str:
+    """The ``pd_`` id of the domain ``name``, found as a client finds it: the list's ``?name=`` filter
+    (every path and field takes the id only)."""
+    (domain,) = labels.get("/v1/privacy-domains", params={"name": name}).json()["items"]
+    return str(domain["id"])
+
+
 def create_label_set(
     labels: httpx.Client, ids: list[str], budget: float, high: float, label_type: str = "real"
 ) -> dict:

@@ -118,12 +118,13 @@ def seeded(stack: LocalStack, data, feature_table: str) -> dict[str, str]:
     with stack.labels_client() as labels, stack.features_client() as features:
         r = labels.post("/v1/privacy-domains", json={"name": "retail", "id_source": "crm:customer", "epsilon": 3})
         assert r.status_code == 201, r.text
+        retail = r.json()["id"]
         releases = []
         for n, eps in ((400, 1), (100, 2)):
             ids = list(data.ids[:n])
             r = labels.post("/v1/label-sets", json={
                 "name": f"spend-{n}", "label_type": "real", "domain": {"low": 0, "high": float(data.clip)},
-                "privacy_domain": "retail", "ids": ids,
+                "privacy_domain": retail, "ids": ids,
             })
             assert r.status_code == 201, r.text
             assert upload_csv(labels, r.json()["id"], [(i, float(truth[i])) for i in ids]).status_code == 200

@@ -17,13 +17,13 @@ import numpy as np
 
 from labeldp_tools.local_stack import LocalStack
 
-from .conftest import upload_csv, wait_charged
+from .conftest import domain_id, upload_csv, wait_charged
 
 
 def _labeled_set(labels: httpx.Client, domain: str, n: int, seed: int = 0) -> str:
     ids = [f"x{i:06d}" for i in range(n)]
     r = labels.post("/v1/label-sets", json={"name": "once", "domain": {"low": 0, "high": 1},
-                                            "privacy_domain": domain, "ids": ids})
+                                            "privacy_domain": domain_id(labels, domain), "ids": ids})
     assert r.status_code == 201, r.text
     values = np.random.default_rng(seed).uniform(0, 1, n)
     assert upload_csv(labels, r.json()["id"], [(i, float(v)) for i, v in zip(ids, values)]).status_code == 200
@@ -57,7 +57,7 @@ def test_same_key_replays_the_release_and_charges_once(stack: LocalStack) -> Non
         assert late.json()["message_sha256"] == charged["message_sha256"]
         summary = labels.get(f"/v1/label-sets/{ls}").json()
         assert summary["budget"]["spent_micro"] == 1_000_000 and len(summary["releases"]) == 1
-        assert labels.get("/v1/privacy-domains/once-a").json()["max_spent_epsilon"] == 1.0
+        assert labels.get(f"/v1/privacy-domains/{domain_id(labels, 'once-a')}").json()["max_spent_epsilon"] == 1.0
 
 
 def test_concurrent_duplicates_make_one_release(stack: LocalStack) -> None:
@@ -147,7 +147,7 @@ def test_kill_9_at_any_point_of_a_release_ends_in_one_charge(tmp_path: Path) -> 
             for release_id in released.values():
                 wait_charged(labels, release_id)
             summary = labels.get(f"/v1/label-sets/{ls}").json()
-            domain = labels.get("/v1/privacy-domains/crash").json()
+            domain = labels.get(f"/v1/privacy-domains/{domain_id(labels, 'crash')}").json()
         assert sorted(r["id"] for r in summary["releases"]) == sorted(released.values())
         assert summary["budget"]["spent_micro"] == 6 * 500_000
         assert domain["max_spent_epsilon"] == 3.0

@@ -61,13 +61,14 @@ def test_concurrent_releases_on_two_replicas_and_two_workers_one_killed(
             storage_s3_secret_key=s3["secret_key"],
         )
         with a.labels_client() as on_a, b.labels_client() as on_b:
-            domain = {"name": "fleet", "id_source": "fleet", "epsilon": BUDGET}
-            assert on_a.post("/v1/privacy-domains", json=domain).status_code == 201
+            made = on_a.post("/v1/privacy-domains", json={"name": "fleet", "id_source": "fleet", "epsilon": BUDGET})
+            assert made.status_code == 201, made.text
+            fleet = made.json()["id"]
             sets = []
             for n, ids in enumerate(SETS):
                 api = (on_a, on_b)[n % 2]  # made on either replica, released on both
                 r = api.post("/v1/label-sets", json={
-                    "name": f"s{n}", "domain": {"low": 0, "high": 1}, "privacy_domain": "fleet", "ids": ids,
+                    "name": f"s{n}", "domain": {"low": 0, "high": 1}, "privacy_domain": fleet, "ids": ids,
                 })
                 assert r.status_code == 201, r.text
                 values = np.random.default_rng(n).uniform(0, 1, len(ids))

@@ -10,9 +10,8 @@ import pyarrow.parquet as pq
 from .conftest import upload_csv
 
 
-def _new_set(labels, domain: str = "default") -> str:  # type: ignore[no-untyped-def]
-    r = labels.post("/v1/label-sets", json={"name": "by-file", "domain": {"low": 0, "high": 5},
-                                            "privacy_domain": domain})
+def _new_set(labels) -> str:  # type: ignore[no-untyped-def]
+    r = labels.post("/v1/label-sets", json={"name": "by-file", "domain": {"low": 0, "high": 5}})  # the default domain
     assert r.status_code == 201, r.text
     assert r.json()["ids_ready"] is False and r.json()["counts"]["ids"] == 0
     return str(r.json()["id"])

@@ -34,11 +34,11 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_that_charges_once(tmp_path
     stack.start("labels")
     try:
         with stack.labels_client() as labels:
-            domain = {"name": "jobs", "id_source": "jobs", "epsilon": 5}
-            assert labels.post("/v1/privacy-domains", json=domain).status_code == 201
+            domain = labels.post("/v1/privacy-domains", json={"name": "jobs", "id_source": "jobs", "epsilon": 5})
+            assert domain.status_code == 201, domain.text
             ids = [f"j{i:07d}" for i in range(N)]
             r = labels.post("/v1/label-sets", json={"name": "jobs", "domain": {"low": 0, "high": 1},
-                                                    "privacy_domain": "jobs", "ids": ids})
+                                                    "privacy_domain": domain.json()["id"], "ids": ids})
             assert r.status_code == 201, r.text
             ls = r.json()["id"]
             values = np.random.default_rng(3).uniform(0, 1, N)
@@ -79,7 +79,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_that_charges_once(tmp_path
             summary = labels.get(f"/v1/label-sets/{ls}").json()
             assert summary["budget"]["spent_micro"] == 1_000_000
             assert [x["id"] for x in summary["releases"]] == [release_id]
-            assert labels.get("/v1/privacy-domains/jobs").json()["max_spent_epsilon"] == 1.0
+            assert labels.get(f"/v1/privacy-domains/{domain.json()['id']}").json()["max_spent_epsilon"] == 1.0
             again = labels.post(url, json=body, headers=key)  # the same job, as it stands now
             assert (again.json()["id"], again.json()["status"]) == (release_id, "pending")
         logs = "".join(stack.log_path(w).read_text() for w in workers if w != claimer)

@@ -82,7 +82,8 @@ def test_full_flow_release_train_predict(stack, data, feature_table):
         assert "labeldp" in graph.get_modelmeta().custom_metadata_map
         upload = io.BytesIO()
         pq.write_table(pa.table({"id": test_ids}), upload)
-        table_id = features.get(f"/v1/feature-tables/{feature_table}").json()["id"]
+        (table,) = features.get("/v1/feature-tables", params={"name": feature_table}).json()["items"]
+        table_id = table["id"]  # the name finds the id; paths and fields take the id
         r = features.post(
             f"/v1/models/{status['model_id']}/predictions", params={"feature_table_id": table_id},
             content=upload.getvalue(), headers={"content-type": "application/vnd.apache.parquet"},
@@ -138,7 +139,8 @@ def test_a_release_naming_no_feature_table_is_delivered_and_bound_at_training(st
         assert features.get(f"/v1/releases/{release['id']}").json()["feature_table"] is None
         unbound = features.post("/v1/trainings", json={"release_id": release["id"], "epochs": 1})
         assert unbound.status_code == 422 and unbound.json()["code"] == "feature_table_required"
+        (table,) = features.get("/v1/feature-tables", params={"name": feature_table}).json()["items"]
         bound = features.post(
-            "/v1/trainings", json={"release_id": release["id"], "epochs": 1, "feature_table": feature_table}
+            "/v1/trainings", json={"release_id": release["id"], "epochs": 1, "feature_table_id": table["id"]}
         )
         assert bound.status_code == 202, bound.text

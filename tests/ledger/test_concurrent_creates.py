@@ -21,12 +21,12 @@ from labels_party.label_sets import LabelSetCreate, create_label_set
 
 def test_40_concurrent_creates_with_inline_ids_all_succeed(database_url: str, tmp_path: Path) -> None:
     ctx = make_ctx(database_url, tmp_path)
-    new_domain(ctx, "shared", epsilon=1)
+    shared = new_domain(ctx, "shared", epsilon=1)
     rng = np.random.default_rng(3)
     pool_ids = [f"id{i:04d}" for i in range(400)]
     bodies = [
         LabelSetCreate.model_validate(
-            {"name": f"s{k}", "domain": {"low": 0, "high": 1}, "privacy_domain": "shared",
+            {"name": f"s{k}", "domain": {"low": 0, "high": 1}, "privacy_domain": shared,
              "ids": sorted(rng.choice(pool_ids, 60, replace=False).tolist())}
         )
         for k in range(40)

@@ -33,7 +33,7 @@ from labels_party.label_sets import (
 )
 from labels_party.store import LedgerBucketRow, PrivacyDomainRow
 
-from .test_ledger import labeled_set, make_ctx, new_domain, release, spent_per_id
+from .test_ledger import domain_id, labeled_set, make_ctx, new_domain, release, spent_per_id
 
 
 def _ids(n: int, seed: int) -> list[str]:
@@ -103,7 +103,7 @@ def _buckets(ctx: LabelsContext, domain_id: str) -> dict[int, tuple[int, int]]:
 
 
 def _empty_set(ctx: LabelsContext, domain: str) -> str:
-    body = {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": domain}
+    body = {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": domain_id(ctx, domain)}
     return str(create_label_set(ctx, LabelSetCreate.model_validate(body), None).body["id"])
 
 
@@ -116,7 +116,7 @@ def _same_as_in_memory(ctx: LabelsContext, tmp_path: Path) -> None:
         release(ctx, labeled_set(ctx, tmp_path, name, earlier), 1.5)
     inline = create_label_set(
         ctx, LabelSetCreate.model_validate(
-            {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "memory", "ids": ids}
+            {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": domain_id(ctx, "memory"), "ids": ids}
         ), None,
     ).body
     streamed_id = _empty_set(ctx, "streamed")

@@ -40,12 +40,23 @@ def make_ctx(database_url: str, tmp_path: Path, **settings: object) -> LabelsCon
     return LabelsContext(make_session_factory(engine), tmp_path / "data", Settings(**settings))  # type: ignore[arg-type]
 
 
-def new_domain(ctx: LabelsContext, name: str, epsilon: float, delta: float = 0.0) -> None:
-    create_privacy_domain(ctx, PrivacyDomainCreate(name=name, id_source=name, epsilon=epsilon, delta=delta), None)
+def new_domain(ctx: LabelsContext, name: str, epsilon: float, delta: float = 0.0) -> str:
+    """Create the domain ``name`` (its id source too); its ``pd_`` id, what every reference takes."""
+    body = PrivacyDomainCreate(name=name, id_source=name, epsilon=epsilon, delta=delta)
+    return str(create_privacy_domain(ctx, body, None).body["id"])
+
+
+def domain_id(ctx: LabelsContext, name: str) -> str:
+    """The ``pd_`` id of the domain ``name`` (tests name domains; the API takes ids only)."""
+    with ctx.sessions() as s:
+        found = s.scalar(select(PrivacyDomainRow.id).where(PrivacyDomainRow.name == name))
+    assert found is not None, name
+    return found
 
 
 def labeled_set(ctx: LabelsContext, tmp_path: Path, domain: str, ids: list[str], cap: float | None = None) -> str:
-    body = {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": domain, "ids": ids}
+    """A set of the domain named ``domain`` holding ``ids``, each labelled."""
+    body = {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": domain_id(ctx, domain), "ids": ids}
     if cap is not None:
         body["total_epsilon"] = cap
     ls = create_label_set(ctx, LabelSetCreate.model_validate(body), None).body

@@ -136,7 +136,7 @@ def test_chains_and_folds_agree_with_a_plain_model(
     got = dict(zip(got_ids.to_pylist(), zip(got_eps.tolist(), got_delta.tolist(), strict=True), strict=True))
     assert got == {i: (model_eps.get(i, 0), model_delta.get(i, 0)) for i in got}
     assert set(model_eps) <= set(got)
-    shown = get_privacy_domain(ctx, "model")
+    shown = get_privacy_domain(ctx, domain_row(ctx, "model").id)
     assert shown.max_spent_epsilon == max(model_eps.values()) / 1e6
     assert shown.ids_exhausted == sum(e >= 4_000_000 for e in model_eps.values())
     assert shown.ids == len(got)
@@ -268,7 +268,7 @@ def test_a_domain_from_before_buckets_is_bucketed_on_first_use(database_url: str
         release(ctx, ls, 0.1)  # "a" has 0 left
     assert exc.value.code == "budget_exhausted"
     assert spent_per_id(ctx, "old")["a"] == 1_000_000
-    shown = get_privacy_domain(ctx, "old")
+    shown = get_privacy_domain(ctx, domain_row(ctx, "old").id)
     assert (shown.ids, shown.ids_exhausted, shown.max_spent_epsilon) == (7, 1, 1.0)
 
 
@@ -281,4 +281,4 @@ def test_start_up_buckets_every_old_domain(database_url: str, tmp_path: Path) ->
     assert ledger.bucket_legacy_domains(ctx) == 0
     for name in ("x", "y"):
         assert spent_per_id(ctx, name) == {"p": 1_500_000, "q": 2_000_000}
-        assert get_privacy_domain(ctx, name).ids_exhausted == 1
+        assert get_privacy_domain(ctx, domain_row(ctx, name).id).ids_exhausted == 1

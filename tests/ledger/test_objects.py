@@ -81,10 +81,10 @@ def test_an_upload_that_loses_the_swap_never_replaces_the_winners_labels(
     # writes its own, then A wins the compare-and-swap and B loses it: the committed labels must
     # be A's. (Named by version, B's object replaced A's under the name A's row then held.)
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
-    new_domain(ctx, "d", 5)
+    d = new_domain(ctx, "d", 5)
     ids = [f"u{i}" for i in range(10)]
     ls = create_label_set(ctx, LabelSetCreate.model_validate(
-        {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d", "ids": ids}), None).body["id"]
+        {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": d, "ids": ids}), None).body["id"]
     a_written, b_written, a_done = threading.Event(), threading.Event(), threading.Event()
     real_put = uploads.put_labels
 
@@ -156,10 +156,10 @@ def test_labelled_chunks_follow_the_sorted_ids_a_stored_chunk_at_a_time(tmp_path
     from labels_party.label_sets import iter_labelled_chunks, set_ids
 
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
-    new_domain(ctx, "d", 5)
+    d = new_domain(ctx, "d", 5)
     ids = [f"u{i:05d}" for i in range(3000)]
     ls = create_label_set(ctx, LabelSetCreate.model_validate({"name": "s", "domain": {"low": 0, "high": 10},
-                                                              "privacy_domain": "d"}), None).body["id"]
+                                                              "privacy_domain": d}), None).body["id"]
     import pyarrow as pa
 
     set_ids(ctx, ls, [pa.array(ids[::-1][k : k + 700]) for k in range(0, 3000, 700)], None, run_rows=500)
@@ -199,13 +199,13 @@ def test_uploaded_ids_are_named_under_the_lock_never_copied(tmp_path: Path, monk
     from labels_party.sweep import sweep_orphans
 
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
-    new_domain(ctx, "d", 5)
+    d = new_domain(ctx, "d", 5)
 
     def no_copy(*args: object) -> None:
         raise AssertionError("an object copy under the domain's lock")
 
     monkeypatch.setattr(ctx.store, "copy", no_copy)
-    body = LabelSetCreate.model_validate({"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d"})
+    body = LabelSetCreate.model_validate({"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": d})
     ls = create_label_set(ctx, body, None).body["id"]
     set_ids(ctx, ls, pa.array([f"u{i}" for i in range(50)]), None)
     with ctx.sessions() as s:

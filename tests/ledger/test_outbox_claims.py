@@ -22,8 +22,8 @@ CLAIMERS = 8
 
 def test_concurrent_claims_lease_each_release_once(database_url: str, tmp_path: Path) -> None:
     ctx = make_ctx(database_url, tmp_path)
-    new_domain(ctx, "d", epsilon=1)
-    body = {"name": "s", "domain": {"low": 0, "high": 1}, "privacy_domain": "d", "ids": ["a"]}
+    d = new_domain(ctx, "d", epsilon=1)
+    body = {"name": "s", "domain": {"low": 0, "high": 1}, "privacy_domain": d, "ids": ["a"]}
     label_set_id = create_label_set(ctx, LabelSetCreate.model_validate(body), None).body["id"]
     with ctx.sessions.begin() as s:
         s.add_all(

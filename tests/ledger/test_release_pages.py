@@ -25,15 +25,17 @@ def _walk(ctx, **filters) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_releases_page_by_set_and_by_domain(tmp_path: Path) -> None:
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
-    new_domain(ctx, "d", 10)
-    new_domain(ctx, "e", 10)
+    d, e = new_domain(ctx, "d", 10), new_domain(ctx, "e", 10)
     first, second = labeled_set(ctx, tmp_path, "d", ["a", "b"]), labeled_set(ctx, tmp_path, "d", ["c"])
     other = labeled_set(ctx, tmp_path, "e", ["x"])
     made = {ls: [release(ctx, ls, 0.5)["id"] for _ in range(3)] for ls in (first, second, other)}
     assert _walk(ctx, label_set_id=first, known_set=True) == made[first]
-    assert _walk(ctx, privacy_domain="d") == made[first] + made[second]
-    assert _walk(ctx, privacy_domain="e") == made[other]
-    assert _walk(ctx, privacy_domain="nope") == []
+    assert _walk(ctx, privacy_domain=d) == made[first] + made[second]
+    assert _walk(ctx, privacy_domain=e) == made[other]
+    for named in ("d", "pd_" + "0" * 32):  # a name, or an id no domain has: 404 saying how to find the id
+        with pytest.raises(NotFound) as refused:
+            _walk(ctx, privacy_domain=named)
+        assert refused.value.code == "privacy_domain_not_found" and "?name=" in refused.value.message
     with pytest.raises(NotFound) as unknown:
         _walk(ctx, label_set_id="ls_nope", known_set=True)
     assert unknown.value.code == "label_set_not_found"

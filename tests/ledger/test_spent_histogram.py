@@ -1,4 +1,4 @@
-"""The spent-ε histogram a console draws (GET /v1/privacy-domains/{name}/spent-histogram): its
+"""The spent-ε histogram a console draws (GET /v1/privacy-domains/{id}/spent-histogram): its
 bins count every id by what it spent, the last bin holds the exhausted ids, and a large
 domain is read only up to a bound (whole buckets: a uniform sample)."""
 
@@ -16,12 +16,12 @@ from labels_party.store import PrivacyDomainRow
 
 def test_bins_count_ids_by_spent_epsilon(database_url: str, tmp_path: Path) -> None:
     ctx = make_ctx(database_url, tmp_path)
-    new_domain(ctx, "h", epsilon=4)
+    h = new_domain(ctx, "h", epsilon=4)
     ids = [f"u{i}" for i in range(60)]
     release(ctx, labeled_set(ctx, tmp_path, "h", ids[:40]), 1)  # u0..u39: 1 ε
     release(ctx, labeled_set(ctx, tmp_path, "h", ids[:10]), 3)  # u0..u9: 4 ε, exhausted
     labeled_set(ctx, tmp_path, "h", ids)  # u40..u59 registered, nothing spent
-    hist = spent_histogram(ctx, "h", 4)
+    hist = spent_histogram(ctx, h, 4)
     assert [(b.low, b.high, b.ids) for b in hist.bins] == [
         (0.0, 1.0, 20), (1.0, 2.0, 30), (2.0, 3.0, 0), (3.0, 4.0, 10)
     ]

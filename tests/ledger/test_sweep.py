@@ -38,10 +38,10 @@ def test_only_old_unreferenced_files_are_swept(tmp_path: Path) -> None:
 
 def test_replaced_labels_are_swept_once_old_and_current_ones_never(tmp_path: Path) -> None:
     ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
-    new_domain(ctx, "d", 5)
+    d = new_domain(ctx, "d", 5)
     ids = [f"u{i}" for i in range(4)]
     ls = create_label_set(ctx, LabelSetCreate.model_validate(
-        {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": "d", "ids": ids}), None).body["id"]
+        {"name": "s", "domain": {"low": 0, "high": 10}, "privacy_domain": d, "ids": ids}), None).body["id"]
     for n, part in enumerate((ids[:2], ids[2:])):
         csv = tmp_path / f"part{n}.csv"
         csv.write_text("id,label\n" + "".join(f"{i},{n + 1}\n" for i in part))

@@ -91,6 +91,11 @@ def synthetic_csv(n: int, seed: int = 0) -> tuple[str, list[str], np.ndarray]:
     return "\n".join(lines) + "\n", ids, y
 
 
+def named_tables(client: TestClient, name: str) -> list[dict]:
+    """The tables of that name, as the list's ``?name=`` filter finds them (paths take ids only)."""
+    return client.get("/v1/feature-tables", params={"name": name}, headers=AUTH).json()["items"]  # type: ignore[no-any-return]
+
+
 def release_count(client: TestClient) -> int:
     with client.app.state.ctx.sessions() as session:
         return session.scalar(select(func.count()).select_from(store.Release))
@@ -163,7 +168,7 @@ def test_upload_infers_kinds_and_keeps_ids_as_strings(client: TestClient, settin
             {"name": "zip", "kind": "categorical"},
         ],
     }
-    got = client.get("/v1/feature-tables/clicks", headers=AUTH).json()
+    got = client.get(f"/v1/feature-tables/{body['id']}", headers=AUTH).json()
     assert got.pop("created_at") and got == body
     import pyarrow.parquet as pq
 
@@ -178,7 +183,7 @@ def test_upload_duplicate_ids_stores_nothing(client: TestClient, settings: Setti
     assert response.status_code == 422
     assert response.json()["code"] == "duplicate_ids"
     assert response.json()["details"][0]["count"] == 1
-    assert client.get("/v1/feature-tables/dupes", headers=AUTH).json()["code"] == "feature_table_not_found"
+    assert named_tables(client, "dupes") == []
     assert list((settings.features_data_dir / "tables").glob("*")) == []
 
 
@@ -219,7 +224,7 @@ def test_text_that_is_not_unicode_is_a_422_naming_the_row_and_stores_nothing(
         assert response.json()["details"] == [{"row": row, "code": code}]
         assert f"row {row}" in response.json()["message"]
     assert "secret" not in response.text
-    assert client.get("/v1/feature-tables/odd", headers=AUTH).json()["code"] == "feature_table_not_found"
+    assert named_tables(client, "odd") == []
     assert list((settings.features_data_dir / "tables").glob("*")) == []
 
 
@@ -227,16 +232,17 @@ def test_upload_existing_name_conflicts(client: TestClient, small_table: list[st
     response = upload(client, "clicks", "id,x\nz,1\n")
     assert response.status_code == 409
     assert response.json()["code"] == "feature_table_exists"
-    assert client.get("/v1/feature-tables/clicks", headers=AUTH).json()["n_rows"] == 3
+    assert named_tables(client, "clicks")[0]["n_rows"] == 3
 
 
 # --------------------------------------------------------------------------- auth, health, metrics
 
 
 def test_endpoints_need_the_bearer_key(client: TestClient, small_table: list[str]) -> None:
-    assert client.get("/v1/feature-tables/clicks").status_code == 401
+    table = named_tables(client, "clicks")[0]["id"]
+    assert client.get(f"/v1/feature-tables/{table}").status_code == 401
     wrong = {"Authorization": "Bearer nope"}
-    assert client.get("/v1/feature-tables/clicks", headers=wrong).json()["code"] == "unauthorized"
+    assert client.get(f"/v1/feature-tables/{table}", headers=wrong).json()["code"] == "unauthorized"
     assert client.post("/v1/trainings", json={"release_id": "x"}).status_code == 401
     assert client.post("/v1/feature-tables?name=a", content=b"id\n1\n").status_code == 401
     assert client.get("/healthz").json() == {"status": "ok", "service": "features", "version": __version__}
@@ -383,9 +389,11 @@ def test_inbox_stores_a_release_before_any_table_and_a_training_binds_one(client
     assert unbound.status_code == 422 and unbound.json()["code"] == expected
     assert training_count(client) == 0
 
-    assert upload(client, "clicks", SMALL_CSV, categorical="zip").status_code == 201
+    uploaded = upload(client, "clicks", SMALL_CSV, categorical="zip")
+    assert uploaded.status_code == 201
     bound = client.post(
-        "/v1/trainings", json={"release_id": "rel-1", "epochs": 1, "feature_table": "clicks"}, headers=AUTH
+        "/v1/trainings", json={"release_id": "rel-1", "epochs": 1, "feature_table_id": uploaded.json()["id"]},
+        headers=AUTH,
     )
     assert bound.status_code == 202, bound.text
     with client.app.state.ctx.sessions() as session:
@@ -535,7 +543,7 @@ def test_training_request_validation(client: TestClient, small_table: list[str])
         assert response.json()["code"] == "invalid_request"
     missing = client.post("/v1/trainings", json={"release_id": "nope"}, headers=AUTH)
     assert missing.status_code == 404 and missing.json()["code"] == "release_not_found"
-    table = client.post("/v1/trainings", json={"release_id": "rel-1", "feature_table": "nope"}, headers=AUTH)
+    table = client.post("/v1/trainings", json={"release_id": "rel-1", "feature_table_id": "nope"}, headers=AUTH)
     assert table.status_code == 422 and table.json()["code"] == "unknown_feature_table"
     assert client.get("/v1/trainings/nope", headers=AUTH).json()["code"] == "training_not_found"
     assert client.get("/v1/models/nope", headers=AUTH).json()["code"] == "model_not_found"

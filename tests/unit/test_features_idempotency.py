@@ -75,7 +75,7 @@ def test_same_key_with_another_body_is_refused(client: TestClient, release: str)
 
 
 def test_a_refused_training_leaves_the_key_free(client: TestClient, release: str) -> None:
-    bad = client.post("/v1/trainings", json={**TRAINING, "feature_table": "nope"}, headers=keyed("k"))
+    bad = client.post("/v1/trainings", json={**TRAINING, "feature_table_id": "nope"}, headers=keyed("k"))
     assert bad.status_code == 422 and bad.json()["code"] == "unknown_feature_table"
     # nothing happened, so the key may carry a corrected request
     good = client.post("/v1/trainings", json=TRAINING, headers=keyed("k"))

@@ -20,8 +20,8 @@ from labeldp.service.spool import spool_body
 from .deps import Context, Cursor, IdempotencyKey, Limit, Order
 
 TableRef = Annotated[str, Path(
-    max_length=64, description="the table's id (`ft_…`: that content; a replaced table has a new one); its name is "
-    "still accepted here (a name never takes an id's shape)",
+    max_length=64, description="the table's id (`ft_…`: that content; a replaced table has a new one): a name is 404 "
+    "`feature_table_not_found` (find the id with `GET /v1/feature-tables?name=…`)",
 )]
 
 router = APIRouter(prefix="/v1", tags=["feature tables"])
@@ -111,7 +111,7 @@ async def replace_feature_table(
     format_: str | None = _FORMAT,
 ) -> dict[str, Any]:
     with ctx.sessions() as session:  # the table the id names now (404 once it was replaced), by its name
-        name = feature_tables.find_feature_table(session, feature_table_id).name
+        name = feature_tables.get_feature_table_by_id(session, feature_table_id).name
     return await _upload(request, ctx, response, key, name, id_column, categorical, numeric, source, format_,
                          replace=True)
 
@@ -178,7 +178,7 @@ async def _upload(
 )
 def delete_feature_table(feature_table_id: TableRef, ctx: Context) -> responses.Deleted:
     with ctx.sessions() as session:
-        name = feature_tables.find_feature_table(session, feature_table_id).name
+        name = feature_tables.get_feature_table_by_id(session, feature_table_id).name
     return feature_tables.delete_feature_table(ctx.sessions, ctx.store, name)
 
 
@@ -194,7 +194,7 @@ def delete_feature_table(feature_table_id: TableRef, ctx: Context) -> responses.
 )
 def get_feature_table(feature_table_id: TableRef, ctx: Context) -> responses.FeatureTable:
     with ctx.sessions() as session:
-        return feature_tables.describe(feature_tables.find_feature_table(session, feature_table_id))
+        return feature_tables.describe(feature_tables.get_feature_table_by_id(session, feature_table_id))
 
 
 @router.get(

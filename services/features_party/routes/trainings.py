@@ -35,8 +35,8 @@ router = APIRouter(prefix="/v1", tags=["trainings"])
             e404="release_not_found", e422="unknown_ids", e429="training_queue_full",
         ),
     },
-    openapi_extra=json_example({"release_id": responses.REL, "feature_table": "clicks", "epochs": 20,
-                                "batch_size": 256}),
+    openapi_extra=json_example({"release_id": responses.REL, "feature_table_id": "ft_84a29ff790ea4943b002d959b8f2d3b6",
+                                "epochs": 20, "batch_size": 256}),
 )
 def start_training(
     body: training_request.TrainingRequest, ctx: Context, response: Response, key: IdempotencyKey

@@ -35,7 +35,7 @@ def list_audit_events(
     cursor: str | None = Query(None, max_length=400),
     order: OrderQuery = "asc",
     privacy_domain: str | None = Query(None, max_length=200, description="only the events of this domain: its id "
-                                  "(`pd_…`) or name"),
+                                  "(`pd_…`; anything else, a name included, is 404 `privacy_domain_not_found`)"),
     subject_id: str | None = Query(None, max_length=40, description="only the events about this label set, "
                                    "release or signing key id"),
     action: Annotated[audit.Action | None, Query(description="only the events of this action")] = None,

@@ -68,7 +68,7 @@ _LABEL_COLUMN = Query(None, min_length=1, max_length=uploads.MAX_COLUMN_NAME,
         **errors(401, 403, 404, 409, 413, 422, 503, e404="privacy_domain_not_found"),
     },
     openapi_extra=json_example(
-        {"name": "spend", "label_type": "real", "domain": {"low": 0, "high": 10}, "privacy_domain": "conversions",
+        {"name": "spend", "label_type": "real", "domain": {"low": 0, "high": 10}, "privacy_domain": responses.PD,
          "ids": ["u001", "u002", "u003"]}
     ),
 )

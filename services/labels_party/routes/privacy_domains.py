@@ -19,7 +19,8 @@ router = APIRouter(prefix="/v1", tags=["privacy domains"])
 
 AdminKey = Annotated[ApiKey, Depends(require_scope("admin"))]
 DomainRef = Annotated[
-    str, Path(max_length=200, description="the domain's id (`pd_…`); its name is still accepted here")
+    str, Path(max_length=200, description="the domain's id (`pd_…`): a name is 404 "
+                        "`privacy_domain_not_found` (find the id with `GET /v1/privacy-domains?name=…`)")
 ]
 
 
@@ -81,7 +82,8 @@ def list_privacy_domains(
     response_model=responses.PrivacyDomain,
     summary="Read a privacy domain",
     description="Its per-id budget, how many ids its ledger holds, the largest spend and the ids exhausted. "
-    "By its id (`pd_…`); its name is still accepted in the id's place (a name never takes an id's shape).",
+    "By its id (`pd_…`); a name in the id's place is 404 `privacy_domain_not_found` (find the id with "
+    "`GET /v1/privacy-domains?name=…`).",
     responses={
         **ok(responses.EXAMPLE_DOMAIN, "the domain"),
         **errors(401, 404, 422, 503, e404="privacy_domain_not_found"),

@@ -48,7 +48,8 @@ def list_releases(
     ctx: Context,
     label_set_id: str | None = Query(None, max_length=40),
     privacy_domain: str | None = Query(
-        None, max_length=200, description="only the releases of this domain's sets: its id (`pd_…`) or name"
+        None, max_length=200, description="only the releases of this domain's sets: its id "
+        "(`pd_…`; anything else, a name included, is 404 `privacy_domain_not_found`)"
     ),
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=400),
