@@ -71,29 +71,41 @@ def _lock_key(migrations_package: str) -> int:
     return zlib.crc32(migrations_package.encode())
 
 
+_IN_PROCESS = threading.Lock()
+"""Alembic's command API installs its migration context in module globals (``alembic.context``):
+two upgrades in threads of one process break each other (seen: ``KeyError: 'script'``, then a
+table created twice), so a process runs one upgrade at a time."""
+
+
 def upgrade_schema(engine_or_url: Engine | str, migrations_package: str, revision: str = "head") -> None:
     """Bring the database to ``revision`` (default: head) in one transaction; idempotent."""
     engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
     try:
-        with engine.connect() as connection:
-            sqlite = connection.dialect.name == "sqlite"
-            if sqlite:  # batch mode rebuilds a referenced table: foreign keys off, checked after (Alembic's advice)
-                _sqlite_pragma(connection, "PRAGMA foreign_keys=OFF")
-            try:
-                with connection.begin():
-                    if connection.dialect.name == "postgresql":
-                        connection.execute(
-                            text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(migrations_package)}
-                        )
-                    command.upgrade(alembic_config(migrations_package, connection), revision)
-                    if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
-                        raise RuntimeError(f"{migrations_package}: the upgrade left rows with broken foreign keys")
-            finally:
-                if sqlite:
-                    _sqlite_pragma(connection, "PRAGMA foreign_keys=ON")
+        with _IN_PROCESS:
+            _upgrade(engine, migrations_package, revision)
     finally:
         if isinstance(engine_or_url, str):
             engine.dispose()
+
+
+def _upgrade(engine: Engine, migrations_package: str, revision: str) -> None:
+    """One upgrade in one transaction, under the database's own lock where it has one."""
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:  # batch mode rebuilds a referenced table: foreign keys off, checked after (Alembic's advice)
+            _sqlite_pragma(connection, "PRAGMA foreign_keys=OFF")
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(migrations_package)}
+                    )
+                command.upgrade(alembic_config(migrations_package, connection), revision)
+                if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                    raise RuntimeError(f"{migrations_package}: the upgrade left rows with broken foreign keys")
+        finally:
+            if sqlite:
+                _sqlite_pragma(connection, "PRAGMA foreign_keys=ON")
 
 
 def _sqlite_pragma(connection: Connection, pragma: str) -> None:
