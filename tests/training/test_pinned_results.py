@@ -44,13 +44,13 @@ PINNED = {
     "plain_in_memory": "8fabc8b500969acc194649c4cbdfe9200667213288211edea0d6a28139cf2944",
     "private_in_memory": "eb73cb81acaae85e110a7e3c1f5cf21240aee186c6a028a7a1c9498279a469d9",
     "private_in_memory_resumed": "534c0bcd264ba4284db074d7ee8b9f1f3fb55a14df0fa988cf8c8ebff09921db",
-    "private_streamed": "5eb7e6bb9736692714e01242be8edeab21ee0855fee54678ebf35996821cc09f",
-    "private_streamed_resumed": "c146a8f201b5a2af148e95b46fa40688744875bade35d4b57094e15932c1a936",
+    "private_streamed": "14e5ad3defd4a648679a03ca67d8316fe40883e82ae80f365c608edc81276bf4",
+    "private_streamed_resumed": "cd90e33af5c021d55c417b57e62b8815f9e4acc30cb94b21e7e8a45c3dc2389c",
     "classifier_in_memory": "4b87aa971ff1b663e5af379456c7cde40068f4794844e695196e4b86af031e8b",
     "classifier_in_memory_resumed": "7c643e22f69ffc6174122474d0eea497dec18d54952c65eda2ece3cea04a63ce",
     "classifier_streamed": "2446722ea77922e66facbdc862ef026ce0080bb83db504f2e523db67e411b2ad",
     "classifier_streamed_fp16": "da06dccfd1a33739e53388e50d6b046e10a72e651dc75c88a84e59185d58ac32",
-    "private_torchrun_2": "4505e66885fc8c8bdc7277627d8cd0924b7706f3f19839248c693a2b6427d45d",
+    "private_torchrun_2": "f9fa32e455480b188c75ca8324abea15d24d0314b11bb2a1fe0ebc7f80ae140f",
 }
 
 
