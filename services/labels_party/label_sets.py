@@ -511,8 +511,8 @@ def is_labels_key(key: str) -> bool:
 def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     """Every float64 label at once, aligned with the sorted ids; NaN where no label was uploaded yet.
 
-    Whole: for readers that need every label (tests, the release job until it reads
-    :func:`iter_labelled_chunks`); the upload and the release path read a chunk at a time.
+    Whole: the tests' reference reader; the upload and the release path read a chunk at a time
+    (:func:`iter_labelled_chunks`).
     """
     if row.labels_version == LABELS_DELETED:
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
