@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1", tags=["audit"])
     "(`subject_id`), what changed (public facts, never a label). Needs an `admin` key.",
     responses={
         **ok(responses.EXAMPLE_AUDIT_PAGE, "a page"),
-        **errors(401, 403, 422, 503, e422="invalid_cursor"),
+        **errors(401, 403, 404, 422, 503, e404="privacy_domain_not_found", e422="invalid_cursor"),
     },
 )
 def list_audit_events(

@@ -41,7 +41,7 @@ def mechanism_label(name: str) -> str:
     "set or of one privacy domain; never reads message bytes.",
     responses={
         **ok(responses.EXAMPLE_RELEASE_PAGE, "a page"),
-        **errors(401, 403, 422, 503, e422="invalid_cursor"),
+        **errors(401, 403, 404, 422, 503, e404="privacy_domain_not_found", e422="invalid_cursor"),
     },
 )
 def list_releases(
