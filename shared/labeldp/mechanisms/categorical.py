@@ -690,6 +690,7 @@ class PriorSplit:
         self.classes = classes
         self.fraction = fraction
         self.rule = rule
+        self._labels: np.ndarray | None = None  # set by release(): the rows complete() finishes
 
     def release(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """ε-RR on the split rows (one raw word each, in row order); returns ``prior_``.
@@ -705,8 +706,13 @@ class PriorSplit:
         self.mask_ = prior_split_mask(y.size, self.fraction, self.rule)
         self.rows_ = np.flatnonzero(self.mask_)
         self.outputs_ = out
-        self._labels: np.ndarray | None = check_class_labels(labels, len(self.first_stage_.classes_))
+        self._labels = check_class_labels(labels, len(self.first_stage_.classes_))
         return self.prior_
+
+    @property
+    def released_whole(self) -> bool:
+        """True between :meth:`release` (every row at once) and :meth:`complete`."""
+        return self._labels is not None
 
     def begin(self, n_rows: int) -> None:
         """Start a release of ``n_rows`` rows given a chunk at a time (the chunked form of :meth:`release`)."""
@@ -760,7 +766,7 @@ class PriorSplit:
         The draws are those of ``mechanism.privatize`` on the rows outside the split, in row
         order, after the first stage's: one word per row, without copying the labels.
         """
-        y = getattr(self, "_labels", None)
+        y = self._labels
         if y is None:
             raise RuntimeError("PriorSplit.complete needs release() first, once")
         self._labels = None

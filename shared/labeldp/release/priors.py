@@ -16,6 +16,7 @@ A public prior, where the kind takes one, costs no ε and replaces the private o
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,7 +92,7 @@ class ObtainedPrior:
         released whole (one chunk) is completed whole (``PriorSplit.complete``, the same draws)."""
         if self.split is None:
             return mechanism.privatize(labels, rng)
-        if getattr(self.split, "_labels", None) is not None:
+        if self.split.released_whole:
             return self.split.complete(_prior_based(mechanism), rng)
         return self.split.complete_rows(_prior_based(mechanism), labels, start, rng)
 
@@ -102,7 +103,7 @@ class ObtainedPrior:
         return _prior_based(mechanism).to_spec(prior_split=self.split.to_spec())
 
 
-class PriorPass:
+class PriorPass(ABC):
     """Obtaining a prior over a release's labels given a chunk at a time, in row order: ``add``
     each chunk (the pass over all labels), then ``obtain`` once. Everything a request could be
     refused for is checked when the pass is made, before any label is read or any draw made.
@@ -111,9 +112,11 @@ class PriorPass:
 
     def add(self, labels: np.ndarray, start: int, rng: np.random.Generator) -> None:
         """Rows ``start``… (float64 labels): what the prior needs of them (nothing, by default)."""
+        del labels, start, rng  # a prior that reads no label
 
+    @abstractmethod
     def obtain(self, rng: np.random.Generator) -> ObtainedPrior:
-        raise NotImplementedError
+        """The prior, once every row was added."""
 
 
 @dataclass
