@@ -258,7 +258,6 @@ def set_ids(
     runs = external_sort.SortedRuns(ctx.store, f"{work}/runs", run_rows=run_rows)
     sorted_key = f"{label_set_prefix(label_set_id)}/{IDS_OBJECT_PREFIX}{uuid.uuid4().hex}.arrow"
     named = False
-    group_keys: list[str] = []
     try:
         bad_count, bad_first = 0, list[int]()
         for chunk in chunks:
@@ -283,21 +282,18 @@ def set_ids(
             domain_row = s.get(PrivacyDomainRow, domain_id)
             assert domain_row is not None
             s.expunge(domain_row)
-        groups = ledger.bucket_groups(n_buckets, runs.n + domain_row.n_ids, group_ids)
-        group_keys = [f"{work}/group-{g:05d}" for g in range(int(groups.max()) + 1)]
-        _split_by_group(ctx, sorted_key, n_buckets, groups, group_keys)
-        # Registered a group of buckets at a time, each by its own short transaction. What the
-        # set's ids have left is read outside any lock: a concurrent release of another set may
-        # charge some of them meanwhile, which the next GET shows.
+        # Registered a group of buckets at a time (the ledger's own split: ledger.spill_ids), each by
+        # its own short transaction. What the set's ids have left is read outside any lock: a
+        # concurrent release of another set may charge some of them meanwhile, which the next GET shows.
         most_eps, most_delta = domain_row.epsilon_budget_micro, domain_row.delta_budget_units
-        for key in group_keys:
-            group = get_table(ctx.store, key).column("id")
-            if len(group):
+        total = runs.n + domain_row.n_ids
+        with ledger.spill_ids(ctx, work, _chunks_of(ctx, sorted_key), n_buckets, total, group_ids) as spilled:
+            for group in spilled.groups():
                 ledger.register_ids(ctx, domain_id, group)
                 eps, delta = ledger.remaining_for(ctx, None, domain_row, group)
                 most_eps, most_delta = min(most_eps, eps), min(most_delta, delta)
-            del group
-            release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
+                del group
+                release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
         with ctx.sessions.begin() as s:
             ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
             row = load_label_set(s, label_set_id, for_update=True)
@@ -314,8 +310,8 @@ def set_ids(
         named = True
     finally:
         runs.close()
-        for key in (*group_keys, *(() if named else (sorted_key,))):
-            ctx.store.delete(key)
+        if not named:
+            ctx.store.delete(sorted_key)
         release_unused_memory()
     return out
 
@@ -347,26 +343,12 @@ def _write_sorted(ctx: LabelsContext, runs: external_sort.SortedRuns, key: str) 
             )
 
 
-def _split_by_group(
-    ctx: LabelsContext, sorted_key: str, n_buckets: int, groups: np.ndarray, keys: list[str]
-) -> None:
-    """Each group's ids (still sorted) as its own object, reading the sorted object a chunk at a time."""
-    with contextlib.ExitStack() as stack:
-        writers = []
-        for key in keys:
-            out = stack.enter_context(ctx.store.open_output_stream(key))
-            writers.append(stack.enter_context(ipc.new_file(out, _IDS)))
-        source = stack.enter_context(ctx.store.open_input_file(sorted_key))
+def _chunks_of(ctx: LabelsContext, key: str) -> Iterator[pa.Array]:
+    """The ``string`` chunks of the ids object ``key``, one in memory at a time."""
+    with ctx.store.open_input_file(key) as source:
         reader = ipc.open_file(source)
         for k in range(reader.num_record_batches):
-            ids = reader.get_batch(k).column(0)
-            of = groups[ledger.bucket_of(ids, n_buckets)]
-            order = np.argsort(of, kind="stable")
-            taken, ordered = ids.take(order), of[order]
-            starts = np.searchsorted(ordered, np.arange(len(keys) + 1))
-            for g in np.flatnonzero(np.diff(starts)):
-                piece = taken.slice(int(starts[g]), int(starts[g + 1] - starts[g]))
-                writers[g].write_batch(pa.record_batch([piece], schema=_IDS))
+            yield reader.get_batch(k).column(0)
 
 
 def class_names(row: LabelSetRow) -> list[str] | None:
