@@ -375,12 +375,8 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
 
 def iter_id_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[pa.Array]:
     """The set's sorted ids a stored chunk at a time (at most 2²⁰ ids each): memory bounded by one chunk."""
-    if not row.ids_ready:
-        return
-    with ctx.store.open_input_file(current_ids_key(row)) as source:
-        reader = ipc.open_file(source)
-        for k in range(reader.num_record_batches):
-            yield reader.get_batch(k).column("id")
+    if row.ids_ready:
+        yield from _chunks_of(ctx, current_ids_key(row))
 
 
 def iter_labelled_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[tuple[pa.Array, np.ndarray]]:
