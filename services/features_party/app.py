@@ -24,6 +24,7 @@ from labeldp.errors import LabelDPError
 from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
+    RequestLimit,
     RequireCaller,
     ServerErrors,
     bearer_auth,
@@ -129,7 +130,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app, ctx.engine, settings.database_connect_timeout_seconds, settings.features_data_dir,
         settings.min_free_disk_bytes,
     )
-    # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
+    # Requests in progress at once (past the limit a 503), inside the metrics and the request id.
+    app.add_middleware(RequestLimit, limit=settings.server_limit_concurrency)
+    # Metrics, then the request id outermost: every answer (a 413, a 503 too) is timed and carries an id.
     instrument(app, ctx.registry, "features")
     app.add_middleware(RequestContext)
     app.include_router(ops.router)

@@ -16,6 +16,7 @@ from labeldp.service.database import make_session_factory
 from labeldp.service.health import mount_readiness
 from labeldp.service.http_api import (
     BodySizeLimit,
+    RequestLimit,
     RequireCaller,
     ServerErrors,
     bearer_auth,
@@ -110,7 +111,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     mount_readiness(
         app, engine, settings.database_connect_timeout_seconds, settings.labels_data_dir, settings.min_free_disk_bytes
     )
-    # Metrics, then the request id outermost: every answer (a 413 too) is timed and carries an id.
+    # Requests in progress at once (past the limit a 503), inside the metrics and the request id.
+    app.add_middleware(RequestLimit, limit=settings.server_limit_concurrency)
+    # Metrics, then the request id outermost: every answer (a 413, a 503 too) is timed and carries an id.
     app.state.outbox_files = instrument(app, registry, "labels", senders=settings.labels_data_dir / OUTBOX_METRICS_DIR)
     app.add_middleware(RequestContext)
     app.state.settings = settings

@@ -1,14 +1,25 @@
 """The server's request limit counts requests in progress, not open connections (issue 24, item 6):
 uvicorn's own ``limit_concurrency`` counted connections, so 500 half-open sockets made every real
-request a 503 (bench/bench_edge.py found it)."""
+request a 503 (bench/bench_edge.py found it). Each app counts them inside its request-id middleware,
+so the 503 carries ``X-Request-ID`` like every other error answer."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from labeldp.service.server import RequestLimit
+import httpx
+import pytest
+from tests.local_settings import both_parties, fixed_signing_key
+
+from features_party.app import create_app as features_app
+from labeldp.service.http_api import RequestLimit
+from labels_party.app import create_app as labels_app
+
+KEYS = ("labels-key-0123456789abcdef", "features-key-0123456789abcdef", fixed_signing_key("request limit"))
 
 
 def test_past_the_limit_a_request_is_a_503_envelope_and_a_finished_one_frees_its_slot() -> None:
@@ -44,5 +55,38 @@ def test_past_the_limit_a_request_is_a_503_envelope_and_a_finished_one_frees_its
         assert (await first)[0]["status"] == 204
         assert (await call())[0]["status"] == 204  # its slot is free again
         assert limited.active == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("party", "path", "key"),
+    [("labels", "/v1/label-sets", KEYS[0]), ("features", "/v1/trainings", KEYS[1])],
+)
+def test_the_503_past_the_limit_carries_the_request_id(tmp_path: Path, party: str, path: str, key: str) -> None:
+    settings = both_parties(tmp_path, *KEYS, server_limit_concurrency=1)
+    app = labels_app(settings) if party == "labels" else features_app(settings)
+    body_may_end = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:  # holds the one slot while its body is awaited
+        yield b"{"
+        await body_may_end.wait()
+        yield b"}"
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+            headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+            holder = asyncio.create_task(client.post(path, content=slow_body(), headers=headers))
+            await asyncio.sleep(0.2)
+            busy = await client.get("/healthz", headers={"X-Request-ID": "limit-503"})
+            fresh = await client.get("/healthz")
+            body_may_end.set()
+            held = await holder
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+        assert busy.json()["code"] == "service_unavailable"
+        assert busy.headers["x-request-id"] == "limit-503"
+        assert fresh.status_code == 503 and fresh.headers["x-request-id"].startswith("req_")
+        assert held.status_code != 503 and "x-request-id" in held.headers
 
     asyncio.run(scenario())

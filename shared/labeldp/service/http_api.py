@@ -1,4 +1,4 @@
-"""HTTP plumbing both services share: error bodies, bearer auth, body-size limit.
+"""HTTP plumbing both services share: error bodies, bearer auth, body-size and request limits.
 
 Errors are JSON ``{"code", "message", "details"}`` with a stable ``code``. Error
 bodies never echo request input: a rejected label value must not come back in
@@ -507,3 +507,27 @@ class BodySizeLimit:
 
 class _BodyRefused(Exception):
     pass
+
+
+class RequestLimit:
+    """ASGI middleware: past ``limit`` requests in progress at once, answer 503 ``service_unavailable``
+    (Retry-After: 1). Added inside ``logs.RequestContext`` and the metrics, like every other
+    refusal: the 503 carries ``X-Request-ID``, is logged and counted (LABELDP_SERVER_LIMIT_CONCURRENCY)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            busy = error_response(503, "service_unavailable", "too many requests in progress; retry",
+                                  headers={"Retry-After": "1"})
+            await busy(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1

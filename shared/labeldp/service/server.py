@@ -9,7 +9,8 @@ for a head is closed to make room (a flood of half-open sockets evicts itself, s
 connection, whose head follows at once, is served); with none waiting the new one is closed.
 Slow bodies are bounded in the app (``labeldp.service.http_api.BodySizeLimit``: 408).
 uvicorn's own ``limit_concurrency`` counts open connections, not requests, so a cap full of
-half-open sockets would answer every real request 503: :class:`RequestLimit` counts requests.
+half-open sockets would answer every real request 503: each app counts requests instead
+(``labeldp.service.http_api.RequestLimit``, inside its request-id middleware).
 
 TLS (``LABELDP_SERVER_TLS_*``) is uvicorn's own. With a client CA the handshake asks for a client
 certificate (``CERT_OPTIONAL``: one from another CA fails the handshake) and each request's scope
@@ -28,7 +29,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from labeldp.service.http_api import TLS_CLIENT_VERIFIED, error_response
+from labeldp.service.http_api import TLS_CLIENT_VERIFIED
 from labeldp.service.settings import InsecureSettings, Settings, require_files
 
 log = logging.getLogger("labeldp.server")
@@ -101,28 +102,6 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-class RequestLimit:
-    """Past ``limit`` requests in progress at once, answer 503 ``service_unavailable`` (Retry-After: 1)."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit, self.active = app, limit, 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.active >= self.limit:
-            busy = error_response(503, "service_unavailable", "too many requests in progress; retry",
-                                  headers={"Retry-After": "1"})
-            await busy(scope, receive, send)
-            return
-        self.active += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.active -= 1
-
-
 def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration with the edge's limits from ``settings``."""
     protocol = type(
@@ -144,7 +123,7 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
             "LABELDP_SERVER_TLS_CLIENT_CA_FILE and LABELDP_SERVER_TLS_KEYFILE need LABELDP_SERVER_TLS_CERTFILE"
         )
     return uvicorn.Config(
-        RequestLimit(app, settings.server_limit_concurrency),
+        app,
         host=host,
         port=port,
         http=protocol,
