@@ -67,7 +67,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctx.webhooks.start()
     stop = threading.Event()
     sweeper = threading.Thread(
-        target=sweep.run_sweeper, args=(ctx.sessions, ctx.store, stop, ctx.settings.sweep_interval_seconds),
+        target=sweep.run_sweeper,
+        args=(ctx.sessions, ctx.store, stop, ctx.settings.sweep_interval_seconds, sweep.unfinished_age(ctx.settings)),
         name="sweeper", daemon=True,
     )
     sweeper.start()
@@ -89,8 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
     try:  # what a crash or a failed delete left; the store away is no reason not to start
-        if swept := sweep.sweep_orphans(ctx.sessions, ctx.store):
-            log.info("swept %d orphaned feature-table objects", swept)
+        if swept := sweep.sweep_orphans(ctx.sessions, ctx.store, sweep.unfinished_age(settings)):
+            log.info("swept %d orphaned feature-table objects and unfinished writes", swept)
     except LabelDPError as exc:
         log.warning("start-up sweep failed (%s)", exc.code)
 

@@ -153,11 +153,11 @@ def test_an_old_object_whose_delete_failed_is_swept_once_past_its_grace(
         current = feature_tables.get_feature_table(s, "visits").path
     orphans = before
     assert set(objects.list("tables")) == orphans | {current}  # left behind, only logged
-    assert sweep.sweep_orphans(sessions, objects) == 0  # young: may be another replica's upload
+    assert sweep.sweep_orphans(sessions, objects, 3600) == 0  # young: may be another replica's upload
     old = time.time() - sweep.TABLE_MIN_AGE_SECONDS - 60
     for key in objects.list("tables"):
         os.utime(tmp_path / "objects" / key, (old, old))
-    assert sweep.sweep_orphans(sessions, objects) == 2
+    assert sweep.sweep_orphans(sessions, objects, 3600) == 2
     assert objects.list("tables") == [current]
     with sessions() as s:
         assert feature_tables.read_table(objects, feature_tables.get_feature_table(s, "visits")).num_rows == 1

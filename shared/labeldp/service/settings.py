@@ -426,7 +426,8 @@ class Settings(BaseSettings):
         60.0, gt=0, le=86400,
         description="labels API: how often it removes what a crashed or refused request left (unreferenced "
         "message and labels objects and store temporaries older than twice the request lease, spools older than an "
-        "hour); features API: how often it removes feature-table objects no row names, older than an hour",
+        "hour); features API: how often it removes feature-table objects no row names, older than an hour, and store "
+        "temporaries unwritten for twice the longer of the request and training leases",
     )
     idempotency_lease_seconds: float = Field(
         120.0,
