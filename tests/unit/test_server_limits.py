@@ -1,22 +1,30 @@
 """The server's request limit counts requests in progress, not open connections (issue 24, item 6):
 uvicorn's own ``limit_concurrency`` counted connections, so 500 half-open sockets made every real
 request a 503 (bench/bench_edge.py found it). Each app counts them inside its request-id middleware,
-so the 503 carries ``X-Request-ID`` like every other error answer."""
+so the 503 carries ``X-Request-ID`` like every other error answer. The listen backlog
+(LABELDP_SERVER_BACKLOG) reaches the server's listening socket."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from tests.local_settings import both_parties, fixed_signing_key
 
 from features_party.app import create_app as features_app
 from labeldp.service.http_api import RequestLimit
+from labeldp.service.server import server_config
+from labeldp.service.settings import Settings
 from labels_party.app import create_app as labels_app
 
 KEYS = ("labels-key-0123456789abcdef", "features-key-0123456789abcdef", fixed_signing_key("request limit"))
@@ -90,3 +98,40 @@ def test_the_503_past_the_limit_carries_the_request_id(tmp_path: Path, party: st
         assert held.status_code != 503 and "x-request-id" in held.headers
 
     asyncio.run(scenario())
+
+
+def _listen_backlog(sock: socket.socket) -> int:
+    """The kernel's accept-queue limit of a listening socket (Linux ``tcp_info``: ``tcpi_sacked`` of a
+    socket in LISTEN is its ``sk_max_ack_backlog``)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    assert info[0] == 10  # TCP_LISTEN
+    return int(struct.unpack_from("I", info, 28)[0])
+
+
+def test_the_backlog_setting_reaches_the_listening_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.model_fields["server_backlog"].default > 2048  # more than uvicorn's own
+    monkeypatch.setenv("LABELDP_SERVER_BACKLOG", "777")
+    settings = both_parties(tmp_path, *KEYS)
+    assert settings.server_backlog == 777
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    server = uvicorn.Server(server_config(app, "127.0.0.1", 0, settings))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.02)
+        (listening,) = [s for srv in server.servers for s in srv.sockets]
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        with socket.socket(fileno=socket.dup(listening.fileno())) as sock:
+            assert _listen_backlog(sock) == min(777, somaxconn)  # the kernel caps it at somaxconn
+    finally:
+        server.should_exit = True
+        thread.join(15)

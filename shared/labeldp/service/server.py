@@ -6,7 +6,9 @@ connections until the file descriptors run out. :class:`GuardedH11Protocol` adds
 a connection must send a whole request head within ``server_header_timeout_seconds`` of opening
 (or of its last answer), and past ``server_max_connections`` the oldest connection still waiting
 for a head is closed to make room (a flood of half-open sockets evicts itself, so a real client's
-connection, whose head follows at once, is served); with none waiting the new one is closed.
+connection, whose head follows at once, is served); with none waiting the new one is closed. The
+listen backlog (``server_backlog``) is the kernel's queue in front of both: a flood still connecting
+fills it faster than the loop accepts, and a SYN past it costs a real client a 1–3 s retry.
 Slow bodies are bounded in the app (``labeldp.service.http_api.BodySizeLimit``: 408).
 uvicorn's own ``limit_concurrency`` counts open connections, not requests, so a cap full of
 half-open sockets would answer every real request 503: each app counts requests instead
@@ -131,6 +133,7 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
         log_config=None,
         access_log=False,
         timeout_keep_alive=settings.server_timeout_keep_alive_seconds,
+        backlog=settings.server_backlog,
         h11_max_incomplete_event_size=settings.server_max_header_bytes,
         **tls,
     )

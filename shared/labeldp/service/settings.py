@@ -366,6 +366,12 @@ class Settings(BaseSettings):
         description="open connections a server keeps; one more is closed at once (keep it under the file descriptor "
         "limit, `ulimit -n`)",
     )
+    server_backlog: int = Field(
+        4096, ge=1, le=65535,
+        description="listen backlog of both APIs (uvicorn's own is 2048): connections the kernel completes and "
+        "queues while the server is busy; past it a SYN is dropped and the client retries after 1-3 s. The kernel "
+        "caps it at net.core.somaxconn (4096 on Linux 5.4+; raise both together)",
+    )
     server_limit_concurrency: int = Field(
         500, ge=1, le=1_000_000,
         description="requests in progress at once (half-open connections do not count); one more gets 503 "
