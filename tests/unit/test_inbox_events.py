@@ -20,13 +20,12 @@ from typing import Any, ClassVar
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from tests.inbox_messages import deliver
 from tests.unit.test_features_app import API_KEY, PUBLIC_KEY, SECRET, release_body
 
 from features_party.app import create_app
 from labeldp.service.events import parse_events, shutdown_flag
-from labeldp.service.server import server_config
+from labeldp.service.server import edge_server
 from labeldp.service.settings import InsecureSettings, Settings, require_webhook_secret
 from labeldp.service.webhooks import (
     ID_HEADER,
@@ -95,7 +94,7 @@ def features(tmp_path: Path, receiver: str) -> Iterator[tuple[str, Any]]:
     )
     app = create_app(settings)
     port = free_port()
-    server = uvicorn.Server(server_config(app, "127.0.0.1", port, settings))
+    server = edge_server(app, "127.0.0.1", port, settings)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

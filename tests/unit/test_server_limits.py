@@ -18,12 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from tests.local_settings import both_parties, fixed_signing_key
 
 from features_party.app import create_app as features_app
 from labeldp.service.http_api import RequestLimit
-from labeldp.service.server import server_config
+from labeldp.service.server import edge_server
 from labeldp.service.settings import Settings
 from labels_party.app import create_app as labels_app
 
@@ -108,10 +107,12 @@ def _listen_backlog(sock: socket.socket) -> int:
     return int(struct.unpack_from("I", info, 28)[0])
 
 
-def test_the_backlog_setting_reaches_the_listening_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backlog_setting_reaches_the_listening_socket_apart_from_the_accept_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert Settings.model_fields["server_backlog"].default > 2048  # more than uvicorn's own
     monkeypatch.setenv("LABELDP_SERVER_BACKLOG", "777")
-    settings = both_parties(tmp_path, *KEYS)
+    settings = both_parties(tmp_path, *KEYS, server_accept_batch=33)
     assert settings.server_backlog == 777
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -120,7 +121,8 @@ def test_the_backlog_setting_reaches_the_listening_socket(tmp_path: Path, monkey
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
 
-    server = uvicorn.Server(server_config(app, "127.0.0.1", 0, settings))
+    server = edge_server(app, "127.0.0.1", 0, settings)
+    assert server.config.backlog == 33  # asyncio accepts this many a turn; the kernel queues 777
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

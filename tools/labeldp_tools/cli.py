@@ -16,10 +16,8 @@ from labeldp.service.settings import InsecureSettings
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from labeldp.service.events import shutdown_flag
-    from labeldp.service.server import server_config
+    from labeldp.service.server import edge_server
     from labeldp.service.settings import Settings
 
     settings = Settings()
@@ -30,7 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     # uvicorn's own lines go through the app's JSON log handler; its access line is replaced by
     # the app's (labeldp.service.logs.RequestContext), which carries the request id.
-    server = uvicorn.Server(server_config(app, args.host, args.port, settings))
+    server = edge_server(app, args.host, args.port, settings)
     exit_server = server.handle_exit
 
     def handle_exit(sig: int, frame: object) -> None:

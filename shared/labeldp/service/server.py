@@ -6,10 +6,9 @@ connections until the file descriptors run out. :class:`GuardedH11Protocol` adds
 a connection must send a whole request head within ``server_header_timeout_seconds`` of opening
 (or of its last answer), and past ``server_max_connections`` the oldest connection still waiting
 for a head is closed to make room (a flood of half-open sockets evicts itself, so a real client's
-connection, whose head follows at once, is served); with none waiting the new one is closed. The
-listen backlog (``server_backlog``) is the kernel's queue in front of both: a flood still connecting
-fills it faster than the loop accepts, and a SYN past it costs a real client a 1–3 s retry.
-Slow bodies are bounded in the app (``labeldp.service.http_api.BodySizeLimit``: 408).
+connection, whose head follows at once, is served); with none waiting the new one is closed.
+:class:`EdgeServer` sets the kernel's accept queue apart from how many connections one loop turn
+accepts (uvicorn ties both to its ``backlog``). Slow bodies are bounded in the app (408).
 uvicorn's own ``limit_concurrency`` counts open connections, not requests, so a cap full of
 half-open sockets would answer every real request 503: each app counts requests instead
 (``labeldp.service.http_api.RequestLimit``, inside its request-id middleware).
@@ -24,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import ssl
 from collections import OrderedDict
 from typing import Any
@@ -104,8 +105,38 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
+class EdgeServer(uvicorn.Server):
+    """uvicorn's server whose listening sockets queue ``listen_backlog`` connections in the kernel.
+
+    asyncio accepts up to ``backlog`` connections in one turn of the loop and uvicorn passes one
+    value for both. A flood still connecting keeps the queue full, so each turn accepted a whole
+    queue (2 048, 4 096) of connections before any of their heads was read: past the connection cap
+    they evicted each other, a real client's among them (reset), and descriptors reached 5–13× the
+    cap (bench/bench_edge.py). So the loop accepts ``server_accept_batch`` a turn (uvicorn's
+    ``backlog``) and, once listening, the sockets' kernel queue is raised to ``server_backlog``
+    (``listen`` again on a listening socket changes its queue's limit on Linux).
+    """
+
+    def __init__(self, config: uvicorn.Config, listen_backlog: int) -> None:
+        super().__init__(config)
+        self.listen_backlog = listen_backlog
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for listening in server.sockets:
+                with socket.socket(fileno=os.dup(listening.fileno())) as sock:  # closes the copy only
+                    sock.listen(self.listen_backlog)
+
+
+def edge_server(app: Any, host: str, port: int, settings: Settings) -> EdgeServer:
+    """The server both APIs run: :func:`server_config`'s limits and ``server_backlog``'s kernel queue."""
+    return EdgeServer(server_config(app, host, port, settings), settings.server_backlog)
+
+
 def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
-    """uvicorn's configuration with the edge's limits from ``settings``."""
+    """uvicorn's configuration with the edge's limits from ``settings`` (its ``backlog`` is the accept batch:
+    serve it with :func:`edge_server`, which sets the sockets' kernel queue)."""
     protocol = type(
         "Guarded",
         (GuardedH11Protocol,),
@@ -133,7 +164,7 @@ def server_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn
         log_config=None,
         access_log=False,
         timeout_keep_alive=settings.server_timeout_keep_alive_seconds,
-        backlog=settings.server_backlog,
+        backlog=settings.server_accept_batch,
         h11_max_incomplete_event_size=settings.server_max_header_bytes,
         **tls,
     )

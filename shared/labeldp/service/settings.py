@@ -372,6 +372,12 @@ class Settings(BaseSettings):
         "queues while the server is busy; past it a SYN is dropped and the client retries after 1-3 s. The kernel "
         "caps it at net.core.somaxconn (4096 on Linux 5.4+; raise both together)",
     )
+    server_accept_batch: int = Field(
+        100, ge=1, le=65535,
+        description="connections a server accepts in one turn of its event loop (asyncio's default); a larger "
+        "batch lets a flood's fresh connections evict each other, and a real client's, past "
+        "server_max_connections before any head is read (keep it well under that cap)",
+    )
     server_limit_concurrency: int = Field(
         500, ge=1, le=1_000_000,
         description="requests in progress at once (half-open connections do not count); one more gets 503 "
