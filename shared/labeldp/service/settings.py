@@ -366,12 +366,14 @@ class Settings(BaseSettings):
         description="open connections a server keeps; one more is closed at once (keep it under the file descriptor "
         "limit, `ulimit -n`)",
     )
+    # Decided in docs/decisions/0031-listen-backlog.md.
     server_backlog: int = Field(
-        4096, ge=1, le=65535,
-        description="listen backlog of both APIs (uvicorn's own is 2048): connections the kernel completes and "
-        "queues while the server is busy; past it a SYN is dropped and the client retries after 1-3 s. The kernel "
-        "caps it at net.core.somaxconn (4096 on Linux 5.4+; raise both together)",
+        2048, ge=1, le=65535,
+        description="listen backlog of both APIs: connections the kernel completes and queues until the server "
+        "accepts them; past it a SYN is dropped and the client retries after 1, 3, 7 s. A longer queue drops fewer "
+        "but makes each queued client wait longer behind a flood. The kernel caps it at net.core.somaxconn",
     )
+    # Decided in docs/decisions/0031-listen-backlog.md.
     server_accept_batch: int = Field(
         100, ge=1, le=65535,
         description="connections a server accepts in one turn of its event loop (asyncio's default); a larger "
