@@ -68,7 +68,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     stop = threading.Event()
     sweeper = threading.Thread(
         target=sweep.run_sweeper,
-        args=(ctx.sessions, ctx.store, stop, ctx.settings.sweep_interval_seconds, sweep.unfinished_age(ctx.settings)),
+        args=(ctx.sessions, ctx.store, stop, ctx.settings.sweep_interval_seconds, sweep.unfinished_age(ctx.settings),
+              ctx.spool_dir),
         name="sweeper", daemon=True,
     )
     sweeper.start()
@@ -90,7 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level, "features")
     ctx = build_context(settings)
     try:  # what a crash or a failed delete left; the store away is no reason not to start
-        if swept := sweep.sweep_orphans(ctx.sessions, ctx.store, sweep.unfinished_age(settings)):
+        if swept := sweep.sweep_orphans(ctx.sessions, ctx.store, sweep.unfinished_age(settings),
+                                        spool=ctx.spool_dir):
             log.info("swept %d orphaned feature-table objects and unfinished writes", swept)
     except LabelDPError as exc:
         log.warning("start-up sweep failed (%s)", exc.code)

@@ -46,6 +46,11 @@ class AppContext:
     """The inbox's signed webhook (``LABELDP_INBOX_WEBHOOK_URL``), started with the app; None without one."""
 
     @property
+    def spool_dir(self) -> Path:
+        """This process's request scratch: spooled bodies, exports, downloads (swept once abandoned)."""
+        return self.data_dir / "spool"
+
+    @property
     def record_event(self) -> inbox.EventHook | None:
         """What the inbox calls inside the transaction of an event: the webhook's delivery row."""
         return self.webhooks.enqueue if self.webhooks is not None else None

@@ -63,3 +63,36 @@ def test_an_old_unfinished_write_is_swept_and_a_young_one_kept(tmp_path: Path) -
         assert young.exists()  # its writer may still be streaming into it
     objects = open_object_store(settings, Path(settings.features_data_dir))
     assert objects.list() == []  # no object appeared under any key
+
+
+def _aged(path: Path, age_seconds: float) -> Path:
+    written = time.time() - age_seconds
+    os.utime(path, (written, written))
+    return path
+
+
+def test_abandoned_request_scratch_is_swept_and_live_scratch_kept(tmp_path: Path) -> None:
+    """What a crashed request left in ``<data dir>/spool`` (a spooled body, an export, a conversion's
+    folder) goes once untouched for an hour; a young file and a folder still being written stay."""
+    settings = both_parties(tmp_path, *KEYS, sweep_interval_seconds=3600)
+    spool = Path(settings.features_data_dir) / "spool"
+    spool.mkdir(parents=True)
+    old_age = sweep.SPOOL_MIN_AGE_SECONDS + 60
+    body = spool / "body-0123"
+    body.write_bytes(b"x")
+    _aged(body, old_age)
+    export = spool / "export-ab.onnx"
+    export.write_bytes(b"y")
+    _aged(export, old_age)
+    dead = spool / "tmpdead"
+    (dead / "part").mkdir(parents=True)
+    _aged(dead / "part", old_age)
+    _aged(dead, old_age)
+    young = spool / "body-4567"
+    young.write_bytes(b"z")
+    live = spool / "tmplive"
+    live.mkdir()
+    (live / "table.parquet").write_bytes(b"w")  # being written now, in a folder made an hour ago
+    _aged(live, old_age)
+    create_app(settings)  # the start-up sweep
+    assert sorted(p.name for p in spool.iterdir()) == ["body-4567", "tmplive"]

@@ -144,7 +144,7 @@ async def _upload(
         digest = hashlib.sha256(b"").hexdigest()
         body = None
     else:
-        body = await spool_body(request, ctx.data_dir / "spool")
+        body = await spool_body(request, ctx.spool_dir)
         table, digest = feature_tables.local_source(body.path, fmt), body.sha256
     write = feature_tables.replace_feature_table if replace else feature_tables.create_feature_table
     try:
@@ -154,7 +154,7 @@ async def _upload(
             key,
             request_fingerprint(scope, query, digest),
             lambda claim: write(
-                ctx.sessions, ctx.store, ctx.data_dir / "spool", name, table, id_column, cats, nums, claim,
+                ctx.sessions, ctx.store, ctx.spool_dir, name, table, id_column, cats, nums, claim,
                 settings.training_join_partition_rows,
             ),
         )

@@ -104,7 +104,7 @@ async def receive_shard(
         ctx.inbox_messages.labels(result="inbox_busy").inc()
         raise Unavailable("inbox_busy", "the inbox is receiving other shards", headers={"Retry-After": "2"})
     async with ctx.inbox_slots:
-        body = await spool_body(request, ctx.data_dir / "spool")
+        body = await spool_body(request, ctx.spool_dir)
         try:
             status = await run_in_threadpool(
                 inbox.receive_shard, ctx.sessions, ctx.store, release_id, index, body.path, body.sha256, body.size

@@ -100,7 +100,7 @@ async def download_model(
     fmt: Literal["onnx", "torchscript"] = Query("onnx", alias="format", description="`onnx` or `torchscript`"),
 ) -> StreamingResponse:
     key = await run_in_threadpool(
-        model_delivery.exported_object, ctx.sessions, ctx.store, ctx.data_dir / "spool", model_id, fmt
+        model_delivery.exported_object, ctx.sessions, ctx.store, ctx.spool_dir, model_id, fmt
     )
     size = await run_in_threadpool(ctx.store.size, key)
     reader = await run_in_threadpool(ctx.store.open_input_stream, key)
@@ -155,7 +155,7 @@ async def predict_batch(
             models.get_model(session, model_id)
 
     await run_in_threadpool(known)  # 404 before reading a large body
-    body = await spool_body(request, ctx.data_dir / "spool")
+    body = await spool_body(request, ctx.spool_dir)
     try:
         output = await run_in_threadpool(
             model_delivery.predict_upload, ctx.sessions, ctx.store, ctx.model_cache, model_id, body.path,

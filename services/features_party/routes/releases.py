@@ -91,7 +91,7 @@ async def download_release_labels(
     def write() -> Path:
         with ctx.sessions() as session:
             ids, labels = inbox.release_columns(inbox.get_release(session, release_id))
-        scratch = ctx.data_dir / "spool"
+        scratch = ctx.spool_dir
         scratch.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix="labels-", dir=scratch)
         os.close(fd)
