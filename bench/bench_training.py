@@ -270,11 +270,14 @@ def run_step(stage_dir: Path, config: Any, step_rows: int) -> dict[str, Any]:
             self.max_steps = steps if step_rows <= 0 else min(steps, math.ceil(step_rows / config.batch_size))
             self.cut = self.max_steps < steps
             self.n_train = sum(self.loader.step_rows(k) for k in range(self.max_steps))
+            self.stepped = [0, 0]  # steps and rows the loop was given
 
         def steps(self, epoch: int) -> Any:
             stream = super().steps(epoch)
             try:
                 for _, parts in zip(range(self.max_steps), stream):
+                    self.stepped[0] += 1
+                    self.stepped[1] += sum(len(y) for _, _, y in parts)
                     yield parts
             finally:
                 stream.close()  # type: ignore[attr-defined]
@@ -288,8 +291,11 @@ def run_step(stage_dir: Path, config: Any, step_rows: int) -> dict[str, Any]:
     data = Prefix(staged, objective, config, plan, Workers())
     reports: list[Any] = []
     fitted = train(data, objective, config, plan, reports.append, workers=Workers())
+    steps, rows = data.stepped
+    if rows != data.n_train:  # rows/s divides n_train by the seconds: it must be the rows stepped
+        raise RuntimeError(f"stepped {rows} rows, not the {data.n_train} counted")
     return {"prepare_s": fetched, "s_per_epoch": reports[0].seconds, "rows_per_s": fitted.config["rows_per_second"],
-            "rows": data.n_train, "n_train": staged.n_train, "steps": data.max_steps, "prefix": data.cut}
+            "rows": rows, "n_train": staged.n_train, "steps": steps, "prefix": data.cut}
 
 
 def plain_epochs(model: Any, optimizer: Any, x: Any, c: Any, t: Any, batch: int, epochs: int,
