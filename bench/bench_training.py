@@ -205,21 +205,34 @@ def run_stage(data: Path, ids: Any, y: np.ndarray, config: Any, stage_dir: Path,
     is_val[plan.val_idx] = True
     del plan
     store = ObjectStore.from_url(str(stage_dir / "store"))
-    held = rss_mb()  # the release as the caller holds it (ids, labels, split), before the stage's own work
+    held = status_mb("VmRSS")  # the release as the caller holds it (ids, labels, split), before the stage's work
+    reset = reset_peak()  # so that VmHWM after the stage is the stage's peak, not reading the release's
     meta = stage_to_store(data, "id", ids, y, y, is_val, store, STAGE_PREFIX, work / "join", config.row_group_rows,
                           config.join_partition_rows)
     seconds = time.perf_counter() - started
+    staging_peak = status_mb("VmHWM") if reset else None
     return {"prepare_s": seconds, "rows_per_s": len(y) / seconds, "rows": len(y), "n_train": meta["n_train"],
-            "partitions": len(meta["partitions"]), "held_mb": held}
+            "partitions": len(meta["partitions"]), "held_mb": held, "staging_peak_mb": staging_peak}
 
 
-def rss_mb() -> float | None:
-    """This process's resident memory now (VmRSS, MB); None where /proc does not say."""
+def status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status in MB (VmRSS: resident now; VmHWM: its peak since the last
+    :func:`reset_peak`); None where /proc does not say."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
         return None
-    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith(field + ":")), None)
+
+
+def reset_peak() -> bool:
+    """Reset this process's VmHWM to its resident memory now (Linux's clear_refs 5); whether it could.
+    ``ru_maxrss`` keeps the process's whole peak."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 def cached_stage(stage_dir: Path) -> tuple[Any, float]:
@@ -517,21 +530,28 @@ def phase_memory(results: dict[int, dict[str, dict[str, Any] | None]]) -> list[s
     if not sizes:
         return []
     lines = ["", "## Peak RSS per phase (MB; in brackets: the change from the size above)", "",
-             "Stage's process held the release (ids, labels, split) as its caller does before staging began: "
-             "\"held before staging\" (VmRSS then); the stage's own work is its peak above that.", "",
-             "| n | stage | held before staging | fetch + loader alone | loader + step |", "|---:|---:|---:|---:|---:|"]
+             "stage: the staging's peak (VmHWM, reset when staging began: `stage_to_store` with the release "
+             "in memory); held: what the release (ids, labels and targets, split) held then (VmRSS), as its "
+             "caller holds it; the staging's own work is the difference. stage process: the whole process's "
+             "peak (ru_maxrss), reading the release included. The other two: their process's peak (ru_maxrss).", "",
+             "| n | stage | held before staging | stage's own work | stage process | fetch + loader alone "
+             "| loader + step |", "|---:|---:|---:|---:|---:|---:|---:|"]
     before: dict[str, float] = {}
+
+    def cell(key: str, value: float | None) -> str:
+        change = "" if value is None or key not in before else f" ({value - before[key]:+,.0f})"
+        if value is not None:
+            before[key] = value
+        return fmt(value) + change
+
     for n in sizes:
-        cells = []
-        for mode in PHASES:
+        stage = results[n].get("stage") or {}
+        staging, held = stage.get("staging_peak_mb"), stage.get("held_mb")
+        own = None if staging is None or held is None else staging - held
+        cells = [cell("staging", staging), cell("held", held), cell("own", own), cell("stage", stage.get("peak_mb"))]
+        for mode in PHASES[1:]:
             r = results[n].get(mode)
-            peak = None if r is None else r["peak_mb"]
-            change = "" if peak is None or mode not in before else f" ({peak - before[mode]:+,.0f})"
-            cells.append(fmt(peak) + change)
-            if peak is not None:
-                before[mode] = peak
-            if mode == "stage":
-                cells.append(fmt(None if r is None else r.get("held_mb")))
+            cells.append(cell(mode, None if r is None else r["peak_mb"]))
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     return lines
 
