@@ -206,13 +206,15 @@ def run_stage(data: Path, ids: Any, y: np.ndarray, config: Any, stage_dir: Path,
     del plan
     store = ObjectStore.from_url(str(stage_dir / "store"))
     held = status_mb("VmRSS")  # the release as the caller holds it (ids, labels, split), before the stage's work
+    reading = status_mb("VmHWM")  # the process's peak so far: reading the release (the reset below clears it)
     reset = reset_peak()  # so that VmHWM after the stage is the stage's peak, not reading the release's
     meta = stage_to_store(data, "id", ids, y, y, is_val, store, STAGE_PREFIX, work / "join", config.row_group_rows,
                           config.join_partition_rows)
     seconds = time.perf_counter() - started
     staging_peak = status_mb("VmHWM") if reset else None
     return {"prepare_s": seconds, "rows_per_s": len(y) / seconds, "rows": len(y), "n_train": meta["n_train"],
-            "partitions": len(meta["partitions"]), "held_mb": held, "staging_peak_mb": staging_peak}
+            "partitions": len(meta["partitions"]), "held_mb": held, "staging_peak_mb": staging_peak,
+            "reading_peak_mb": reading}
 
 
 def status_mb(field: str) -> float | None:
@@ -227,7 +229,7 @@ def status_mb(field: str) -> float | None:
 
 def reset_peak() -> bool:
     """Reset this process's VmHWM to its resident memory now (Linux's clear_refs 5); whether it could.
-    ``ru_maxrss`` keeps the process's whole peak."""
+    Linux's ``ru_maxrss`` of a live process follows VmHWM: read the peak before resetting it."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -405,7 +407,8 @@ def child(args: argparse.Namespace) -> None:
         args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards,
         args.shards_max, Path(args.stage) if args.stage else None, args.step_rows,
     )
-    result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
+    # ru_maxrss follows VmHWM, which the stage phase resets: its peak before the reset counts too
+    result["peak_mb"] = max(peak_mb(), peak_mb(children=True), result.get("reading_peak_mb") or 0)
     print("RESULT " + json.dumps(result))
 
 
