@@ -15,6 +15,14 @@ peak resident memory (``ru_maxrss``; for torchrun, the largest of its processes)
   forward, MSE, backward, step); the goal is the 1-process streamed training within 10 % of it
   (issue 23 item 5), the "÷ plain" columns.
 
+The phases of a streamed training, each in its own process so each has its own peak RSS (the
+growth table's 10⁸ row, ``--modes stage,loaded,step``): ``stage`` stages the release into an
+object store (``stage_to_store``, a local ``ObjectStore``); ``loaded`` fetches that stage into a
+local cache and runs the loader alone over one whole epoch; ``step`` runs the training loop
+(``labeldp.learning.loop.train``: loader + forward, loss, backward, Adam) on the cached stage, over
+the first ``--step-rows`` training rows (whole steps; 0, the default: the whole epoch, with its
+validation pass). Neither ``loaded`` nor ``step`` holds the release's ids or labels.
+
 All use the default options (Adam, batch 256, default learning with private selection on
 10 %) with one torch thread per process; the machine has the cores it says. rows/s counts
 training rows over the optimizer passes only; s/epoch includes the validation pass.
@@ -43,6 +51,7 @@ import math
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,7 +64,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MODES = ("memory", "stream", "torchrun2", "loader", "plain", "memory_bf16", "memory_fp16")
+MODES = ("memory", "stream", "torchrun2", "loader", "plain", "memory_bf16", "memory_fp16", "stage", "loaded", "step")
+PHASES = ("stage", "loaded", "step")
+"""The modes that stage once into ``<work>/stage_<n>`` and read that stage (see the docstring)."""
 PRECISION_MODES = {"memory": "fp32", "memory_bf16": "bf16", "memory_fp16": "fp16"}
 CHUNK = 1_000_000
 
@@ -112,9 +123,10 @@ def held_out_mse(model: Any, data: Path) -> float | None:
 
 def run_mode(
     mode: str, data: Path, epochs: int, work: Path, batch: int, device: str = "cpu", lr: float = 1e-3,
-    data_shards: int = 0, shards_max: int = 1,
+    data_shards: int = 0, shards_max: int = 1, stage_dir: Path | None = None, step_rows: int = 0,
 ) -> dict[str, Any]:
-    """One mode in this process; returns its measurements."""
+    """One mode in this process; returns its measurements. ``stage_dir``: the phases' stage (store and
+    cache); ``step_rows``: ``step``'s prefix of training rows (0: the whole epoch)."""
     import torch
 
     from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
@@ -125,6 +137,10 @@ def run_mode(
     from labeldp.learning.streamed import fit_release_streamed
 
     torch.set_num_threads(1)
+    if mode in ("loaded", "step"):  # the stage only: no release ids or labels in this process
+        assert stage_dir is not None
+        config = TrainingConfig(epochs=1, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr)
+        return run_loaded(stage_dir, config) if mode == "loaded" else run_step(stage_dir, config, step_rows)
     source = pq.read_table(labels_of(data), columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
@@ -146,6 +162,9 @@ def run_mode(
         return result
     if mode == "plain":
         return plain_loop(data, y, config)
+    if mode == "stage":
+        assert stage_dir is not None
+        return run_stage(data, ids, y, config, stage_dir, work)
     if mode == "loader":
         plan = make_plan(len(y), config)
         is_val = np.zeros(len(y), bool)
@@ -159,7 +178,7 @@ def run_mode(
         batches = sum(1 for _ in loader.batches(1))
         seconds = time.perf_counter() - t0
         return {"prepare_s": staged_s, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
-                "batches": batches}
+                "batches": batches, "rows": staged.n_train}
     workers = procs_of(mode) or (2 if mode == "torchrun2" else 1)
     model = fit_release_streamed(data, "id", ids, y, None, config, work, DEFAULT_LEARNING, reports.append,
                                  workers=workers)
@@ -167,6 +186,131 @@ def run_mode(
     if procs_of(mode):
         result["test_mse"] = held_out_mse(model, data)
     return result
+
+
+STAGE_PREFIX = "stage"
+"""The phases' stage: under this prefix of the object store ``<stage dir>/store``; cached in ``<stage dir>/cache``."""
+
+
+def run_stage(data: Path, ids: Any, y: np.ndarray, config: Any, stage_dir: Path, work: Path) -> dict[str, Any]:
+    """``stage``: the release (``ids``, ``y`` as labels and targets, the split of ``make_plan``) joined with the
+    feature table and staged into a local object store, as a streamed training stages it."""
+    from labeldp.learning.loop import make_plan
+    from labeldp.learning.staging import stage_to_store
+    from labeldp.storage import ObjectStore
+
+    started = time.perf_counter()
+    plan = make_plan(len(y), config)
+    is_val = np.zeros(len(y), bool)
+    is_val[plan.val_idx] = True
+    del plan
+    store = ObjectStore.from_url(str(stage_dir / "store"))
+    held = status_mb("VmRSS")  # the release as the caller holds it (ids, labels, split), before the stage's work
+    reading = status_mb("VmHWM")  # the process's peak so far: reading the release (the reset below clears it)
+    reset = reset_peak()  # so that VmHWM after the stage is the stage's peak, not reading the release's
+    meta = stage_to_store(data, "id", ids, y, y, is_val, store, STAGE_PREFIX, work / "join", config.row_group_rows,
+                          config.join_partition_rows)
+    seconds = time.perf_counter() - started
+    staging_peak = status_mb("VmHWM") if reset else None
+    return {"prepare_s": seconds, "rows_per_s": len(y) / seconds, "rows": len(y), "n_train": meta["n_train"],
+            "partitions": len(meta["partitions"]), "held_mb": held, "staging_peak_mb": staging_peak,
+            "reading_peak_mb": reading}
+
+
+def status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status in MB (VmRSS: resident now; VmHWM: its peak since the last
+    :func:`reset_peak`); None where /proc does not say."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith(field + ":")), None)
+
+
+def reset_peak() -> bool:
+    """Reset this process's VmHWM to its resident memory now (Linux's clear_refs 5); whether it could.
+    Linux's ``ru_maxrss`` of a live process follows VmHWM: read the peak before resetting it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def cached_stage(stage_dir: Path) -> tuple[Any, float]:
+    """The phases' stage in its local cache (fetched from the store unless a phase before did) and the
+    seconds the fetch took (0 when cached)."""
+    from labeldp.learning.staging import META_FILE, StagedRelease, fetch_stage
+    from labeldp.storage import ObjectStore
+
+    cache = stage_dir / "cache"
+    if (cache / META_FILE).exists():
+        return StagedRelease.open(cache), 0.0
+    t0 = time.perf_counter()
+    staged = fetch_stage(ObjectStore.from_url(str(stage_dir / "store")), STAGE_PREFIX, cache)
+    return staged, time.perf_counter() - t0
+
+
+def run_loaded(stage_dir: Path, config: Any) -> dict[str, Any]:
+    """``loaded``: the stage fetched from the store into the cache (``prepare_s``), then the row-group loader
+    alone over one whole epoch's batches, no model."""
+    from labeldp.learning.loader import RowGroupLoader
+
+    staged, fetched = cached_stage(stage_dir)
+    loader = RowGroupLoader(staged.train_path, staged.preprocessor, config.batch_size,
+                            target_mean=staged.target_mean, target_std=staged.target_std,
+                            buffer_row_groups=config.buffer_row_groups, seed=1)
+    t0 = time.perf_counter()
+    batches = sum(1 for _ in loader.batches(1))
+    seconds = time.perf_counter() - t0
+    return {"prepare_s": fetched, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
+            "batches": batches, "rows": staged.n_train, "n_train": staged.n_train}
+
+
+def run_step(stage_dir: Path, config: Any, step_rows: int) -> dict[str, Any]:
+    """``step``: the training loop (loader + forward, loss, backward, Adam) over the cached stage, over the
+    first ``step_rows`` training rows in whole steps (0 or more than the epoch: the whole epoch, validated
+    as a training validates it). rows/s as the trainings count it: the rows stepped over their seconds."""
+    from labeldp.learning.device import resolve_device
+    from labeldp.learning.loop import Objective, Plan, StreamedData, Workers, squared_error, train
+    from labeldp.learning.networks import MLPRegressor
+
+    class Prefix(StreamedData):
+        """The stage's data, its epoch cut after the steps that hold ``step_rows`` training rows. A cut
+        epoch is not validated: its seconds are the steps' alone, as its rows/s counts them."""
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            steps = self.loader.steps_per_epoch()
+            self.max_steps = steps if step_rows <= 0 else min(steps, math.ceil(step_rows / config.batch_size))
+            self.cut = self.max_steps < steps
+            self.n_train = sum(self.loader.step_rows(k) for k in range(self.max_steps))
+            self.stepped = [0, 0]  # steps and rows the loop was given
+
+        def steps(self, epoch: int) -> Any:
+            stream = super().steps(epoch)
+            try:
+                for _, parts in zip(range(self.max_steps), stream):
+                    self.stepped[0] += 1
+                    self.stepped[1] += sum(len(y) for _, _, y in parts)
+                    yield parts
+            finally:
+                stream.close()  # type: ignore[attr-defined]
+
+        def validate(self, model: Any, objective: Any, outputs: bool) -> Any:
+            return (np.empty(0), None, None) if self.cut else super().validate(model, objective, outputs)
+
+    staged, fetched = cached_stage(stage_dir)
+    objective = Objective(MLPRegressor, squared_error, loss_scale=staged.target_std**2)
+    plan = Plan(1, resolve_device(config.device), np.empty(0, np.int64), np.empty(0, np.int64))  # staged split
+    data = Prefix(staged, objective, config, plan, Workers())
+    reports: list[Any] = []
+    fitted = train(data, objective, config, plan, reports.append, workers=Workers())
+    steps, rows = data.stepped
+    if rows != data.n_train:  # rows/s divides n_train by the seconds: it must be the rows stepped
+        raise RuntimeError(f"stepped {rows} rows, not the {data.n_train} counted")
+    return {"prepare_s": fetched, "s_per_epoch": reports[0].seconds, "rows_per_s": fitted.config["rows_per_second"],
+            "rows": rows, "n_train": staged.n_train, "steps": steps, "prefix": data.cut}
 
 
 def plain_epochs(model: Any, optimizer: Any, x: Any, c: Any, t: Any, batch: int, epochs: int,
@@ -261,24 +405,29 @@ def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         result = run_mode(
         args.mode, Path(args.data), args.epochs, Path(work), args.batch, args.device, args.lr, args.data_shards,
-        args.shards_max,
+        args.shards_max, Path(args.stage) if args.stage else None, args.step_rows,
     )
-    result["peak_mb"] = max(peak_mb(), peak_mb(children=True))
+    # ru_maxrss follows VmHWM, which the stage phase resets: its peak before the reset counts too
+    result["peak_mb"] = max(peak_mb(), peak_mb(children=True), result.get("reading_peak_mb") or 0)
     print("RESULT " + json.dumps(result))
 
 
 def measure(
     mode: str, data: Path, epochs: int, work: Path, batch: int, device: str, lr: float = 1e-3, data_shards: int = 0,
-    shards_max: int = 1,
+    shards_max: int = 1, stage_dir: Path | None = None, step_rows: int = 0,
 ) -> dict[str, Any] | None:
+    """One mode in a child process: its measurements, with the 1-minute load average before and after."""
     cmd = [sys.executable, __file__, "--child", mode, "--data", str(data), "--epochs", str(epochs),
            "--work", str(work), "--batch", str(batch), "--device", device, "--lr", repr(lr),
-           "--data-shards", str(data_shards), "--shards-max", str(shards_max)]
+           "--data-shards", str(data_shards), "--shards-max", str(shards_max), "--step-rows", str(step_rows)]
+    if stage_dir is not None:
+        cmd += ["--stage", str(stage_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    load = os.getloadavg()[0]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return {**json.loads(line[len("RESULT "):]), "load": [load, os.getloadavg()[0]]}
     sys.stderr.write(done.stderr[-3000:])
     return None
 
@@ -349,6 +498,67 @@ def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: arg
     return "\n".join(lines) + "\n"
 
 
+PHASES_TEXT = [
+    "Phases, each in its own process (its peak RSS its own): stage: the release joined with the feature table "
+    "and staged into a local object store (prepare s: the staging; rows/s: rows staged per second); loaded: the "
+    "stage fetched into a local cache (prepare s), then the loader alone over one whole epoch; step: the "
+    "training loop (loader + forward, loss, backward, Adam) over the cached stage — over the first rows of the "
+    "epoch when rows timed says \"prefix\" (no validation pass then: s/epoch is the prefix's seconds). In the "
+    "side-by-side table, loader alone ÷ loader + step is loaded ÷ step where both ran.",
+]
+
+
+def rows_timed(r: dict[str, Any]) -> str:
+    """The rows a mode's rows/s is over: a step prefix says so, and of how many."""
+    rows = r.get("rows")
+    if rows is None:
+        rows = r["n_train"] * r.get("epochs", 1) if r.get("n_train") else None
+    if rows is None:
+        return "—"
+    return f"{rows:,} (prefix of {r['n_train']:,})" if r.get("prefix") else f"{rows:,}"
+
+
+def load_text(args: argparse.Namespace) -> str:
+    loads = getattr(args, "loads", None)
+    if not loads:
+        return "load average unknown"
+    before, after = loads
+    return ("load average (1, 5, 15 min) before " + ", ".join(f"{v:.2f}" for v in before)
+            + "; after " + ", ".join(f"{v:.2f}" for v in after))
+
+
+def phase_memory(results: dict[int, dict[str, dict[str, Any] | None]]) -> list[str]:
+    """Peak RSS of each phase's process per n, and its change from the n before (memory flat as n grows)."""
+    sizes = [n for n, modes in results.items() if any(m in PHASES for m in modes)]
+    if not sizes:
+        return []
+    lines = ["", "## Peak RSS per phase (MB; in brackets: the change from the size above)", "",
+             "stage: the staging's peak (VmHWM, reset when staging began: `stage_to_store` with the release "
+             "in memory); held: what the release (ids, labels and targets, split) held then (VmRSS), as its "
+             "caller holds it; the staging's own work is the difference. stage process: the whole process's "
+             "peak (ru_maxrss), reading the release included. The other two: their process's peak (ru_maxrss).", "",
+             "| n | stage | held before staging | stage's own work | stage process | fetch + loader alone "
+             "| loader + step |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    before: dict[str, float] = {}
+
+    def cell(key: str, value: float | None) -> str:
+        change = "" if value is None or key not in before else f" ({value - before[key]:+,.0f})"
+        if value is not None:
+            before[key] = value
+        return fmt(value) + change
+
+    for n in sizes:
+        stage = results[n].get("stage") or {}
+        staging, held = stage.get("staging_peak_mb"), stage.get("held_mb")
+        own = None if staging is None or held is None else staging - held
+        cells = [cell("staging", staging), cell("held", held), cell("own", own), cell("stage", stage.get("peak_mb"))]
+        for mode in PHASES[1:]:
+            r = results[n].get(mode)
+            cells.append(cell(mode, None if r is None else r["peak_mb"]))
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.Namespace, wall: float) -> str:
     lines = [
         f"# Training throughput (features party, {device_name(args.device)})",
@@ -356,7 +566,7 @@ def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.
         f"`{' '.join(['python', 'bench/bench_training.py', *sys.argv[1:]])}` — "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores (shared with other jobs while this ran), Python {platform.python_version()}, "
-        f"wall {wall:.0f} s.",
+        f"wall {wall:.0f} s, {load_text(args)}.",
         "",
         f"Default options (Adam, batch {args.batch}, private selection on 10 % of rows), synthetic table of 8 "
         "numeric and 3 categorical columns, one torch thread per process, epochs as listed. rows/s: training "
@@ -364,20 +574,23 @@ def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.
         "of the mode "
         "(ru_maxrss; host memory)."
         + (" No GPU was lent to this session: no GPU rows." if args.device == "cpu" else ""),
+        *([""] + PHASES_TEXT if any(m in PHASES for modes in results.values() for m in modes) else []),
         "",
-        "| n | mode | epochs | s/epoch | rows/s | peak RSS MB | prepare s |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| n | mode | epochs | s/epoch | rows/s | rows timed | peak RSS MB | prepare s | load 1 min (start → end) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, modes in results.items():
         for mode in MODES:
             r = modes.get(mode)
             if r is None:
                 if mode in modes:
-                    lines.append(f"| {n:,} | {mode} | | failed | | | |")
+                    lines.append(f"| {n:,} | {mode} | | failed | | | | | |")
                 continue
+            load = r.get("load") or [None, None]
             lines.append(
-                f"| {n:,} | {mode} | {r.get('epochs', '')} | {fmt(r['s_per_epoch'], 2)} | {fmt(r['rows_per_s'])} | "
-                f"{fmt(r['peak_mb'])} | {fmt(r.get('prepare_s'), 1)} |"
+                f"| {n:,} | {mode} | {r.get('epochs', '')} | {fmt(r.get('s_per_epoch'), 2)} | {fmt(r['rows_per_s'])} | "
+                f"{rows_timed(r)} | {fmt(r['peak_mb'])} | {fmt(r.get('prepare_s'), 1)} | "
+                f"{fmt(load[0], 2)} → {fmt(load[1], 2)} |"
             )
     lines += ["", "## Side by side", "",
               "| n | loader alone ÷ loader + step (rows/s) | 2 torchrun ÷ 1 streamed (rows/s) | "
@@ -389,14 +602,16 @@ def render(results: dict[int, dict[str, dict[str, Any] | None]], args: argparse.
             r = modes.get(mode)
             return None if r is None else r.get(key)
 
+        alone, step = ("loaded", "step") if "loaded" in modes and "step" in modes else ("loader", "stream")
         lines.append(
-            f"| {n:,} | {ratio(get('loader', 'rows_per_s'), get('stream', 'rows_per_s'))} | "
+            f"| {n:,} | {ratio(get(alone, 'rows_per_s'), get(step, 'rows_per_s'))} | "
             f"{ratio(get('torchrun2', 'rows_per_s'), get('stream', 'rows_per_s'))} | "
             f"{ratio(get('stream', 'rows_per_s'), get('memory', 'rows_per_s'))} | "
             f"{ratio(get('stream', 'rows_per_s'), get('plain', 'rows_per_s'))} | "
             f"{ratio(get('memory', 'rows_per_s'), get('plain', 'rows_per_s'))} | "
             f"{ratio(get('memory', 'peak_mb'), get('stream', 'peak_mb'))} |"
         )
+    lines += phase_memory(results)
     precision_rows = [
         (n, mode, r) for n, modes in results.items() for mode, r in modes.items()
         if mode in PRECISION_MODES and r is not None and "test_mse" in r
@@ -429,7 +644,10 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="scratch folder (default: the system's)")
     parser.add_argument("--procs", default="", help="compare 1 vs N processes instead, e.g. 1,2 (see the docstring)")
     parser.add_argument("--scale", type=int, default=8, help="--procs: the scaled recipe's batch multiplier")
+    parser.add_argument("--step-rows", type=int, default=0,
+                        help="step mode: time only the first N training rows of the epoch (0: the whole epoch)")
     parser.add_argument("--lr", type=float, default=1e-3, help=argparse.SUPPRESS)
+    parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--data-shards", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--shards-max", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -444,6 +662,7 @@ def main() -> None:
     epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [3 if n < 1_000_000 else 1 for n in sizes]
     skip = {tuple(p.split(":")) for p in args.skip.split(",") if p}
     started = time.perf_counter()
+    load_before = os.getloadavg()
     results: dict[int, dict[str, dict[str, Any] | None]] = {}
     modes = args.modes.split(",")
     if args.procs:
@@ -451,6 +670,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         for n, e in zip(sizes, epochs):
             data = Path(scratch) / f"data_{n}.parquet"
+            stage_dir = Path(scratch) / f"stage_{n}"
             write_data(data, n, labels=labels_of(data))  # the target never in the staged table
             if args.procs or any(m in PRECISION_MODES for m in modes):
                 write_data(data.with_name(data.stem + "_test.parquet"), min(n // 4, 200_000), seed=99)
@@ -460,14 +680,23 @@ def main() -> None:
                     continue
                 batch, lr, shards = recipe(mode, args) if args.procs else (args.batch, 1e-3, 0)
                 shards_max = max(int(p) for p in args.procs.split(",")) * args.scale if args.procs else 1
-                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards, shards_max)
+                phase = mode in PHASES
+                if phase and mode != "stage" and not (stage_dir / "store").exists():
+                    raise SystemExit(f"--modes {mode} reads the stage the stage mode writes: list stage before it")
+                r = measure(mode, data, e, Path(scratch), batch, args.device, lr, shards, shards_max,
+                            stage_dir if phase else None, args.step_rows if mode == "step" else 0)
                 if r is not None:
-                    r["epochs"] = e if mode != "loader" else 1
+                    r["epochs"] = e if mode not in ("loader", *PHASES) else 1
                 results[n][mode] = r
                 print(n, mode, r, flush=True)
-            data.unlink()
-            labels_of(data).unlink()
+                if mode == "stage" and all(m in PHASES for m in modes[modes.index(mode) + 1:]):  # not read again
+                    data.unlink()
+                    labels_of(data).unlink()
+            data.unlink(missing_ok=True)
+            labels_of(data).unlink(missing_ok=True)
+            shutil.rmtree(stage_dir, ignore_errors=True)
     wall = time.perf_counter() - started
+    args.loads = (load_before, os.getloadavg())
     text = render_procs(results, args, wall) if args.procs else render(results, args, wall)
     Path(args.out).write_text(text)
     print(text)
