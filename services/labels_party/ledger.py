@@ -39,6 +39,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from labeldp.errors import LabelDPError, NotFound, Unavailable
+from labeldp.storage import ObjectStore
 
 from . import id_lookup
 from .columnar import read_array, read_table
@@ -570,15 +571,16 @@ _IDS = pa.schema({"id": pa.string()})
 
 class SpilledIds:
     """Sorted, unique ids split by bucket group (:func:`bucket_groups`) into work objects under
-    ``prefix``, one per group, read back a group at a time: what a release charges or checks, held
-    a group (about :data:`GROUP_IDS` ids of the domain) at a time, whatever its size.
+    ``prefix`` of ``store``, one per group, read back a group at a time: what a release charges or
+    checks, held a group (about :data:`GROUP_IDS` ids of the domain) at a time, whatever its size.
+    Private to one request: ``store`` is its scratch (``LabelsContext.scratch``), not the shared store.
 
     Built by :func:`spill_ids` from the ids a chunk at a time (one pass: each id hashed once);
     use it in a ``with`` block, which removes its objects.
     """
 
-    def __init__(self, ctx: LabelsContext, prefix: str, n_buckets: int, groups: np.ndarray) -> None:
-        self._ctx = ctx
+    def __init__(self, store: ObjectStore, prefix: str, n_buckets: int, groups: np.ndarray) -> None:
+        self._store = store
         self.n_buckets = n_buckets
         self.group_of = groups
         self.keys = [f"{prefix}/group-{g:05d}" for g in range(int(groups.max()) + 1)]
@@ -594,7 +596,7 @@ class SpilledIds:
         with contextlib.ExitStack() as stack:
             writers = []
             for key in self.keys:
-                out = stack.enter_context(self._ctx.store.open_output_stream(key))
+                out = stack.enter_context(self._store.open_output_stream(key))
                 writers.append(stack.enter_context(ipc.new_file(out, _IDS)))
             for chunk in chunks:
                 buckets = bucket_of(chunk, self.n_buckets)
@@ -611,7 +613,7 @@ class SpilledIds:
     def groups(self) -> Iterator[pa.Array]:
         """Each group's ids (sorted), one group in memory at a time."""
         for key in self.keys:
-            with self._ctx.store.open_input_file(key) as f:
+            with self._store.open_input_file(key) as f:
                 table = ipc.open_file(f).read_all()
             if table.num_rows:
                 yield id_lookup.flat_ids(table.column("id"))
@@ -621,7 +623,7 @@ class SpilledIds:
         wanted = np.zeros(self.n_buckets, np.bool_)
         wanted[sorted(buckets)] = True
         for g in np.unique(self.group_of[wanted]).tolist():
-            with self._ctx.store.open_input_file(self.keys[g]) as f:
+            with self._store.open_input_file(self.keys[g]) as f:
                 table = ipc.open_file(f).read_all()
             part = {b: ids for b, ids in _groups(table.column("id"), self.n_buckets).items() if wanted[b]}
             del table
@@ -634,18 +636,18 @@ class SpilledIds:
     def __exit__(self, *exc: object) -> None:
         for key in self.keys:
             with contextlib.suppress(LabelDPError):  # the sweep removes what is left
-                self._ctx.store.delete(key)
+                self._store.delete(key)
 
 
 def spill_ids(
-    ctx: LabelsContext, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
+    store: ObjectStore, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
     group_ids: int | None = None,
 ) -> SpilledIds:
-    """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once), grouped for a domain of
-    ``n_domain_ids`` ids (each group's buckets hold about ``group_ids``, default :data:`GROUP_IDS`,
-    of the domain's ids)."""
+    """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once) in ``store`` (a request's
+    scratch), grouped for a domain of ``n_domain_ids`` ids (each group's buckets hold about
+    ``group_ids``, default :data:`GROUP_IDS`, of the domain's ids)."""
     groups = bucket_groups(n_buckets, n_domain_ids, GROUP_IDS if group_ids is None else group_ids)
-    spilled = SpilledIds(ctx, prefix, n_buckets, groups)
+    spilled = SpilledIds(store, prefix, n_buckets, groups)
     try:
         spilled._write(chunks)
     except BaseException:
