@@ -288,16 +288,17 @@ def set_ids(
                 assert domain_row is not None
                 s.expunge(domain_row)
             # Registered a group of buckets at a time (the ledger's own split: ledger.spill_ids), each by
-            # its own short transaction. What the set's ids have left is read outside any lock: a
-            # concurrent release of another set may charge some of them meanwhile, which the next GET shows.
+            # its own short transaction. What the set's ids have left is what the registration read,
+            # outside any lock: a concurrent release of another set may charge some of them meanwhile,
+            # which the next GET shows.
             most_eps, most_delta = domain_row.epsilon_budget_micro, domain_row.delta_budget_units
             total = runs.n + domain_row.n_ids
             sorted_chunks = _chunks_of(scratch, "sorted.arrow")
             with ledger.spill_ids(scratch, "groups", sorted_chunks, n_buckets, total, group_ids) as spilled:
                 for group in spilled.groups():
-                    ledger.register_ids(ctx, domain_id, group)
-                    eps, delta = ledger.remaining_for(ctx, None, domain_row, group)
-                    most_eps, most_delta = min(most_eps, eps), min(most_delta, delta)
+                    _, spent_eps, spent_delta = ledger.register_ids_spent(ctx, domain_id, group)
+                    most_eps = min(most_eps, domain_row.epsilon_budget_micro - spent_eps)
+                    most_delta = min(most_delta, domain_row.delta_budget_units - spent_delta)
                     del group
                     release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
             with ctx.sessions.begin() as s:

@@ -675,9 +675,17 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
     registered by a request that then fails has spent nothing, as if never registered.
     An id already known keeps everything it has spent.
     """
+    return register_ids_spent(ctx, domain_id, ids)[0]
+
+
+def register_ids_spent(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray) -> tuple[int, int, int]:
+    """:func:`register_ids`, and the most µε and δ units any of ``ids`` has spent: what
+    :func:`remaining_for` would read next, found in the bucket versions the registration read
+    (the ones it swapped from, or that gained no ids) instead of reading the new bases back."""
     n_buckets = ensure_bucketed(ctx, domain_id)
     groups = _groups(ids, n_buckets)
     nexts: dict[int, _Next] = {}
+    spent: dict[int, tuple[int, int]] = {}
     todo = set(groups)
     for _ in range(MAX_ATTEMPTS):
         with ctx.sessions() as s:
@@ -689,7 +697,14 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                 nexts.pop(b, None)
                 base_ids, _, _ = reader.base(st)
                 group = groups[b]
-                new = group.filter(pa.array(id_lookup.positions(base_ids, group) < 0))
+                pos = id_lookup.positions(base_ids, group).astype(np.int64)
+                known = pos[pos >= 0]
+                if known.size:
+                    e, d = reader.spent(st, known)
+                    spent[b] = (int(e.max()), int(d.max()))
+                else:
+                    spent.pop(b, None)
+                new = group.filter(pa.array(pos < 0))
                 if len(new) == 0:
                     continue
                 old_ids, eps, delta = reader.full(st)
@@ -701,8 +716,9 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                     st = states[b]
                     values = _base_values(key, batches[b], len(merged_ids), st.max_eps, st.exhausted)
                     nexts[b] = _Next(st, values, counts[b])
+            most = (max((e for e, _ in spent.values()), default=0), max((d for _, d in spent.values()), default=0))
             if not nexts:
-                return 0
+                return 0, *most
             try:
                 with ctx.sessions.begin() as s:
                     domain = lock_domain(s, domain_id)
@@ -710,7 +726,7 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                     added = sum(n.new_ids for n in nexts.values())
                     domain.n_ids = domain.n_ids + added
                     domain.spent_version = domain.spent_version + 1
-                return added
+                return added, *most
             except StaleBuckets as exc:
                 todo = exc.buckets
     raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
