@@ -378,7 +378,9 @@ class _Upload(io.RawIOBase):
 class _ReadAhead(io.RawIOBase):
     """A random-access object file whose reads shorter than ``window`` fetch ``window`` bytes from
     their offset at once and serve later reads inside them (one window kept: memory ≤ ``window``).
-    Longer reads go straight through, uncopied. Wrapped in ``pa.PythonFile`` for pyarrow."""
+    A read that begins inside the window and runs past it fetches only the bytes after it (a
+    scan of many small batches gets each byte once). Longer reads go straight through, uncopied.
+    Wrapped in ``pa.PythonFile`` for pyarrow."""
 
     def __init__(self, native: pa.NativeFile, window: int) -> None:
         super().__init__()
@@ -416,7 +418,13 @@ class _ReadAhead(io.RawIOBase):
                 return self._buffer.slice(at - self._start, n)
             if n >= self._window:
                 return self._read(at, n)
-            self._start, self._buffer = at, self._read(at, min(self._window, self._size - at))
+            end, held = at + min(self._window, self._size - at), self._start + len(self._buffer)
+            if self._start <= at < held:  # begins inside the window: fetch only what follows it
+                kept = self._buffer.slice(at - self._start).to_pybytes()
+                window = pa.py_buffer(kept + self._read(held, end - held).to_pybytes())
+            else:
+                window = self._read(at, end - at)
+            self._start, self._buffer = at, window
             return self._buffer.slice(0, n)
 
     def _read(self, at: int, n: int) -> pa.Buffer:
