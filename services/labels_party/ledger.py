@@ -656,6 +656,22 @@ def spill_ids(
     return spilled
 
 
+def affordable_by_rows(
+    ctx: LabelsContext, domain: PrivacyDomainRow, buckets: Iterable[int], epsilon_micro: int
+) -> bool:
+    """True when every id in ``buckets`` can pay ``epsilon_micro`` more, by their catalogue rows alone:
+    each row's ``max_epsilon_micro`` bounds what any of its ids spent, so no object is read. False
+    says only that the rows cannot tell: read the ids' spends (:func:`remaining_for`). Outside any
+    lock, like :func:`remaining_for`: the charge's own compare-and-swap stays the exact check."""
+    wanted = sorted(buckets)
+    if not wanted:
+        return epsilon_micro <= domain.epsilon_budget_micro
+    with ctx.sessions() as s:
+        most = s.scalar(select(func.max(LedgerBucketRow.max_epsilon_micro)).where(
+            LedgerBucketRow.domain_id == domain.id, LedgerBucketRow.bucket.in_(wanted)))
+    return int(most or 0) + epsilon_micro <= domain.epsilon_budget_micro
+
+
 def remaining_for_spilled(
     ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRow, spilled: SpilledIds
 ) -> tuple[int, int]:

@@ -284,18 +284,25 @@ def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], 
         try:
             if spilled.n != ls.n_ids:
                 raise RuntimeError("the label set's stored ids are not its row count")
-            id_eps, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
-            if charge > id_eps:
-                raise _exhausted(
-                    f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
-                )
+            # Every id's spend is read only when the buckets' rows cannot show that all can pay (their
+            # most-spent id's µε); δ only when the fitted release spends some (no id is ever past its budget).
+            id_delta: int | None = None
+            if not ledger.affordable_by_rows(ctx, domain_row, spilled.buckets, charge):
+                id_eps, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
+                if charge > id_eps:
+                    raise _exhausted(
+                        f"epsilon {from_micro(charge)} of every id",
+                        f"{from_micro(max(id_eps, 0))} (smallest over its ids)",
+                    )
             if missing:
                 raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
             fitted = release.fit(rng)
             if fitted.accounting.total_epsilon_micro != charge:
                 raise RuntimeError("the randomizer's accounting does not add up to the charge")
             delta_units = delta_units_ceil(fitted.accounting.delta)
-            if delta_units > id_delta:
+            if delta_units and id_delta is None:
+                _, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
+            if delta_units and id_delta is not None and delta_units > id_delta:
                 raise _exhausted(
                     f"delta {fitted.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}"
                 )
