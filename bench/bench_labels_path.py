@@ -203,7 +203,13 @@ def run_size(
                                                                 "LABELDP_LOG_LEVEL": "WARNING", **where.env})
     out: dict[str, float] = {"csv_mb": inputs["csv"].stat().st_size / 1e6}
     try:
-        stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
+        try:
+            stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
+        except RuntimeError:  # the logs go with the temporary folder: show why before they do
+            for name in PROCESSES:
+                if stack.log_path(name).exists():
+                    print(f"--- {name} log (tail)\n{stack.log_path(name).read_text(errors='replace')[-3000:]}")
+            raise
         pids = {name: stack.processes[name].pid for name in PROCESSES}
         if where.s3 is not None:
             pids["s3-server"] = where.s3.process.pid
