@@ -379,3 +379,21 @@ def test_copy_makes_an_equal_object(store: ObjectStore, monkeypatch: pytest.Monk
     with pytest.raises(NotFound):
         store.copy("from/nowhere", "to/nothing")
     assert not store.exists("to/nothing")
+
+
+def test_a_scratch_store_is_a_plain_local_folder_whose_objects_upload_to_the_store(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    # A request's working files: a local folder (no fsync), each object a file another store can take.
+    scratch = ObjectStore.scratch(tmp_path / "scratch" / "request-1")
+    scratch.put_bytes("runs/run-0", b"sorted ids")
+    assert scratch.local_path("runs/run-0").read_bytes() == b"sorted ids"
+    assert scratch.local_path("runs/run-0").parent.parent == tmp_path / "scratch" / "request-1"
+    assert scratch.list() == ["runs/run-0"]
+    store.put_file("label_sets/ls/ids-1.arrow", scratch.local_path("runs/run-0"))
+    assert store.get_bytes("label_sets/ls/ids-1.arrow") == b"sorted ids"
+    if not store.url.startswith("s3://"):
+        assert store.local_path("label_sets/ls/ids-1.arrow").read_bytes() == b"sorted ids"
+    else:
+        with pytest.raises(ValueError):
+            store.local_path("label_sets/ls/ids-1.arrow")
