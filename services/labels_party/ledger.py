@@ -39,6 +39,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from labeldp.errors import LabelDPError, NotFound, Unavailable
+from labeldp.storage import ObjectStore
 
 from . import id_lookup
 from .columnar import read_array, read_table
@@ -570,15 +571,16 @@ _IDS = pa.schema({"id": pa.string()})
 
 class SpilledIds:
     """Sorted, unique ids split by bucket group (:func:`bucket_groups`) into work objects under
-    ``prefix``, one per group, read back a group at a time: what a release charges or checks, held
-    a group (about :data:`GROUP_IDS` ids of the domain) at a time, whatever its size.
+    ``prefix`` of ``store``, one per group, read back a group at a time: what a release charges or
+    checks, held a group (about :data:`GROUP_IDS` ids of the domain) at a time, whatever its size.
+    Private to one request: ``store`` is its scratch (``LabelsContext.scratch``), not the shared store.
 
     Built by :func:`spill_ids` from the ids a chunk at a time (one pass: each id hashed once);
     use it in a ``with`` block, which removes its objects.
     """
 
-    def __init__(self, ctx: LabelsContext, prefix: str, n_buckets: int, groups: np.ndarray) -> None:
-        self._ctx = ctx
+    def __init__(self, store: ObjectStore, prefix: str, n_buckets: int, groups: np.ndarray) -> None:
+        self._store = store
         self.n_buckets = n_buckets
         self.group_of = groups
         self.keys = [f"{prefix}/group-{g:05d}" for g in range(int(groups.max()) + 1)]
@@ -594,7 +596,7 @@ class SpilledIds:
         with contextlib.ExitStack() as stack:
             writers = []
             for key in self.keys:
-                out = stack.enter_context(self._ctx.store.open_output_stream(key))
+                out = stack.enter_context(self._store.open_output_stream(key))
                 writers.append(stack.enter_context(ipc.new_file(out, _IDS)))
             for chunk in chunks:
                 buckets = bucket_of(chunk, self.n_buckets)
@@ -611,7 +613,7 @@ class SpilledIds:
     def groups(self) -> Iterator[pa.Array]:
         """Each group's ids (sorted), one group in memory at a time."""
         for key in self.keys:
-            with self._ctx.store.open_input_file(key) as f:
+            with self._store.open_input_file(key) as f:
                 table = ipc.open_file(f).read_all()
             if table.num_rows:
                 yield id_lookup.flat_ids(table.column("id"))
@@ -621,7 +623,7 @@ class SpilledIds:
         wanted = np.zeros(self.n_buckets, np.bool_)
         wanted[sorted(buckets)] = True
         for g in np.unique(self.group_of[wanted]).tolist():
-            with self._ctx.store.open_input_file(self.keys[g]) as f:
+            with self._store.open_input_file(self.keys[g]) as f:
                 table = ipc.open_file(f).read_all()
             part = {b: ids for b, ids in _groups(table.column("id"), self.n_buckets).items() if wanted[b]}
             del table
@@ -634,24 +636,40 @@ class SpilledIds:
     def __exit__(self, *exc: object) -> None:
         for key in self.keys:
             with contextlib.suppress(LabelDPError):  # the sweep removes what is left
-                self._ctx.store.delete(key)
+                self._store.delete(key)
 
 
 def spill_ids(
-    ctx: LabelsContext, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
+    store: ObjectStore, prefix: str, chunks: Iterable[pa.Array], n_buckets: int, n_domain_ids: int,
     group_ids: int | None = None,
 ) -> SpilledIds:
-    """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once), grouped for a domain of
-    ``n_domain_ids`` ids (each group's buckets hold about ``group_ids``, default :data:`GROUP_IDS`,
-    of the domain's ids)."""
+    """:class:`SpilledIds` of ``chunks`` (sorted, unique ids, read once) in ``store`` (a request's
+    scratch), grouped for a domain of ``n_domain_ids`` ids (each group's buckets hold about
+    ``group_ids``, default :data:`GROUP_IDS`, of the domain's ids)."""
     groups = bucket_groups(n_buckets, n_domain_ids, GROUP_IDS if group_ids is None else group_ids)
-    spilled = SpilledIds(ctx, prefix, n_buckets, groups)
+    spilled = SpilledIds(store, prefix, n_buckets, groups)
     try:
         spilled._write(chunks)
     except BaseException:
         spilled.__exit__()
         raise
     return spilled
+
+
+def affordable_by_rows(
+    ctx: LabelsContext, domain: PrivacyDomainRow, buckets: Iterable[int], epsilon_micro: int
+) -> bool:
+    """True when every id in ``buckets`` can pay ``epsilon_micro`` more, by their catalogue rows alone:
+    each row's ``max_epsilon_micro`` bounds what any of its ids spent, so no object is read. False
+    says only that the rows cannot tell: read the ids' spends (:func:`remaining_for`). Outside any
+    lock, like :func:`remaining_for`: the charge's own compare-and-swap stays the exact check."""
+    wanted = sorted(buckets)
+    if not wanted:
+        return epsilon_micro <= domain.epsilon_budget_micro
+    with ctx.sessions() as s:
+        most = s.scalar(select(func.max(LedgerBucketRow.max_epsilon_micro)).where(
+            LedgerBucketRow.domain_id == domain.id, LedgerBucketRow.bucket.in_(wanted)))
+    return int(most or 0) + epsilon_micro <= domain.epsilon_budget_micro
 
 
 def remaining_for_spilled(
@@ -673,9 +691,17 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
     registered by a request that then fails has spent nothing, as if never registered.
     An id already known keeps everything it has spent.
     """
+    return register_ids_spent(ctx, domain_id, ids)[0]
+
+
+def register_ids_spent(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedArray) -> tuple[int, int, int]:
+    """:func:`register_ids`, and the most µε and δ units any of ``ids`` has spent: what
+    :func:`remaining_for` would read next, found in the bucket versions the registration read
+    (the ones it swapped from, or that gained no ids) instead of reading the new bases back."""
     n_buckets = ensure_bucketed(ctx, domain_id)
     groups = _groups(ids, n_buckets)
     nexts: dict[int, _Next] = {}
+    spent: dict[int, tuple[int, int]] = {}
     todo = set(groups)
     for _ in range(MAX_ATTEMPTS):
         with ctx.sessions() as s:
@@ -687,7 +713,14 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                 nexts.pop(b, None)
                 base_ids, _, _ = reader.base(st)
                 group = groups[b]
-                new = group.filter(pa.array(id_lookup.positions(base_ids, group) < 0))
+                pos = id_lookup.positions(base_ids, group).astype(np.int64)
+                known = pos[pos >= 0]
+                if known.size:
+                    e, d = reader.spent(st, known)
+                    spent[b] = (int(e.max()), int(d.max()))
+                else:
+                    spent.pop(b, None)
+                new = group.filter(pa.array(pos < 0))
                 if len(new) == 0:
                     continue
                 old_ids, eps, delta = reader.full(st)
@@ -699,8 +732,9 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                     st = states[b]
                     values = _base_values(key, batches[b], len(merged_ids), st.max_eps, st.exhausted)
                     nexts[b] = _Next(st, values, counts[b])
+            most = (max((e for e, _ in spent.values()), default=0), max((d for _, d in spent.values()), default=0))
             if not nexts:
-                return 0
+                return 0, *most
             try:
                 with ctx.sessions.begin() as s:
                     domain = lock_domain(s, domain_id)
@@ -708,7 +742,7 @@ def register_ids(ctx: LabelsContext, domain_id: str, ids: pa.Array | pa.ChunkedA
                     added = sum(n.new_ids for n in nexts.values())
                     domain.n_ids = domain.n_ids + added
                     domain.spent_version = domain.spent_version + 1
-                return added
+                return added, *most
             except StaleBuckets as exc:
                 todo = exc.buckets
     raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")

@@ -49,7 +49,7 @@ from . import audit, ledger, responses
 from .columnar import release_unused_memory
 from .context import LabelsContext, message_file, message_prefix
 from .delivery_outcomes import shown
-from .label_sets import LABELS_DELETED, class_names, ids_remaining, iter_labelled_chunks, load_label_set, work_prefix
+from .label_sets import LABELS_DELETED, class_names, ids_remaining, iter_labelled_chunks, load_label_set
 from .privacy_domains import find_domain
 from .store import RELEASE_JOB_STATES, LabelSetRow, PrivacyDomainRow, ReleaseRow
 
@@ -279,75 +279,83 @@ def run_job(ctx: LabelsContext, release_id: str, owner: str, lost: Callable[[], 
             yield ids
 
     written: WrittenMessage | None = None
-    spilled = ledger.spill_ids(ctx, work_prefix(label_set_id), pass_one(), domain_row.n_buckets, domain_row.n_ids)
-    try:
-        if spilled.n != ls.n_ids:
-            raise RuntimeError("the label set's stored ids are not its row count")
-        id_eps, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
-        if charge > id_eps:
-            raise _exhausted(
-                f"epsilon {from_micro(charge)} of every id", f"{from_micro(max(id_eps, 0))} (smallest over its ids)"
-            )
-        if missing:
-            raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
-        fitted = release.fit(rng)
-        if fitted.accounting.total_epsilon_micro != charge:
-            raise RuntimeError("the randomizer's accounting does not add up to the charge")
-        delta_units = delta_units_ceil(fitted.accounting.delta)
-        if delta_units > id_delta:
-            raise _exhausted(
-                f"delta {fitted.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}"
-            )
-        if lost():
-            raise LeaseLost(release_id)
-
-        message = ReleaseMetadata(
-            release_id=release_id,
-            label_set_id=label_set_id,
-            feature_table=body.feature_table,
-            created_at=datetime.now(UTC),
-            mechanism=fitted.mechanism,
-            prior=fitted.prior,
-            accounting=fitted.accounting,
-            row_count=int(ls.n_ids),
-        )
-
-        def pass_two() -> Iterator[tuple[pa.Array, np.ndarray]]:
-            for ids, labels in iter_labelled_chunks(ctx, ls):
-                out = fitted.privatize(labels, rng)
-                del labels  # raw labels go no further than this function
-                yield ids, out
-
-        # The message: its shards and manifest as objects, one shard in memory at a time, under one
-        # prefix per attempt (a worker that lost its lease may still be writing its own); a message the
-        # inbox's published limits could not take fails the job here, before anything is charged.
-        limits = message_limits(ctx.settings)
-        prefix = message_prefix(release_id if attempt <= 1 else f"{release_id}.{attempt}")
-        written = write_message_chunks(ctx.store, prefix, message, pass_two(), limits)
-        release_unused_memory()
-        # The ledger's next bucket versions are computed outside any lock, a bucket group at a
-        # time; the transaction swaps them in only if no other commit moved them (else: recompute
-        # those, retry).
-        with _refused_if_exhausted():
-            plan = ledger.plan_charge(ctx, domain_id, spilled, charge, delta_units)
-        for _ in range(ledger.MAX_ATTEMPTS):
+    with ctx.scratch() as scratch:  # the id groups: this job's own working files, removed at its end
+        spilled = ledger.spill_ids(scratch, "groups", pass_one(), domain_row.n_buckets, domain_row.n_ids)
+        try:
+            if spilled.n != ls.n_ids:
+                raise RuntimeError("the label set's stored ids are not its row count")
+            # Every id's spend is read only when the buckets' rows cannot show that all can pay (their
+            # most-spent id's µε); δ only when the fitted release spends some (no id is ever past its budget).
+            id_delta: int | None = None
+            if not ledger.affordable_by_rows(ctx, domain_row, spilled.buckets, charge):
+                id_eps, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
+                if charge > id_eps:
+                    raise _exhausted(
+                        f"epsilon {from_micro(charge)} of every id",
+                        f"{from_micro(max(id_eps, 0))} (smallest over its ids)",
+                    )
+            if missing:
+                raise Conflict("labels_incomplete", f"{missing} ids of the label set have no label yet")
+            fitted = release.fit(rng)
+            if fitted.accounting.total_epsilon_micro != charge:
+                raise RuntimeError("the randomizer's accounting does not add up to the charge")
+            delta_units = delta_units_ceil(fitted.accounting.delta)
+            if delta_units and id_delta is None:
+                _, id_delta = ledger.remaining_for_spilled(ctx, None, domain_row, spilled)
+            if delta_units and id_delta is not None and delta_units > id_delta:
+                raise _exhausted(
+                    f"delta {fitted.accounting.delta:g} of every id", f"{from_delta_units(max(id_delta, 0)):g}"
+                )
             if lost():
                 raise LeaseLost(release_id)
-            try:
-                _commit(ctx, label_set_id, plan, message, release_id, owner, written)
-                break
-            except ledger.StaleBuckets as stale:
-                with _refused_if_exhausted():
-                    plan = ledger.replan(ctx, plan, stale.buckets)
-        else:
-            raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
-    except BaseException:
-        for key in () if written is None else written.keys:
-            with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
-                ctx.store.delete(key)
-        raise
-    finally:
-        spilled.__exit__()
+
+            message = ReleaseMetadata(
+                release_id=release_id,
+                label_set_id=label_set_id,
+                feature_table=body.feature_table,
+                created_at=datetime.now(UTC),
+                mechanism=fitted.mechanism,
+                prior=fitted.prior,
+                accounting=fitted.accounting,
+                row_count=int(ls.n_ids),
+            )
+
+            def pass_two() -> Iterator[tuple[pa.Array, np.ndarray]]:
+                for ids, labels in iter_labelled_chunks(ctx, ls):
+                    out = fitted.privatize(labels, rng)
+                    del labels  # raw labels go no further than this function
+                    yield ids, out
+
+            # The message: its shards and manifest as objects, one shard in memory at a time, under one
+            # prefix per attempt (a worker that lost its lease may still be writing its own); a message the
+            # inbox's published limits could not take fails the job here, before anything is charged.
+            limits = message_limits(ctx.settings)
+            prefix = message_prefix(release_id if attempt <= 1 else f"{release_id}.{attempt}")
+            written = write_message_chunks(ctx.store, prefix, message, pass_two(), limits)
+            release_unused_memory()
+            # The ledger's next bucket versions are computed outside any lock, a bucket group at a
+            # time; the transaction swaps them in only if no other commit moved them (else: recompute
+            # those, retry).
+            with _refused_if_exhausted():
+                plan = ledger.plan_charge(ctx, domain_id, spilled, charge, delta_units)
+            for _ in range(ledger.MAX_ATTEMPTS):
+                if lost():
+                    raise LeaseLost(release_id)
+                try:
+                    _commit(ctx, label_set_id, plan, message, release_id, owner, written)
+                    break
+                except ledger.StaleBuckets as stale:
+                    with _refused_if_exhausted():
+                        plan = ledger.replan(ctx, plan, stale.buckets)
+            else:
+                raise Unavailable("ledger_contention", "the privacy domain's ledger is too busy; retry")
+        except BaseException:
+            for key in () if written is None else written.keys:
+                with contextlib.suppress(LabelDPError):  # the sweep removes it if the store is away now
+                    ctx.store.delete(key)
+            raise
+        finally:
+            spilled.__exit__()
     release_unused_memory()
 
 

@@ -5,7 +5,7 @@ Message and labels objects are written before the transaction that names them
 last check or an upload that lost its compare-and-swap leaves an object no row refers to;
 labels an upload replaced are left for readers that loaded the row before. They are
 harmless — nothing sends or reads them — but take space. Unfinished writes (the store's
-``.incoming/`` temporaries) and abandoned request spools (local scratch) are the same.
+``.incoming/`` temporaries), abandoned request spools and request scratch folders (local) are the same.
 Anything is only swept once it is older than ``min_age_seconds``: another replica may be
 between writing it and committing its row right now. The labels API sweeps every
 ``LABELDP_SWEEP_INTERVAL_SECONDS`` (:func:`run_sweeper`), objects once they are older than
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from labeldp.service import sweeping
 from labeldp.service.sweeping import delete_if_older
 
 from . import ledger
-from .context import LABEL_SETS, MESSAGES, LabelsContext, message_key
+from .context import LABEL_SETS, MESSAGES, SCRATCH_PREFIX, LabelsContext, message_key
 from .label_sets import current_labels_key, is_ids_object, is_labels_key
 from .resumable import UPLOADS
 from .store import RELEASE_JOB_STATES, LabelSetRow, ReleaseRow
@@ -42,10 +43,10 @@ log = logging.getLogger("labeldp.labels")
 
 SPOOL_MIN_AGE_SECONDS = 3600.0
 WORK_MIN_AGE_SECONDS = 86400.0
-"""An upload's working objects (sorted runs, bucket groups, staged labels: ``label_sets/<id>/upload-…``,
-``…/upload-labels-…``), sorted ids no row names yet (``…/ids-<uuid>.arrow``) and the bucket groups of a
-set's ids check or release job (``label_sets/<id>/work-…``) are swept once a day old: a live upload of
-10⁹ rows may read its first run an hour after writing it."""
+"""Sorted ids no row names yet (``label_sets/<id>/ids-<uuid>.arrow``), the working objects older
+versions left in the store (``…/upload-…``, ``…/upload-labels-…``, ``…/work-…``) and a crashed
+request's scratch folder (its sort runs and bucket groups, now local) are swept once a day old: a
+live upload of 10⁹ rows may read its first run an hour after writing it."""
 
 
 def lease_age(ctx: LabelsContext) -> float:
@@ -90,6 +91,7 @@ def sweep_orphans(ctx: LabelsContext, min_age_seconds: float, spool_min_age_seco
     for path in _old_files(ctx.spool_dir, "body-*", spool_cutoff):
         path.unlink(missing_ok=True)
         removed += 1
+    removed += sweep_scratch(ctx.scratch_dir, time.time() - max(min_age_seconds, WORK_MIN_AGE_SECONDS))
     removed += sweep_uploads(ctx, time.time() - ctx.settings.upload_retention_seconds)
     removed += ledger_grace_sweep(ctx)
     return removed + ctx.store.remove_unfinished(min_age_seconds)
@@ -122,6 +124,19 @@ def sweep_uploads(ctx: LabelsContext, started_before: float) -> int:
             # the session last: a sweep that stops halfway is finished by the next one
             for key in sorted((k for k in keys if k.startswith(prefix)), key=lambda k: k == session):
                 ctx.store.delete(key)
+                removed += 1
+    return removed
+
+
+def sweep_scratch(folder: Path, cutoff: float) -> int:
+    """Remove the request scratch folders (``LabelsContext.scratch``) a crash left: those in which
+    nothing changed since ``cutoff`` (POSIX seconds); returns how many."""
+    removed = 0
+    for path in folder.glob(SCRATCH_PREFIX + "*") if folder.exists() else ():
+        with contextlib.suppress(OSError):  # its request may end, and remove it, right now
+            newest = max([path.stat().st_mtime, *(p.stat().st_mtime for p in path.rglob("*"))])
+            if path.is_dir() and newest < cutoff:
+                shutil.rmtree(path)
                 removed += 1
     return removed
 

@@ -19,7 +19,6 @@ import hashlib
 import io
 import json
 import math
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from labeldp.storage import ObjectStore
 
 from . import external_sort, id_lookup, responses
 from .columnar import release_unused_memory
-from .context import LabelsContext, label_set_prefix
+from .context import LabelsContext
 from .label_sets import (
     LABELS_DELETED,
     LABELS_SCHEMA,
@@ -613,9 +612,10 @@ def merge_upload(ctx: LabelsContext, row: LabelSetRow, runs: external_sort.Sorte
                 pass
 
 
-def put_labels(store: ObjectStore, key: str, staged: str) -> None:
-    """Put the staged labels object under its content key (known only once every batch is written)."""
-    store.copy(staged, key)
+def put_labels(store: ObjectStore, key: str, staged: Path) -> None:
+    """Put the staged labels file (in the request's scratch) under its content key in the shared
+    store (known only once every batch is written)."""
+    store.put_file(key, staged)
 
 
 def upload_labels(
@@ -630,9 +630,10 @@ def upload_labels(
     run batch), merged a range at a time and joined with the set's sorted ids a stored chunk at
     a time (:func:`merge_upload`); the new labels object is written a batch per ids chunk while
     no row is wrong, then put under its content key. The errors are those of the in-memory
-    check (:func:`row_errors`): the count, the first ``MAX_REPORTED_ERRORS`` by row. Working
-    objects live under the set's prefix (``upload-labels-…``) and are removed at the end,
-    whatever happened; a refused upload leaves no labels object.
+    check (:func:`row_errors`): the count, the first ``MAX_REPORTED_ERRORS`` by row. The runs and
+    the staged labels are the request's own working files, in its local scratch
+    (``LabelsContext.scratch``, removed at the end whatever happened); the shared store gets the
+    labels object once. A refused upload leaves no labels object.
     """
     kind = media_type(content_type)
     with ctx.sessions() as s:
@@ -641,63 +642,63 @@ def upload_labels(
         raise Conflict("ids_missing", "upload the label set's ids first")
     if row.labels_version == LABELS_DELETED:  # 409 before any parsing
         raise Conflict("labels_deleted", "this label set's raw labels were deleted")
-    work = f"{label_set_prefix(label_set_id)}/upload-labels-{uuid.uuid4().hex}"
-    runs = external_sort.SortedRuns(
-        ctx.store, f"{work}/runs", run_rows=run_rows, batch_rows=batch_rows, payload=UPLOAD_PAYLOAD
-    )
-    staged = f"{work}/staged{LABELS_SUFFIX}"
-    errors = RowErrors()
-    try:
-        n = sort_upload(body, kind, rules_of(row), names, runs, errors)
-        if n == 0:
-            raise InvalidInput("empty_upload", "upload has no rows")
-        digest = hashlib.sha256()
-        with contextlib.ExitStack() as stack:
-            writer = None
-            if not validate_only:
-                writer = stack.enter_context(ipc.new_file(stack.enter_context(
-                    ctx.store.open_output_stream(staged)), LABELS_SCHEMA))
-            merge_upload(ctx, row, runs, errors, writer, digest)
-            if errors.count:  # raised inside the stream: the staged object is never completed
-                raise InvalidInput(
-                    "invalid_labels", f"{errors.count} of {n} rows are invalid; nothing was stored", errors.details()
-                )
-        runs.close()
-        labeled_after = row.labeled + (0 if validate_only else n)
-        response = responses.LabelsUploaded(
-            label_set_id=label_set_id,
-            validate_only=validate_only,
-            accepted_rows=int(n),
-            labeled=int(labeled_after),
-            missing=int(row.n_ids - labeled_after),
+    with ctx.scratch() as scratch:
+        runs = external_sort.SortedRuns(
+            scratch, "runs", run_rows=run_rows, batch_rows=batch_rows, payload=UPLOAD_PAYLOAD
         )
-        out = StoredResponse(200, response.model_dump())
-        if validate_only:
-            return out
-        # Named by content, not by version: an upload that loses the compare-and-swap below has
-        # written its own object, never over the winner's.
-        key = labels_object_key(label_set_id, digest.hexdigest())
-        put_labels(ctx.store, key, staged)
-        with ctx.sessions.begin() as s:
-            moved = s.execute(
-                update(LabelSetRow)
-                .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
-                .values(labels_version=row.labels_version + 1, labels_object=key, labeled=labeled_after)
+        staged = f"staged{LABELS_SUFFIX}"
+        errors = RowErrors()
+        try:
+            n = sort_upload(body, kind, rules_of(row), names, runs, errors)
+            if n == 0:
+                raise InvalidInput("empty_upload", "upload has no rows")
+            digest = hashlib.sha256()
+            with contextlib.ExitStack() as stack:
+                writer = None
+                if not validate_only:
+                    writer = stack.enter_context(ipc.new_file(stack.enter_context(
+                        scratch.open_output_stream(staged)), LABELS_SCHEMA))
+                merge_upload(ctx, row, runs, errors, writer, digest)
+                if errors.count:  # raised inside the stream: the staged object is never completed
+                    raise InvalidInput(
+                        "invalid_labels", f"{errors.count} of {n} rows are invalid; nothing was stored",
+                        errors.details(),
+                    )
+            runs.close()
+            labeled_after = row.labeled + (0 if validate_only else n)
+            response = responses.LabelsUploaded(
+                label_set_id=label_set_id,
+                validate_only=validate_only,
+                accepted_rows=int(n),
+                labeled=int(labeled_after),
+                missing=int(row.n_ids - labeled_after),
             )
-            if moved.rowcount != 1:  # type: ignore[attr-defined]
-                raise Conflict(
-                    "concurrent_upload", "another upload to this label set finished first; retry",
-                    headers={"Retry-After": "1"},
+            out = StoredResponse(200, response.model_dump())
+            if validate_only:
+                return out
+            # Named by content, not by version: an upload that loses the compare-and-swap below has
+            # written its own object, never over the winner's.
+            key = labels_object_key(label_set_id, digest.hexdigest())
+            put_labels(ctx.store, key, scratch.local_path(staged))
+            with ctx.sessions.begin() as s:
+                moved = s.execute(
+                    update(LabelSetRow)
+                    .where(LabelSetRow.id == label_set_id, LabelSetRow.labels_version == row.labels_version)
+                    .values(labels_version=row.labels_version + 1, labels_object=key, labeled=labeled_after)
                 )
-            if claim is not None:
-                claim.complete(s, out)
-        # The object this one replaces may still be open in a reader that loaded the row before
-        # the swap: the sweep removes it once no row names it and it is old.
-        return out
-    finally:
-        runs.close()
-        ctx.store.delete(staged)
-        release_unused_memory()
+                if moved.rowcount != 1:  # type: ignore[attr-defined]
+                    raise Conflict(
+                        "concurrent_upload", "another upload to this label set finished first; retry",
+                        headers={"Retry-After": "1"},
+                    )
+                if claim is not None:
+                    claim.complete(s, out)
+            # The object this one replaces may still be open in a reader that loaded the row before
+            # the swap: the sweep removes it once no row names it and it is old.
+            return out
+        finally:
+            runs.close()
+            release_unused_memory()
 
 
 def upload_ids(

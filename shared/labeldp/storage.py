@@ -62,10 +62,11 @@ _COPY_CHUNK = 1 << 20
 class ObjectStore:
     """Immutable objects under one root, addressed by key. Create with :meth:`from_url`."""
 
-    def __init__(self, fs: pafs.FileSystem, root: str, url: str, *, local: bool) -> None:
+    def __init__(self, fs: pafs.FileSystem, root: str, url: str, *, local: bool, durable: bool = True) -> None:
         self._fs = fs
         self._root = root.rstrip("/")
         self._local = local
+        self._durable = durable
         self.url = url
         self.options: dict[str, Any] = {}
         """What :meth:`from_url` was given besides the URL: another process reopens the store with both."""
@@ -103,6 +104,15 @@ class ObjectStore:
             folder.mkdir(parents=True, exist_ok=True)
             return cls(pafs.LocalFileSystem(), folder.as_posix(), url, local=True)
         raise InvalidInput("storage_url_invalid", f"unsupported storage URL scheme {parsed.scheme!r}: use a path or s3://")
+
+    @classmethod
+    def scratch(cls, folder: str | os.PathLike[str]) -> ObjectStore:
+        """A store over a local folder for one process's working objects (sort runs, bucket groups,
+        staged uploads): written without fsync, since nothing in it outlives the request that made
+        it — a crash loses them with the request. Never for anything another process reads."""
+        path = Path(folder).absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(pafs.LocalFileSystem(), path.as_posix(), path.as_posix(), local=True, durable=False)
 
     # --- naming ---------------------------------------------------------------
 
@@ -159,8 +169,9 @@ class ObjectStore:
             try:
                 with open(tmp, "wb") as f:
                     yield f
-                    f.flush()
-                    os.fsync(f.fileno())
+                    if self._durable:
+                        f.flush()
+                        os.fsync(f.fileno())
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, path)
             except OSError as exc:
@@ -192,6 +203,13 @@ class ObjectStore:
             for block in iter(lambda: f.read(_COPY_CHUNK), b""):
                 out.write(block)
         return key
+
+    def local_path(self, key: str) -> Path:
+        """Where the object ``key`` of a local-folder store lies (to upload it elsewhere with
+        :meth:`put_file`); ValueError for an S3 store."""
+        if not self._local:
+            raise ValueError("only a local-folder store has local paths")
+        return Path(self._path(key))
 
     # --- reading --------------------------------------------------------------
 
@@ -360,7 +378,9 @@ class _Upload(io.RawIOBase):
 class _ReadAhead(io.RawIOBase):
     """A random-access object file whose reads shorter than ``window`` fetch ``window`` bytes from
     their offset at once and serve later reads inside them (one window kept: memory ≤ ``window``).
-    Longer reads go straight through, uncopied. Wrapped in ``pa.PythonFile`` for pyarrow."""
+    A read that begins inside the window and runs past it fetches only the bytes after it (a
+    scan of many small batches gets each byte once). Longer reads go straight through, uncopied.
+    Wrapped in ``pa.PythonFile`` for pyarrow."""
 
     def __init__(self, native: pa.NativeFile, window: int) -> None:
         super().__init__()
@@ -398,7 +418,13 @@ class _ReadAhead(io.RawIOBase):
                 return self._buffer.slice(at - self._start, n)
             if n >= self._window:
                 return self._read(at, n)
-            self._start, self._buffer = at, self._read(at, min(self._window, self._size - at))
+            end, held = at + min(self._window, self._size - at), self._start + len(self._buffer)
+            if self._start <= at < held:  # begins inside the window: fetch only what follows it
+                kept = self._buffer.slice(at - self._start).to_pybytes()
+                window = pa.py_buffer(kept + self._read(held, end - held).to_pybytes())
+            else:
+                window = self._read(at, end - at)
+            self._start, self._buffer = at, window
             return self._buffer.slice(0, n)
 
     def _read(self, at: int, n: int) -> pa.Buffer:

@@ -17,13 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from sqlalchemy import select
-from tests.release_jobs import CHARGED
+from tests.release_jobs import CHARGED, JobFailed, settle
 from tests.s3_server import S3Server
 
 from labeldp.errors import LabelDPError
 from labels_party import ledger
 from labels_party.context import LabelsContext
 from labels_party.privacy_domains import get_privacy_domain
+from labels_party.releases import ReleaseCreate, create_release
 from labels_party.store import LedgerBucketRow, PrivacyDomainRow, ReleaseRow
 
 from .test_ledger import expected_from_releases, labeled_set, make_ctx, new_domain, release, spent_per_id
@@ -282,3 +283,33 @@ def test_start_up_buckets_every_old_domain(database_url: str, tmp_path: Path) ->
     for name in ("x", "y"):
         assert spent_per_id(ctx, name) == {"p": 1_500_000, "q": 2_000_000}
         assert get_privacy_domain(ctx, domain_row(ctx, name).id).ids_exhausted == 1
+
+
+def test_the_bucket_rows_tell_when_every_id_can_pay_and_the_check_reads_them_otherwise(tmp_path: Path) -> None:
+    # A release checks its ids' budget by their buckets' rows (each row's most-spent id) and reads
+    # the ids' spends only when the rows cannot show that all can pay: then the refusal names the
+    # exact remainder, as before.
+    ctx = make_ctx(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
+    domain_id = new_domain(ctx, "d", epsilon=2)
+    ids = [f"u{i:03d}" for i in range(60)]
+    ls = labeled_set(ctx, tmp_path, "d", ids, cap=5)  # the domain's budget binds, not the set's cap
+    with ctx.sessions() as s:
+        domain = s.get(PrivacyDomainRow, domain_id)
+        assert domain is not None
+    buckets = set(ledger.bucket_of(pa.array(ids), domain.n_buckets).tolist())
+    assert ledger.affordable_by_rows(ctx, domain, buckets, 2_000_000)
+    assert not ledger.affordable_by_rows(ctx, domain, buckets, 2_000_001)
+    # both queued before either job runs: the second's job finds the first's charge
+    first, second = (create_release(ctx, ls, ReleaseCreate.model_validate({"mechanism": "laplace", "epsilon": e}),
+                                    None).body["id"] for e in (1.5, 0.6))
+    settle(ctx, first)
+    with pytest.raises(JobFailed) as refused:
+        settle(ctx, second)
+    assert refused.value.code == "budget_exhausted"
+    assert "0.5 (smallest over its ids)" in str(refused.value)  # the rows could not tell: the spends were read
+    assert ledger.affordable_by_rows(ctx, domain, buckets, 500_000)
+    assert not ledger.affordable_by_rows(ctx, domain, buckets, 600_000)
+    other = ledger.bucket_of(pa.array(["never-seen"]), domain.n_buckets).tolist()
+    assert ledger.affordable_by_rows(ctx, domain, set(other) - buckets, 2_000_000)  # no row: nothing spent
+    release(ctx, ls, 0.5)
+    assert set(spent_per_id(ctx, "d").values()) == {2_000_000}

@@ -120,8 +120,8 @@ def test_a_stale_group_is_recomputed_not_committed(database_url: str, tmp_path: 
     domain = _domain(ctx, "stale")
     ledger.register_ids(ctx, domain.id, ids)
     chunks = [ids.slice(a, 25) for a in range(0, 120, 25)]
-    with ledger.spill_ids(ctx, "work/one", chunks, domain.n_buckets, 120, group_ids=8) as one, \
-            ledger.spill_ids(ctx, "work/two", chunks, domain.n_buckets, 120, group_ids=8) as two:
+    with ledger.spill_ids(ctx.store, "work/one", chunks, domain.n_buckets, 120, group_ids=8) as one, \
+            ledger.spill_ids(ctx.store, "work/two", chunks, domain.n_buckets, 120, group_ids=8) as two:
         assert len(one.keys) > 5 and one.n == 120 and one.buckets == set(ledger._groups(ids, domain.n_buckets))
         first = ledger.plan_charge(ctx, domain.id, one, 300_000, 0)
         second = ledger.plan_charge(ctx, domain.id, two, 300_000, 0)  # read the same versions

@@ -345,6 +345,29 @@ def test_s3_many_small_reads_of_one_object_take_few_requests(
     assert len(requests) <= size // storage.S3_READ_AHEAD + 4, len(requests)
 
 
+def test_s3_a_scan_of_reads_across_window_ends_fetches_each_byte_once(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ledger batches at 10⁷ ids are ≈ 350 KB: every third read crosses the window's end. A new
+    # window from that read's offset fetched the part of it already held a second time.
+    fetched: list[int] = []
+    read = storage._ReadAhead._read
+
+    def counted(self: Any, at: int, n: int) -> pa.Buffer:
+        fetched.append(n)
+        return read(self, at, n)
+
+    monkeypatch.setattr(storage._ReadAhead, "_read", counted)
+    store = s3_server.store()
+    data = bytes(random.Random(9).randbytes(6_000_000))
+    store.put_bytes("scan", data)
+    step = 300_000
+    with store.open_input_file("scan") as f:
+        assert b"".join(f.read_at(step, at) for at in range(0, len(data), step)) == data
+    assert sum(fetched) == len(data), (sum(fetched), len(data))
+    assert len(fetched) <= len(data) // storage.S3_READ_AHEAD + 2
+
+
 def test_copy_makes_an_equal_object(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
     data = bytes(random.Random(3).randbytes(300_000))
     store.put_bytes("from/here", data)
@@ -356,3 +379,21 @@ def test_copy_makes_an_equal_object(store: ObjectStore, monkeypatch: pytest.Monk
     with pytest.raises(NotFound):
         store.copy("from/nowhere", "to/nothing")
     assert not store.exists("to/nothing")
+
+
+def test_a_scratch_store_is_a_plain_local_folder_whose_objects_upload_to_the_store(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    # A request's working files: a local folder (no fsync), each object a file another store can take.
+    scratch = ObjectStore.scratch(tmp_path / "scratch" / "request-1")
+    scratch.put_bytes("runs/run-0", b"sorted ids")
+    assert scratch.local_path("runs/run-0").read_bytes() == b"sorted ids"
+    assert scratch.local_path("runs/run-0").parent.parent == tmp_path / "scratch" / "request-1"
+    assert scratch.list() == ["runs/run-0"]
+    store.put_file("label_sets/ls/ids-1.arrow", scratch.local_path("runs/run-0"))
+    assert store.get_bytes("label_sets/ls/ids-1.arrow") == b"sorted ids"
+    if not store.url.startswith("s3://"):
+        assert store.local_path("label_sets/ls/ids-1.arrow").read_bytes() == b"sorted ids"
+    else:
+        with pytest.raises(ValueError):
+            store.local_path("label_sets/ls/ids-1.arrow")

