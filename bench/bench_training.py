@@ -17,11 +17,11 @@ peak resident memory (``ru_maxrss``; for torchrun, the largest of its processes)
 
 The phases of a streamed training, each in its own process so each has its own peak RSS (the
 growth table's 10⁸ row, ``--modes stage,loaded,step``): ``stage`` stages the release into an
-object store (``stage_to_store``, a local ``ObjectStore``); ``loaded`` fetches that stage into a
-local cache and runs the loader alone over one whole epoch; ``step`` runs the training loop
-(``labeldp.learning.loop.train``: loader + forward, loss, backward, Adam) on the cached stage, over
-the first ``--step-rows`` training rows (whole steps; 0, the default: the whole epoch, with its
-validation pass). Neither ``loaded`` nor ``step`` holds the release's ids or labels.
+object store (``stage_rows_to_store``, a local ``ObjectStore``; the release read chunk by chunk);
+``loaded`` fetches that stage into a local cache and runs the loader alone over one whole epoch;
+``step`` runs the training loop (``labeldp.learning.loop.train``: loader + forward, loss, backward,
+Adam) on the cached stage, over the first ``--step-rows`` training rows (whole steps; 0, the
+default: the whole epoch, with its validation pass). Neither ``loaded`` nor ``step`` holds the release's ids or labels.
 
 All use the default options (Adam, batch 256, default learning with private selection on
 10 %) with one torch thread per process; the machine has the cores it says. rows/s counts
@@ -141,11 +141,14 @@ def run_mode(
         assert stage_dir is not None
         config = TrainingConfig(epochs=1, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr)
         return run_loaded(stage_dir, config) if mode == "loaded" else run_step(stage_dir, config, step_rows)
+    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
+                            data_shards=data_shards)
+    if mode == "stage":  # the release read chunk by chunk, as the service reads its shards: never held whole
+        assert stage_dir is not None
+        return run_stage(data, config, stage_dir, work)
     source = pq.read_table(labels_of(data), columns=["id", "y"])
     ids, y = source.column("id").combine_chunks(), source.column("y").to_numpy()
     del source
-    config = TrainingConfig(epochs=epochs, seed=1, device=device, threads=1, batch_size=batch, learning_rate=lr,
-                            data_shards=data_shards)
     if procs_of(mode):  # every recipe the same row groups, at least 4 per data shard of the most sharded one
         config = config.replace(row_group_rows=max(1, min(config.row_group_rows, len(y) // (4 * shards_max))))
     reports: list[Any] = []
@@ -162,9 +165,6 @@ def run_mode(
         return result
     if mode == "plain":
         return plain_loop(data, y, config)
-    if mode == "stage":
-        assert stage_dir is not None
-        return run_stage(data, ids, y, config, stage_dir, work)
     if mode == "loader":
         plan = make_plan(len(y), config)
         is_val = np.zeros(len(y), bool)
@@ -192,27 +192,32 @@ STAGE_PREFIX = "stage"
 """The phases' stage: under this prefix of the object store ``<stage dir>/store``; cached in ``<stage dir>/cache``."""
 
 
-def run_stage(data: Path, ids: Any, y: np.ndarray, config: Any, stage_dir: Path, work: Path) -> dict[str, Any]:
-    """``stage``: the release (``ids``, ``y`` as labels and targets, the split of ``make_plan``) joined with the
-    feature table and staged into a local object store, as a streamed training stages it."""
-    from labeldp.learning.loop import make_plan
-    from labeldp.learning.staging import stage_to_store
+def run_stage(data: Path, config: Any, stage_dir: Path, work: Path) -> dict[str, Any]:
+    """``stage``: the release (``y`` as labels and targets, the split of ``make_plan``) read from its file chunk
+    by chunk, joined with the feature table and staged into a local object store, as a streamed training
+    stages the release it reads shard by shard (``streamed.stage_rows``, ``stage_rows_to_store``)."""
+    from labeldp.learning.loop import make_split_bits
+    from labeldp.learning.staging import stage_rows_to_store
+    from labeldp.learning.streamed import ReleaseChunks, stage_rows
+    from labeldp.parquet_batches import open_for_batches
     from labeldp.storage import ObjectStore
 
     started = time.perf_counter()
-    plan = make_plan(len(y), config)
-    is_val = np.zeros(len(y), bool)
-    is_val[plan.val_idx] = True
-    del plan
+    labels = open_for_batches(labels_of(data))
+    n = labels.metadata.num_rows
+    _, bits = make_split_bits(n, config)
+    batches = labels.iter_batches(batch_size=65_536, columns=["id", "y"])
+    chunks = ((batch.column(0), batch.column(1).to_numpy()) for batch in batches)
+    release = stage_rows(ReleaseChunks(n, chunks), lambda values: values, "labels", bits)
     store = ObjectStore.from_url(str(stage_dir / "store"))
-    held = status_mb("VmRSS")  # the release as the caller holds it (ids, labels, split), before the stage's work
-    reading = status_mb("VmHWM")  # the process's peak so far: reading the release (the reset below clears it)
-    reset = reset_peak()  # so that VmHWM after the stage is the stage's peak, not reading the release's
-    meta = stage_to_store(data, "id", ids, y, y, is_val, store, STAGE_PREFIX, work / "join", config.row_group_rows,
-                          config.join_partition_rows)
+    held = status_mb("VmRSS")  # what the caller holds of the release before the stage's work: the split's bits
+    reading = status_mb("VmHWM")  # the process's peak so far: drawing the split (the reset below clears it)
+    reset = reset_peak()  # so that VmHWM after the stage is the stage's peak, not drawing the split's
+    meta = stage_rows_to_store(data, "id", release, store, STAGE_PREFIX, work / "join", config.row_group_rows,
+                               config.join_partition_rows)
     seconds = time.perf_counter() - started
     staging_peak = status_mb("VmHWM") if reset else None
-    return {"prepare_s": seconds, "rows_per_s": len(y) / seconds, "rows": len(y), "n_train": meta["n_train"],
+    return {"prepare_s": seconds, "rows_per_s": n / seconds, "rows": n, "n_train": meta["n_train"],
             "partitions": len(meta["partitions"]), "held_mb": held, "staging_peak_mb": staging_peak,
             "reading_peak_mb": reading}
 
@@ -533,10 +538,11 @@ def phase_memory(results: dict[int, dict[str, dict[str, Any] | None]]) -> list[s
     if not sizes:
         return []
     lines = ["", "## Peak RSS per phase (MB; in brackets: the change from the size above)", "",
-             "stage: the staging's peak (VmHWM, reset when staging began: `stage_to_store` with the release "
-             "in memory); held: what the release (ids, labels and targets, split) held then (VmRSS), as its "
-             "caller holds it; the staging's own work is the difference. stage process: the whole process's "
-             "peak (ru_maxrss), reading the release included. The other two: their process's peak (ru_maxrss).", "",
+             "stage: the staging's peak (VmHWM, reset when staging began: `stage_rows_to_store` reading the "
+             "release chunk by chunk); held: what the process held then (VmRSS: the split as one bit per row), "
+             "as its caller holds it; the staging's own work is the difference. stage process: the whole "
+             "process's peak (ru_maxrss), drawing the split included. The other two: their process's peak "
+             "(ru_maxrss).", "",
              "| n | stage | held before staging | stage's own work | stage process | fetch + loader alone "
              "| loader + step |", "|---:|---:|---:|---:|---:|---:|---:|"]
     before: dict[str, float] = {}

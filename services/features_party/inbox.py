@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +33,14 @@ from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from features_party import responses, store
 from labeldp.errors import Conflict, InvalidInput, NotFound, Unauthorized
-from labeldp.message_shards import ReleaseManifest, check_digest, decode_shard, parse_manifest, read_columns
+from labeldp.message_shards import (
+    ReleaseManifest,
+    check_digest,
+    decode_shard,
+    iter_columns,
+    parse_manifest,
+    read_columns,
+)
 from labeldp.schema import LabelRelease, decode_columns
 from labeldp.service.pagination import ASC, Order, keyset_page
 from labeldp.service.timestamps import iso
@@ -263,10 +270,41 @@ def release_columns(row: store.Release, object_store: ObjectStore | None = None)
 
     ``object_store``: by default the one bound to the session that loaded ``row`` (:func:`bind_store`).
     """
+    shards = _shards(row, object_store)
+    if shards is None:
+        return _body_columns(row)
+    return read_columns(*shards)
+
+
+def release_chunks(
+    row: store.Release, object_store: ObjectStore | None = None
+) -> tuple[int, Iterator[tuple[pa.Array, np.ndarray]]]:
+    """A complete release's row count and its (ids, labels) shard by shard, as :func:`release_columns` reads
+    them (each digest checked before its shard is read) but never joined: a streamed training stages it
+    one shard at a time. Where the shards lie is looked up now (with ``row``'s session); the shards are
+    read as the iterator is consumed, which may be after the session closed. A release received whole
+    before shards is one chunk."""
+    shards = _shards(row, object_store)
+    if shards is None:
+        ids, labels = _body_columns(row)
+        return len(ids), iter([(ids, labels)])
+    manifest = shards[2]
+    return sum(entry.rows for entry in manifest.shards), iter_columns(*shards)
+
+
+def _body_columns(row: store.Release) -> tuple[pa.Array, np.ndarray]:
+    if row.body is None:
+        raise NotFound("release_not_found", "the release holds no message")
+    return decode_columns(LabelRelease.model_validate_json(row.body).payload)
+
+
+def _shards(
+    row: store.Release, object_store: ObjectStore | None
+) -> tuple[ObjectStore, str, ReleaseManifest, list[str]] | None:
+    """Where a release's shards lie (store, manifest key, manifest, each shard's key), or None for a
+    release received whole before shards."""
     if row.manifest is None:
-        if row.body is None:
-            raise NotFound("release_not_found", "the release holds no message")
-        return decode_columns(LabelRelease.model_validate_json(row.body).payload)
+        return None
     session = object_session(row)
     if object_store is None and session is not None:
         object_store = session.info.get(STORE_INFO)
@@ -279,7 +317,7 @@ def release_columns(row: store.Release, object_store: ObjectStore | None = None)
             select(store.ReleaseShard.shard_index, store.ReleaseShard.object_key)
             .where(store.ReleaseShard.release_id == row.release_id)
         ).all())
-    return read_columns(object_store, "", manifest, [keys[i] for i in range(len(manifest.shards))])
+    return object_store, "", manifest, [keys[i] for i in range(len(manifest.shards))]
 
 
 LABEL_FILE_TYPES: Final = {

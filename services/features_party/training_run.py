@@ -212,6 +212,10 @@ def _path_kind(ctx: JobContext) -> str:
     return "streamed" if _streaming(ctx) else "in_memory"
 
 
+ReleaseData = streamed.ReleaseChunks | tuple[pa.Array, np.ndarray]
+"""A release as a training reads it: shard by shard (streamed), or whole (in memory)."""
+
+
 @dataclass
 class _Job:
     """One claimed training: train on the release and record the model, or record why not."""
@@ -232,37 +236,38 @@ class _Job:
             self.ctx.store, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
         )
 
-    def fit(
-        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_key: str, id_column: str, prior: Any = None
-    ) -> TrainedModel:
+    def fit(self, release: ReleaseData, spec: Any, table_key: str, id_column: str, prior: Any = None) -> TrainedModel:
         """Train on the release joined with the feature table, read from the object store."""
         with self.ctx.store.open_input_file(table_key) as table_file:
-            return self._fit(ids, labels, spec, table_file, id_column, prior)
+            return self._fit(release, spec, table_file, id_column, prior)
 
     def _fit(
-        self, ids: pa.Array, labels: np.ndarray, spec: Any, table_path: pa.NativeFile, id_column: str,
-        prior: Any = None,
+        self, release: ReleaseData, spec: Any, table_path: pa.NativeFile, id_column: str, prior: Any = None,
     ) -> TrainedModel:
         ctx, config, listener = self.ctx, self.config, self.listener
         task = LabelTask.of(spec)
         # A torchrun job checkpoints in its own work folder and restarts its group itself; a job
         # re-queued from it starts over (docs/architecture.md, "Training jobs").
         hooks: dict[str, Any] = {} if _torchrun(ctx) else {"checkpoint": self.checkpoint, "resume": self.resume}
-        if _streaming(ctx) and task.task != CLASSIFICATION:  # docs/architecture.md
-            return streamed.fit_in_work_dir(
-                Path(ctx.data_dir), table_path, id_column, ids, labels, spec, config,
-                self.learning, listener, workers=ctx.workers, hosts=ctx.hosts, prior=prior, objects=ctx.store,
-                stage_key=checkpoints.stage_key(self.training_id), **hooks,
-            )
-        if _streaming(ctx):  # a classifier, streamed
-            indices, matrix = classifier_targets(task, labels, self.forward_correction)
-            with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
-                return streamed.fit_classifier_streamed(
-                    table_path, id_column, pa.array(ids, pa.string()), indices.astype(np.float64), task.n_classes,
-                    config, work_dir, listener, classes=list(task.classes or ()), transition_matrix=matrix,
-                    workers=ctx.workers, hosts=ctx.hosts, objects=ctx.store,
-                    stage_key=checkpoints.stage_key(self.training_id), **hooks,
+        if isinstance(release, streamed.ReleaseChunks):  # streamed: the release read shard by shard
+            stage_key = checkpoints.stage_key(self.training_id)
+            if task.task != CLASSIFICATION:  # docs/architecture.md
+                return streamed.fit_in_work_dir(
+                    Path(ctx.data_dir), table_path, id_column, release, spec, config, self.learning, listener,
+                    workers=ctx.workers, hosts=ctx.hosts, prior=prior, objects=ctx.store, stage_key=stage_key,
+                    **hooks,
                 )
+            _, matrix = classifier_targets(task, np.empty(0), self.forward_correction)
+            indices = release.map_labels(
+                lambda labels: classifier_targets(task, labels, self.forward_correction)[0].astype(np.float64)
+            )
+            with streamed.scratch_dir(Path(ctx.data_dir)) as work_dir:
+                return streamed.fit_classifier_chunks_streamed(
+                    table_path, id_column, indices, task.n_classes, config, work_dir, listener,
+                    classes=list(task.classes or ()), transition_matrix=matrix, workers=ctx.workers,
+                    hosts=ctx.hosts, objects=ctx.store, stage_key=stage_key, **hooks,
+                )
+        ids, labels = release
         features = feature_tables.select_rows(pq.read_table(table_path), id_column, ids)
         return fit_for_release(
             task, features, labels, config, listener, forward_correction=self.forward_correction,
@@ -276,7 +281,9 @@ class _Job:
         try:
             with ctx.session_factory() as session:
                 release = inbox.get_release(session, release_id)
-                ids, labels = inbox.release_columns(release)
+                # Streamed: shard by shard as the stage reads it (never held whole); in memory: whole.
+                data: ReleaseData = (streamed.ReleaseChunks(*inbox.release_chunks(release)) if _streaming(ctx)
+                                 else inbox.release_columns(release))
                 table_row = feature_tables.get_feature_table(session, table_name)
                 table_key, id_column = table_row.path, table_row.id_column
                 meta = {
@@ -291,7 +298,7 @@ class _Job:
                 prior = release.prior
             if ctx.board.cancel_requested(training_id):
                 raise TrainingCancelled()
-            trained = self.fit(ids, labels, meta["mechanism_spec"], table_key, id_column, prior)
+            trained = self.fit(data, meta["mechanism_spec"], table_key, id_column, prior)
             model_id = "mdl_" + uuid.uuid4().hex
             relative = f"{MODELS_DIR}/{model_id}.pt"
             with ctx.store.open_output_stream(relative) as out:

@@ -334,9 +334,28 @@ def decode_shard(source: Any, entry: ShardEntry) -> tuple[pa.Array, np.ndarray]:
     return ids, labels
 
 
+def iter_columns(store: ObjectStore, manifest_key: str, manifest: ReleaseManifest,
+                 keys: list[str] | None = None) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    """Each shard's ids and labels in turn, in id order, its digest verified before it is read: one
+    shard held at a time (a consumer that streams, such as a training's stage, never holds the message).
+
+    ``keys``: where each shard is stored (by index); by default next to ``manifest_key``.
+    """
+    import pyarrow as pa
+
+    for entry in manifest.shards:
+        key = keys[entry.index] if keys is not None else shard_key(manifest_key, entry.index)
+        data = store.get_bytes(key)
+        check_digest(entry, hashlib.sha256(data).hexdigest(), len(data))
+        ids, labels = decode_shard(pa.py_buffer(data), entry)
+        del data
+        yield ids, labels
+
+
 def read_columns(store: ObjectStore, manifest_key: str, manifest: ReleaseManifest,
                  keys: list[str] | None = None) -> tuple[pa.Array, np.ndarray]:
-    """Every row of a message, in id order, each shard's digest verified before it is read.
+    """Every row of a message, in id order, each shard's digest verified before it is read
+    (:func:`iter_columns`, joined).
 
     ``keys``: where each shard is stored (by index); by default next to ``manifest_key``.
     """
@@ -344,14 +363,9 @@ def read_columns(store: ObjectStore, manifest_key: str, manifest: ReleaseManifes
 
     id_parts: list[pa.Array] = []
     label_parts: list[np.ndarray] = []
-    for entry in manifest.shards:
-        key = keys[entry.index] if keys is not None else shard_key(manifest_key, entry.index)
-        data = store.get_bytes(key)
-        check_digest(entry, hashlib.sha256(data).hexdigest(), len(data))
-        ids, labels = decode_shard(pa.py_buffer(data), entry)
+    for ids, labels in iter_columns(store, manifest_key, manifest, keys):
         id_parts.append(ids)
         label_parts.append(labels)
-        del data
     ids_all = pa.chunked_array(id_parts, pa.string()).combine_chunks() if id_parts else pa.array([], pa.string())
     labels_all = np.concatenate(label_parts) if label_parts else np.zeros(0, dtype=np.float64)
     return ids_all, labels_all

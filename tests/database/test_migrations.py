@@ -143,7 +143,7 @@ def test_features_0002_keeps_trainings_written_at_0001(database_url: str) -> Non
 
 def test_features_0003_keeps_releases_received_whole(database_url: str) -> None:
     """A release received as one body before shards upgrades to a complete release without shards,
-    still read (by release_columns) from its exact body."""
+    still read (by release_columns, and release_chunks for a streamed training) from its exact body."""
     from features_party import inbox
     from labeldp.schema import EpsilonPart, LabelRelease, LaplaceSpec, PrivacyAccounting, encode_payload
     from labeldp.schema import payload_digest as digest_of
@@ -177,6 +177,8 @@ def test_features_0003_keeps_releases_received_whole(database_url: str) -> None:
             assert (row.status, row.manifest, row.shard_count) == ("complete", None, 0)
             got_ids, got_labels = inbox.release_columns(row)
             assert got_ids.to_pylist() == ids and got_labels.tolist() == labels
+            rows, chunks = inbox.release_chunks(row)  # as a streamed training reads it: one chunk
+            assert rows == 3 and [(c.to_pylist(), v.tolist()) for c, v in chunks] == [(ids, labels)]
     finally:
         engine.dispose()
 

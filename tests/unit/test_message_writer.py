@@ -21,6 +21,7 @@ from labeldp.message_shards import (
     ReleaseManifest,
     check_digest,
     decode_shard,
+    iter_columns,
     manifest_bytes,
     parse_manifest,
     read_columns,
@@ -122,6 +123,21 @@ def test_a_tampered_shard_is_refused(tmp_path: Path) -> None:
     swapped = manifest.model_copy(update={"shards": [manifest.shards[0].model_copy(update={"rows": 41})]})
     with pytest.raises(InvalidInput):
         decode_shard(io.BytesIO(store.get_bytes(shard_key(written.manifest_key, 0))), swapped.shards[0])
+
+
+def test_the_shards_are_read_one_at_a_time_as_they_are_asked_for_each_digest_checked(tmp_path: Path) -> None:
+    """What a streamed training's stage reads: a shard is fetched and verified only when its turn comes."""
+    store = ObjectStore.from_url(str(tmp_path))
+    ids, labels = _columns(100)
+    written = write_message(store, "m", _metadata(len(ids)), ids, labels, MessageLimits(40, 1 << 30, 1 << 20))
+    shards = iter_columns(store, written.manifest_key, written.manifest)
+    first_ids, first_labels = next(shards)
+    assert first_ids.to_pylist() == ids[:40] and np.array_equal(first_labels, labels[:40])
+    key = shard_key(written.manifest_key, 1)
+    store.put_bytes(key, store.get_bytes(key)[:-1])  # changed after the first shard was read: caught on reading it
+    with pytest.raises(InvalidInput) as refused:
+        next(shards)
+    assert refused.value.code == "digest_mismatch"
 
 
 @pytest.mark.parametrize(

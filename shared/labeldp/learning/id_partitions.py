@@ -4,18 +4,18 @@ Joining in one piece holds the feature table's whole id column and a hash table 
 release's ids at once, growing with n (docs/decisions/0015-staging-partition-rows.md). Here
 both sides are first cut by a hash of the id into ``K`` partition files in a local scratch
 folder (Arrow IPC: the feature side as (id, its feature columns), the release side as (id,
-release position)); each partition is then read and joined on its own — an id lands in the
-same partition on both sides — and handed to the caller (:func:`join_by_partition`), which
-stages it (:mod:`labeldp.learning.staging`) before the next one is read. What is held at
-once: one partition of both sides while joining, one batch per partition file while cutting
-(docs/architecture.md, "Training at scale"). The scratch files are removed as each partition
-is read: nothing of the join outlives it.
+release position, its payload), read chunk by chunk); each partition is then read and joined
+on its own — an id lands in the same partition on both sides — and handed to the caller
+(:func:`join_release_chunks`), which stages it (:mod:`labeldp.learning.staging`) before the
+next one is read. What is held at once: one partition of both sides while joining, one chunk
+of either side while cutting (docs/architecture.md, "Training at scale"). The scratch files
+are removed as each partition is read: nothing of the join outlives it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +101,7 @@ class JoinedPartition:
     """One id-hash partition of the join: the feature rows whose id is in the release, in feature-table order.
 
     ``rows``: their feature columns; ``positions``: the release position of each row's id;
+    ``payload``: the release side's other columns for each row (none from :func:`join_by_partition`);
     ``feature_rows`` and ``release_rows``: how many rows of each side the partition held (what
     the join had in memory at once for it).
     """
@@ -110,6 +111,18 @@ class JoinedPartition:
     positions: np.ndarray
     feature_rows: int
     release_rows: int
+    payload: pa.Table
+
+
+RELEASE_SIDE = _schema(id=pa.string(), position=pa.int64())
+"""The release side's first two columns in :func:`join_release_chunks` (its payload follows them)."""
+
+
+def _positions(ids: pa.Array | pa.ChunkedArray, batch_rows: int) -> Iterator[pa.Table]:
+    for start in range(0, len(ids), batch_rows):
+        chunk = ids[start : start + batch_rows]
+        numbers = pa.array(np.arange(start, start + len(chunk), dtype=np.int64))
+        yield pa.table({"id": chunk.cast(pa.string()), "position": numbers})
 
 
 def join_by_partition(
@@ -121,15 +134,33 @@ def join_by_partition(
     partition_rows: int,
     batch_rows: int = 65_536,
 ) -> Generator[JoinedPartition, None, None]:
+    """:func:`join_release_chunks` of a release held as one id array (release position: its index)."""
+    return join_release_chunks(feature_path, id_column, columns, _positions(ids, batch_rows), len(ids), work,
+                               partition_rows, batch_rows)
+
+
+def join_release_chunks(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    columns: list[str],
+    release: Iterable[pa.Table],
+    release_rows: int,
+    work: str | Path,
+    partition_rows: int,
+    batch_rows: int = 65_536,
+) -> Generator[JoinedPartition, None, None]:
     """Cut both sides into partitions under ``work``, then yield each partition joined, one at a time.
 
-    ``columns``: the feature columns to carry (not ``id_column``). A partition's files are
+    ``columns``: the feature columns to carry (not ``id_column``). ``release``: the release side chunk by
+    chunk, each a table of ``id`` (string), ``position`` (int64) and any payload columns (the same in
+    every chunk), cut into the partition files as it comes, so one chunk of it is held at once;
+    ``release_rows``: how many rows it holds in all (it sizes the partitions). A partition's files are
     removed when it is read, and every file of the join when the iteration ends (also early).
     """
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     source = open_for_batches(feature_path)
-    k = partitions_for(max(len(ids), source.metadata.num_rows), partition_rows)
+    k = partitions_for(max(release_rows, source.metadata.num_rows), partition_rows)
     feature_files = [work / f"features-{p}.arrow" for p in range(k)]
     release_files = [work / f"release-{p}.arrow" for p in range(k)]
     fields = [pa.field("id", pa.string())] + [source.schema_arrow.field(name) for name in columns]
@@ -143,28 +174,32 @@ def join_by_partition(
         finally:
             for sink in sinks:
                 sink.close()
-        sinks = _writers(release_files, _schema(id=pa.string(), position=pa.int64()))
+        sinks = []
         try:
-            for start in range(0, len(ids), batch_rows):
-                chunk = ids[start : start + batch_rows]
-                numbers = pa.array(np.arange(start, start + len(chunk), dtype=np.int64))
-                _cut(pa.table({"id": chunk.cast(pa.string()), "position": numbers}), k, sinks)
+            for chunk in release:
+                if chunk.schema.names[:2] != RELEASE_SIDE.names:
+                    raise ValueError("a release chunk's first columns must be id and position")
+                sinks = sinks or _writers(release_files, chunk.schema)
+                _cut(chunk, k, sinks)
+                del chunk
+            sinks = sinks or _writers(release_files, RELEASE_SIDE)
         finally:
             for sink in sinks:
                 sink.close()
         for p in range(k):
-            release = _read(release_files[p])
+            release_part = _read(release_files[p])
             features = _read(feature_files[p])
             release_files[p].unlink()
             feature_files[p].unlink()
-            found = pc.index_in(features.column(0), value_set=release.column("id").combine_chunks())
+            found = pc.index_in(features.column(0), value_set=release_part.column("id").combine_chunks())
             rows = features.remove_column(0)
             if found.null_count:  # feature rows the release does not hold (else no copy of the rows)
                 keep = pc.is_valid(found)
                 found, rows = pc.filter(found, keep), rows.filter(keep)
-            positions = release.column("position").combine_chunks().take(found)
-            yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release.num_rows)
-            del release, features, found, rows, positions
+            positions = release_part.column("position").combine_chunks().take(found)
+            payload = release_part.drop_columns(RELEASE_SIDE.names).combine_chunks().take(found)
+            yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release_part.num_rows, payload)
+            del release_part, features, found, rows, positions, payload
     finally:
         for path in feature_files + release_files:
             path.unlink(missing_ok=True)

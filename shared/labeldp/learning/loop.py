@@ -132,18 +132,38 @@ class Plan:
 
 
 
-def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _n_validation(n: int, fraction: float) -> int:
     if n < 1:
         raise ValueError("no rows to train on")
     n_val = int(math.floor(n * fraction))
     if fraction > 0 and n >= 2:
         n_val = min(max(n_val, 1), n - 1)
+    return n_val
+
+
+def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n_val = _n_validation(n, fraction)
     order = rng.permutation(n)
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+def _validation_bits(n: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """:func:`_split`'s validation rows as a bit per row (``np.packbits`` order): the same draw.
 
-def make_plan(n_rows: int, config: TrainingConfig) -> Plan:
+    ``rng.permutation(n)`` is ``rng.shuffle(np.arange(n))``, and a shuffle consumes the same random
+    numbers whatever the integer width, so the permutation is drawn as int32 where n allows (4 bytes
+    per row while drawing, freed at once); what stays is n/8 bytes."""
+    n_val = _n_validation(n, fraction)
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    rng.shuffle(order)
+    chosen = order[:n_val].astype(np.int64)
+    del order
+    bits = np.zeros((n + 7) // 8, np.uint8)
+    np.bitwise_or.at(bits, chosen >> 3, (np.uint8(128) >> (chosen & 7).astype(np.uint8)).astype(np.uint8))
+    return bits
+
+
+def _checked_seed(config: TrainingConfig) -> int:
     if config.epochs < 1 or config.batch_size < 1:
         raise ValueError("epochs and batch_size must be positive")
     if config.optimizer not in OPTIMIZERS:
@@ -156,9 +176,29 @@ def make_plan(n_rows: int, config: TrainingConfig) -> Plan:
         raise ValueError("validation_fraction must be in [0, 1)")
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    seed = config.seed if config.seed is not None else secrets.randbits(63)
+    return config.seed if config.seed is not None else secrets.randbits(63)
+
+
+def make_plan(n_rows: int, config: TrainingConfig) -> Plan:
+    seed = _checked_seed(config)
     train_idx, val_idx = _split(n_rows, config.validation_fraction, np.random.default_rng(seed))
     return Plan(seed, resolve_device(config.device), train_idx, val_idx)
+
+
+def make_split_bits(n_rows: int, config: TrainingConfig) -> tuple[Plan, np.ndarray]:
+    """:func:`make_plan`'s split as one bit per row (its validation rows set, ``np.packbits`` order) and a
+    plan without row indices: what a streamed stage holds of the split (n/8 bytes, not 8 per row)."""
+    seed = _checked_seed(config)
+    bits = _validation_bits(n_rows, config.validation_fraction, np.random.default_rng(seed))
+    empty = np.empty(0, np.int64)
+    return Plan(seed, resolve_device(config.device), empty, empty), bits
+
+
+def split_bits_slice(bits: np.ndarray, start: int, rows: int) -> np.ndarray:
+    """Rows ``start`` .. ``start + rows`` of a :func:`make_split_bits` mask, as booleans."""
+    first = start // 8
+    unpacked = np.unpackbits(bits[first : (start + rows + 7) // 8 + 1])
+    return unpacked[start - 8 * first : start - 8 * first + rows].astype(bool)
 
 
 

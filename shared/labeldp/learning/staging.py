@@ -1,17 +1,19 @@
 """A release joined with its feature table, staged as partitioned Parquet in the object store.
 
 The stage lives in the object store (:class:`labeldp.storage.ObjectStore`, shared by every
-host), so a worker on another host trains it without a shared disk: :func:`stage_to_store`
+host), so a worker on another host trains it without a shared disk: :func:`stage_rows_to_store`
 writes it, :func:`fetch_stage` copies it into a local cache that can be thrown away. Under its
 prefix: ``train/part-<p>.parquet`` and ``validation/part-<p>.parquet`` per id-hash partition
 ``p``, ``val.npz`` (the validation rows' labels, in that order) and ``staged.json``, written
-last: a stage is complete once it is there. The join goes partition by partition
-(:func:`labeldp.learning.id_partitions.join_by_partition`): each partition of about
-``partition_rows`` rows is joined, split (as :func:`labeldp.learning.loop.make_plan` draws it)
-and written before the next is read, so the join holds one partition (``staged.json`` records
-what each held). The preprocessor and the target scaling are fitted on the training rows in
-the same pass. The cache holds ``train.parquet`` and ``validation.parquet``: each partition's row
-groups of ``row_group_rows`` (its last shorter), in partition order, which
+last: a stage is complete once it is there. The release comes in chunk by chunk
+(:class:`StageRows`: each row's id, position, label, target and split, the split as
+:func:`labeldp.learning.loop.make_plan` draws it) and the join goes partition by partition
+(:func:`labeldp.learning.id_partitions.join_release_chunks`): each partition of about
+``partition_rows`` rows is joined and written before the next is read, so neither side is held
+whole (``staged.json`` records what each partition held). The preprocessor and the target
+scaling are fitted on the training rows in the same pass. The cache holds ``train.parquet`` and
+``validation.parquet``: each partition's row groups of ``row_group_rows`` (its last shorter), in
+partition order, which
 :class:`labeldp.learning.loader.RowGroupLoader` streams; a peer host's rank reads its own of them
 straight from the store (:func:`stage_groups`; docs/architecture.md, "Training at scale").
 """
@@ -24,6 +26,7 @@ import io
 import json
 import math
 import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from labeldp.learning.id_partitions import join_by_partition
+from labeldp.learning.id_partitions import join_release_chunks
 from labeldp.learning.preprocessing import Preprocessor, PreprocessorBuilder, RunningMoments
 from labeldp.parquet_batches import open_for_batches
 from labeldp.storage import ObjectStore
@@ -133,6 +136,55 @@ def remove_stage(objects: ObjectStore, prefix: str) -> int:
     return len(keys)
 
 
+STAGE_CHUNK_ROWS = 65_536
+"""Release rows per chunk when a release held in memory is staged (:meth:`StageRows.of_arrays`)."""
+_STAGE_ROW_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("id", pa.string()), ("position", pa.int64()), ("label", pa.float64()), ("target", pa.float64()),
+    ("validation", pa.bool_()),
+]
+STAGE_ROW_SCHEMA = pa.schema(_STAGE_ROW_FIELDS)
+"""One chunk of :class:`StageRows`: per release row its id, release position, privatized label, target
+(what the loss compares with: the label or its debiased value) and split (True: a validation row)."""
+
+
+@dataclass(frozen=True)
+class StageRows:
+    """The release side of a stage, chunk by chunk in release order: ``rows`` in all, ``chunks`` tables of
+    :data:`STAGE_ROW_SCHEMA` (positions counting from 0), iterated once; a stage holds one chunk at once."""
+
+    rows: int
+    chunks: Iterable[pa.Table]
+
+    @classmethod
+    def of_arrays(
+        cls, ids: pa.Array | pa.ChunkedArray, labels: np.ndarray, targets: np.ndarray, is_validation: np.ndarray,
+        chunk_rows: int = STAGE_CHUNK_ROWS,
+    ) -> StageRows:
+        """A release held whole in memory, in chunks of ``chunk_rows``: one entry of each array per id."""
+        n = len(ids)
+        if labels.shape != (n,) or targets.shape != (n,) or is_validation.shape != (n,):
+            raise ValueError("labels, targets and the split must have one entry per release id")
+
+        def chunks() -> Iterator[pa.Table]:
+            for start in range(0, n, chunk_rows):
+                end = min(n, start + chunk_rows)
+                yield stage_chunk(ids[start:end], start, labels[start:end], targets[start:end],
+                                  is_validation[start:end])
+
+        return cls(n, chunks())
+
+
+def stage_chunk(ids: pa.Array | pa.ChunkedArray, start: int, labels: np.ndarray, targets: np.ndarray,
+                is_validation: np.ndarray) -> pa.Table:
+    """One chunk of :class:`StageRows`: release rows ``start`` .. ``start + len(ids)``."""
+    positions = np.arange(start, start + len(ids), dtype=np.int64)
+    return pa.Table.from_arrays(
+        [ids.cast(pa.string()), pa.array(positions), pa.array(labels, pa.float64()), pa.array(targets, pa.float64()),
+         pa.array(is_validation, pa.bool_())],
+        schema=STAGE_ROW_SCHEMA,
+    )
+
+
 def stage_to_store(
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
@@ -146,19 +198,34 @@ def stage_to_store(
     row_group_rows: int = 65_536,
     partition_rows: int = PARTITION_ROWS,
 ) -> dict[str, Any]:
-    """Join ``ids`` (the release's, one per entry of ``labels``) with the feature table at ``feature_path``
+    """:func:`stage_rows_to_store` of a release held in memory: ``ids`` with one entry of ``labels``,
+    ``targets`` (what the loss compares with per release row: the labels, or their debiased values) and
+    ``is_validation`` (the split per release row) each."""
+    release = StageRows.of_arrays(ids, labels, targets, is_validation)
+    return stage_rows_to_store(feature_path, id_column, release, objects, prefix, scratch, row_group_rows,
+                               partition_rows)
+
+
+def stage_rows_to_store(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    release: StageRows,
+    objects: ObjectStore,
+    prefix: str,
+    scratch: str | Path,
+    row_group_rows: int = 65_536,
+    partition_rows: int = PARTITION_ROWS,
+) -> dict[str, Any]:
+    """Join the ``release`` (its rows streamed in chunk by chunk) with the feature table at ``feature_path``
     and write the stage under ``prefix`` in ``objects``; returns its ``staged.json``.
 
-    ``targets``: what the loss compares with per release row (the labels, or their
-    debiased values); ``is_validation``: the split per release row. Feature-table rows
-    whose id is not in the release are skipped; a release id without a feature row (or
-    with two) raises ``ValueError`` and leaves no object (the service checks the join before
-    queueing a training). ``partition_rows``: rows per partition of the join (what it holds
-    at once); ``scratch``: a local folder for the join's partition files, removed after it.
+    Each release row's label, target and split travel with it into its join partition, so nothing
+    here holds the release whole. Feature-table rows whose id is not in the release are skipped; a
+    release id without a feature row (or with two) raises ``ValueError`` and leaves no object (the
+    service checks the join before queueing a training), as does an error raised by the chunks.
+    ``partition_rows``: rows per partition of the join (what it holds at once); ``scratch``: a local
+    folder for the join's partition files, removed after it.
     """
-    n = len(ids)
-    if labels.shape != (n,) or targets.shape != (n,) or is_validation.shape != (n,):
-        raise ValueError("labels, targets and the split must have one entry per release id")
     source = open_for_batches(feature_path)
     feature_names = [name for name in source.schema_arrow.names if name != id_column]
     builder = PreprocessorBuilder()
@@ -168,23 +235,23 @@ def stage_to_store(
     written: list[str] = []
     scratch = Path(scratch)
     try:
-        joined = join_by_partition(feature_path, id_column, feature_names, ids, scratch, partition_rows,
-                                   row_group_rows)
+        joined = join_release_chunks(feature_path, id_column, feature_names, release.chunks, release.rows, scratch,
+                                     partition_rows, row_group_rows)
         for part in joined:
             if len(part.positions) != part.release_rows:
                 joined.close()
                 raise ValueError("the feature table does not hold every id of the release (once)")
-            rows = part.positions
-            table = part.rows.append_column(TARGET, pa.array(targets[rows], pa.float64()))
-            validation = is_validation[rows]
+            targets = part.payload.column("target").to_numpy()
+            validation = part.payload.column("validation").to_numpy(zero_copy_only=False)
+            table = part.rows.append_column(TARGET, pa.array(targets, pa.float64()))
             counts = {"feature_rows": part.feature_rows, "release_rows": part.release_rows}
             for flag in (False, True):
                 chosen = table.filter(pa.array(validation == flag))
                 if flag:
-                    val_labels.append(labels[rows[validation]])
+                    val_labels.append(part.payload.column("label").to_numpy()[validation])
                 else:
                     builder.update(chosen.drop_columns([TARGET]))
-                    moments.update(targets[rows[~validation]])
+                    moments.update(targets[~validation])
                 counts[PARTS[flag]] = chosen.num_rows
                 if chosen.num_rows:
                     key = part_key(prefix, flag, part.index)
@@ -192,7 +259,7 @@ def stage_to_store(
                         pq.write_table(chosen, out, row_group_size=row_group_rows, **write_options(chosen.schema))
                     written.append(key)
             partitions.append(counts)
-            del table, chosen, rows, validation
+            del table, chosen, targets, validation, part
         n_train = sum(p["train"] for p in partitions)
         if n_train == 0:
             raise ValueError("no rows to train on")
@@ -297,15 +364,31 @@ def stage_release(
     objects: ObjectStore | None = None,
     prefix: str = "stage",
 ) -> StagedRelease:
-    """:func:`stage_to_store` then :func:`fetch_stage` into ``directory``: the stage in ``objects`` under
+    """:func:`stage_rows_release` of a release held in memory (arrays as :func:`stage_to_store` takes them)."""
+    return stage_rows_release(feature_path, id_column, StageRows.of_arrays(ids, labels, targets, is_validation),
+                              directory, row_group_rows, partition_rows, objects=objects, prefix=prefix)
+
+
+def stage_rows_release(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    release: StageRows,
+    directory: str | Path,
+    row_group_rows: int = 65_536,
+    partition_rows: int = PARTITION_ROWS,
+    *,
+    objects: ObjectStore | None = None,
+    prefix: str = "stage",
+) -> StagedRelease:
+    """:func:`stage_rows_to_store` then :func:`fetch_stage` into ``directory``: the stage in ``objects`` under
     ``prefix`` (kept there for other processes), or, without ``objects``, in a local store inside
     ``directory`` that is removed once fetched (one process, nothing shared)."""
     directory = Path(directory)
     local = directory / "objects"
     store = objects or ObjectStore.from_url(str(local))
     try:
-        stage_to_store(feature_path, id_column, ids, labels, targets, is_validation, store, prefix,
-                       directory / "join", row_group_rows, partition_rows)
+        stage_rows_to_store(feature_path, id_column, release, store, prefix, directory / "join", row_group_rows,
+                            partition_rows)
         staged = fetch_stage(store, prefix, directory)
         if objects is None:  # nothing of it stays in a store
             staged = dataclasses.replace(staged, store_prefix=None)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,19 @@ from labeldp.errors import InvalidInput
 from labeldp.learning.classifier import fit_staged_classifier
 from labeldp.learning.config import DEFAULT_LEARNING, LearningConfig, TrainingConfig
 from labeldp.learning.debiasing import LabelLaw, constant_prediction, label_law
-from labeldp.learning.loop import EpochReport, Plan, check_targets, make_plan
+from labeldp.learning.loop import EpochReport, Plan, check_targets, make_split_bits, split_bits_slice
 from labeldp.learning.persistence import TrainedClassifier, TrainedRegressor
 from labeldp.learning.regression import fit_staged_regressor, training_targets
-from labeldp.learning.staging import StagedRelease, fetch_stage, stage_complete, stage_release, stage_to_store
+from labeldp.learning.staging import (
+    STAGE_CHUNK_ROWS,
+    StagedRelease,
+    StageRows,
+    fetch_stage,
+    stage_chunk,
+    stage_complete,
+    stage_rows_release,
+    stage_rows_to_store,
+)
 from labeldp.learning.true_scale import noise_variance, staged_true_scale_error
 from labeldp.storage import ObjectStore
 
@@ -56,11 +66,49 @@ def law_for(spec: Any) -> LabelLaw:
         ) from None
 
 
+@dataclass(frozen=True)
+class ReleaseChunks:
+    """A release read chunk by chunk in release order (the service reads its shards one by one): ``rows`` in
+    all, ``chunks`` its (ids, privatized labels) pairs, iterated at most once (not at all when the
+    training's stage is found complete in the object store)."""
+
+    rows: int
+    chunks: Iterable[tuple[pa.Array | pa.ChunkedArray, np.ndarray]]
+
+    @classmethod
+    def of_arrays(cls, ids: pa.Array | pa.ChunkedArray, labels: np.ndarray,
+                  chunk_rows: int = STAGE_CHUNK_ROWS) -> ReleaseChunks:
+        """A release held whole in memory, in chunks of ``chunk_rows`` rows."""
+        n = len(ids)
+        return cls(n, ((ids[i : i + chunk_rows], labels[i : i + chunk_rows]) for i in range(0, n, chunk_rows)))
+
+    def map_labels(self, convert: Callable[[np.ndarray], np.ndarray]) -> ReleaseChunks:
+        """The same rows with each chunk's labels converted (elementwise), as they are read."""
+        return ReleaseChunks(self.rows, ((ids, convert(labels)) for ids, labels in self.chunks))
+
+
 def fit_release_streamed(
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
     ids: pa.Array | pa.ChunkedArray,
     labels: np.ndarray,
+    spec: Any,
+    config: TrainingConfig,
+    work_dir: str | Path,
+    learning: LearningConfig = DEFAULT_LEARNING,
+    on_epoch: Callable[[EpochReport], None] | None = None,
+    **options: Any,
+) -> TrainedRegressor:
+    """:func:`fit_release_chunks_streamed` of a release held in memory (``ids``, ``labels``)."""
+    labels = check_targets(labels, len(ids), "privatized_labels")
+    return fit_release_chunks_streamed(feature_path, id_column, ReleaseChunks.of_arrays(ids, labels), spec, config,
+                                       work_dir, learning, on_epoch, **options)
+
+
+def fit_release_chunks_streamed(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    release: ReleaseChunks,
     spec: Any,
     config: TrainingConfig,
     work_dir: str | Path,
@@ -75,26 +123,26 @@ def fit_release_streamed(
     objects: ObjectStore | None = None,
     stage_key: str | None = None,
 ) -> TrainedRegressor:
-    """Stage ``ids``/``labels`` joined with the feature table at ``feature_path`` and train a regressor
-    on it, in this process (``workers`` 1 and no ``hosts``) or with ``workers`` torchrun processes
-    (on this host and each of ``hosts``' peers).
+    """Stage the ``release`` (read chunk by chunk, never held whole) joined with the feature table at
+    ``feature_path`` and train a regressor on it, in this process (``workers`` 1 and no ``hosts``) or
+    with ``workers`` torchrun processes (on this host and each of ``hosts``' peers).
 
     The split is drawn from the seed over release positions as in memory
-    (:func:`~labeldp.learning.loop.make_plan`); ``work_dir`` is the caller's to remove.
+    (:func:`~labeldp.learning.loop.make_split_bits`, :func:`~labeldp.learning.loop.make_plan`'s draw);
+    ``work_dir`` is the caller's to remove.
     ``checkpoint``/``resume``: as :func:`~labeldp.learning.loop.fit_streamed` takes them, in this
     process only (a torchrun job checkpoints in its own work folder). ``prior``: the release's DP
     prior (spec or JSON dict), whose mean joins the private mean as in memory
     (:class:`~labeldp.learning.regression.Selection`, the one place the anchor is computed).
     ``objects``/``stage_key``: where the stage is kept for other processes (:func:`stage_for_training`).
     """
-    labels = check_targets(labels, len(ids), "privatized_labels")
     law = law_for(spec)
-    plan = make_plan(len(ids), config)
+    plan, bits = make_split_bits(release.rows, config)  # the stage holds the split: the plan has no rows
     staged = stage_for_training(
-        feature_path, id_column, ids, labels, lambda: training_targets(law, learning, labels), plan, config,
-        work_dir, objects, stage_key,
+        feature_path, id_column, release, lambda labels: training_targets(law, learning, labels),
+        "privatized_labels", plan, bits, config, work_dir, objects, stage_key,
     )
-    plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
+    del bits
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
         trained = fit_staged_regressor(staged, law, run, plan, learning, on_epoch, None, checkpoint, resume, prior)
@@ -147,6 +195,22 @@ def fit_classifier_streamed(
     config: TrainingConfig,
     work_dir: str | Path,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    **options: Any,
+) -> TrainedClassifier:
+    """:func:`fit_classifier_chunks_streamed` of a release held in memory (``ids``, ``class_indices``)."""
+    labels = check_targets(class_indices, len(ids), "class_indices")
+    return fit_classifier_chunks_streamed(feature_path, id_column, ReleaseChunks.of_arrays(ids, labels), n_classes,
+                                          config, work_dir, on_epoch, **options)
+
+
+def fit_classifier_chunks_streamed(
+    feature_path: str | Path | pa.NativeFile,
+    id_column: str,
+    release: ReleaseChunks,
+    n_classes: int,
+    config: TrainingConfig,
+    work_dir: str | Path,
+    on_epoch: Callable[[EpochReport], None] | None = None,
     *,
     classes: list[str] | None = None,
     transition_matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
@@ -157,16 +221,16 @@ def fit_classifier_streamed(
     objects: ObjectStore | None = None,
     stage_key: str | None = None,
 ) -> TrainedClassifier:
-    """Stage ``ids`` with their class indices (0..K-1) as targets and train a classifier on the stage,
-    in this process (``workers`` 1) or with ``workers`` torchrun processes. The split is drawn from
-    the seed over release positions, as in memory; ``objects``/``stage_key`` as for
-    :func:`fit_release_streamed`."""
-    labels = check_targets(class_indices, len(ids), "class_indices")
-    plan = make_plan(len(ids), config)
+    """Stage the ``release`` (its labels class indices 0..K-1, staged as the targets; read chunk by chunk)
+    and train a classifier on the stage, in this process (``workers`` 1) or with ``workers`` torchrun
+    processes. The split is drawn from the seed over release positions, as in memory;
+    ``objects``/``stage_key`` as for :func:`fit_release_chunks_streamed`."""
+    plan, bits = make_split_bits(release.rows, config)  # the stage holds the split: the plan has no rows
     staged = stage_for_training(
-        feature_path, id_column, ids, labels, lambda: labels, plan, config, work_dir, objects, stage_key
+        feature_path, id_column, release, lambda labels: labels, "class_indices", plan, bits, config, work_dir,
+        objects, stage_key,
     )
-    plan = Plan(plan.seed, plan.device, np.empty(0, np.int64), np.empty(0, np.int64))  # the stage holds the split
+    del bits
     run = config.replace(seed=plan.seed, device=plan.device)
     if workers <= 1 and hosts is None:
         return fit_staged_classifier(
@@ -191,33 +255,55 @@ def stage_prefix(stage_key: str, seed: int, config: TrainingConfig) -> str:
     return f"{stage_key.strip('/')}/s{seed}-g{config.row_group_rows}-p{config.join_partition_rows}"
 
 
+def stage_rows(
+    release: ReleaseChunks, targets: Callable[[np.ndarray], np.ndarray], what: str, bits: np.ndarray
+) -> StageRows:
+    """The release's rows as a stage takes them, chunk by chunk as they are read: each chunk's labels
+    checked (finite, one per id), its targets computed (``targets``: elementwise) and its split cut from
+    ``bits`` (:func:`~labeldp.learning.loop.make_split_bits`)."""
+
+    def chunks() -> Iterator[pa.Table]:
+        start = 0
+        for ids, labels in release.chunks:
+            labels = check_targets(labels, len(ids), what)
+            if start + len(ids) > release.rows:
+                raise ValueError("the release holds more rows than it declares")
+            yield stage_chunk(ids, start, labels, targets(labels), split_bits_slice(bits, start, len(ids)))
+            start += len(ids)
+        if start != release.rows:
+            raise ValueError("the release holds fewer rows than it declares")
+
+    return StageRows(release.rows, chunks())
+
+
 def stage_for_training(
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
-    ids: pa.Array | pa.ChunkedArray,
-    labels: np.ndarray,
-    targets: Callable[[], np.ndarray],
+    release: ReleaseChunks,
+    targets: Callable[[np.ndarray], np.ndarray],
+    what: str,
     plan: Plan,
+    bits: np.ndarray,
     config: TrainingConfig,
     work_dir: str | Path,
     objects: ObjectStore | None,
     stage_key: str | None,
 ) -> StagedRelease:
     """The training's stage, cached in ``work_dir``: from ``objects`` under ``stage_key`` (staged there first
-    unless a complete stage is there already), or, without them, staged for this process alone."""
+    unless a complete stage is there already: then the release is not read), or, without them, staged for
+    this process alone. ``targets``, ``what`` and ``bits``: as :func:`stage_rows` takes them."""
     cache = Path(work_dir) / STAGE_CACHE
     if objects is not None and stage_key is not None:
         prefix = stage_prefix(stage_key, plan.seed, config)
         if stage_complete(objects, prefix):
             log.info("stage %s is in the object store: fetched, not staged again", prefix)
             return fetch_stage(objects, prefix, cache)
-    is_validation = np.zeros(len(ids), dtype=bool)
-    is_validation[plan.val_idx] = True
+    rows = stage_rows(release, targets, what, bits)
     if objects is None or stage_key is None:
-        return stage_release(feature_path, id_column, ids, labels, targets(), is_validation, cache,
-                             config.row_group_rows, config.join_partition_rows)
-    meta = stage_to_store(feature_path, id_column, ids, labels, targets(), is_validation, objects, prefix,
-                          Path(work_dir) / "join", config.row_group_rows, config.join_partition_rows)
+        return stage_rows_release(feature_path, id_column, rows, cache, config.row_group_rows,
+                                  config.join_partition_rows)
+    meta = stage_rows_to_store(feature_path, id_column, rows, objects, prefix, Path(work_dir) / "join",
+                               config.row_group_rows, config.join_partition_rows)
     log.info("stage %s written to the object store: %d partitions, %d training rows", prefix,
              len(meta["partitions"]), meta["n_train"])
     return fetch_stage(objects, prefix, cache)
@@ -241,25 +327,14 @@ def fit_in_work_dir(
     data_dir: Path,
     feature_path: str | Path | pa.NativeFile,
     id_column: str,
-    ids: pa.Array,
-    labels: np.ndarray,
+    release: ReleaseChunks,
     spec: Any,
     config: TrainingConfig,
     learning: LearningConfig,
     on_epoch: Callable[[EpochReport], None] | None,
-    *,
-    workers: int,
-    hosts: Hosts | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
-    resume: dict[str, Any] | None = None,
-    prior: Any = None,
-    objects: ObjectStore | None = None,
-    stage_key: str | None = None,
+    **options: Any,
 ) -> TrainedRegressor:
-    """:func:`fit_release_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
+    """:func:`fit_release_chunks_streamed` in a fresh scratch folder of the data directory (the service's hook)."""
     with scratch_dir(data_dir) as work_dir:
-        return fit_release_streamed(
-            feature_path, id_column, pa.array(ids, pa.string()), labels, spec, config, work_dir, learning,
-            on_epoch, workers=workers, hosts=hosts, checkpoint=checkpoint, resume=resume, prior=prior,
-            objects=objects, stage_key=stage_key,
-        )
+        return fit_release_chunks_streamed(feature_path, id_column, release, spec, config, work_dir, learning,
+                                           on_epoch, **options)
