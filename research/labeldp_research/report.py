@@ -152,6 +152,12 @@ MEAN_FLOOR = "private_mean_mse"
 """The constant every release affords for free: its private mean (``utility.mean_predictors``)."""
 
 
+def single_mechanisms(result: RunResult) -> list[str]:
+    """The run's mechanisms less the ``default`` column, or that column alone where the run is the product's
+    ``auto`` release only (``--mechanisms auto``)."""
+    return [m for m in result.mechanisms if m != DEFAULT] or [m for m in result.mechanisms if m == DEFAULT]
+
+
 def has_mean_floor(result: RunResult) -> bool:
     return any(MEAN_FLOOR in c.mechanism_metrics for c in result.cells)
 
@@ -163,9 +169,7 @@ def mean_floor_misses(result: RunResult, learner: str) -> list[tuple[str, float,
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
-        for m in result.mechanisms:
-            if m == DEFAULT:
-                continue
+        for m in single_mechanisms(result):
             learned = _stats(result.values(m, eps, "test_mse", learner))
             floor = _stats(result.values(m, eps, MEAN_FLOOR))
             if learned is not None and floor is not None and learned[0] - floor[0] > learned[1]:
@@ -176,7 +180,7 @@ def mean_floor_misses(result: RunResult, learner: str) -> list[tuple[str, float,
 def mean_floor_block(result: RunResult) -> list[str]:
     """Rows ε, columns mechanisms: each release's private mean (and, last, the true training mean)."""
     rows = []
-    mechanisms = [m for m in result.mechanisms if m != DEFAULT]
+    mechanisms = single_mechanisms(result)
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
@@ -189,7 +193,7 @@ def mean_floor_block(result: RunResult) -> list[str]:
 def mean_floor_note(result: RunResult, learner: str) -> list[str]:
     """One line under a learner's table: its cells worse than their release's private mean."""
     misses = mean_floor_misses(result, learner)
-    total = sum(1 for e in result.epsilons if not math.isinf(e)) * sum(1 for m in result.mechanisms if m != DEFAULT)
+    total = sum(1 for e in result.epsilons if not math.isinf(e)) * len(single_mechanisms(result))
     if not misses:
         return [f"Worse than its release's private mean by more than one SE: none of {total} cells.", ""]
     listed = "; ".join(f"`{m}` ε={eps_label(e)} (+{gap:.4g})" for m, e, gap in misses)
