@@ -539,7 +539,9 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     lines += [f"  - `{name}`: {_describe_learner(name, result.learner_info.get(name, {}))}" for name in result.learners]
     lines += [
         f"- **Machine**: {env['cpu']}, {env['cores']} cores (torch threads {env['torch_threads']}); "
-        f"device **{env['device']}**.",
+        f"device **{env['device']}**"
+        + (f"; 1-minute load average {env['load_average'][0]:.1f} before, {env['load_average'][1]:.1f} after."
+           if env.get("load_average") else "."),
         f"- **Versions**: Python {env['python']}, torch {env['torch']}, numpy {env['numpy']}, numba {env['numba']},"
         f" labeldp commit `{env['labeldp_commit'] or 'unknown'}`.",
         f"- **Wall time**: {result.wall_seconds:.0f} s for this invocation ({result.computed} cells computed,"

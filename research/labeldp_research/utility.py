@@ -839,6 +839,7 @@ def run_utility(
     from labeldp.release.randomizer import randomize
 
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]  # the machine is shared: every table says how busy it was
     task = plan.task
     if epsilons is None:
         epsilons = list(CLASSIFICATION_EPSILONS if task == "classification" else REGRESSION_EPSILONS)
@@ -1039,7 +1040,7 @@ def run_utility(
         learners=outputs,
         cells=cells,
         config=effective,
-        environment=environment(device),
+        environment={**environment(device), "load_average": [load_before, os.getloadavg()[0]]},
         wall_seconds=time.perf_counter() - started,
         computed=computed,
         cached=cached,
