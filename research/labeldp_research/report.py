@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from labeldp_research.references import ReferenceTable, references_for
-from labeldp_research.utility import DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
+from labeldp_research.utility import AUTO, DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
 
 REGRESSION_BLOCKS = ("test_mse",)
 RATIO = "test_mse_ratio"
@@ -519,7 +519,9 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
         lines += [
             f"Re-rendered by `python -m labeldp_research report {result.rendered_from}` from the cells that command"
             " computed"
-            " (none recomputed; the `default` column follows today's `labeldp.release.defaults`).",
+            + (" (none recomputed; the `default` column is the run's own `auto` releases)."
+               if any(c.mechanism == AUTO for c in result.cells)
+               else " (none recomputed; the `default` column follows today's `labeldp.release.defaults`)."),
             "",
         ]
     recipe = plan.training
