@@ -781,12 +781,13 @@ def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str], n: 
     ``labeldp.release.defaults.default_mechanism`` picks the mechanism from the label type,
     ε and the rows trained on, ``n`` (public); at each (ε, trial) the default *is* that mechanism's cell, so
     its numbers are copied, not recomputed. Where the pick is ``rp_with_prior`` and its cell records a
-    ``prior_tail`` past ``TAIL_CLIP_ABOVE`` (``auto``'s tail rule), the same trial's ``rr_on_bins`` cell is
+    ``prior_tail`` past ``TAIL_CLIP_ABOVE`` and n is under ``TAIL_ROWS_BELOW`` (``auto``'s tail rule), the same
+    trial's ``rr_on_bins`` cell is
     copied instead (its prior is another draw of the same law). ε values whose pick was not run are left out.
     Where the run has ``auto`` cells (the product's release itself, :data:`AUTO`), those are the column at
     their ε: one release, its own prior deciding, nothing copied across draws.
     """
-    from labeldp.release.defaults import TAIL_CLIP_ABOVE, default_mechanism
+    from labeldp.release.defaults import TAIL_CLIP_ABOVE, TAIL_ROWS_BELOW, default_mechanism
 
     by_key = {(c.mechanism, c.epsilon, c.trial): c for c in cells}
     ran_auto = {c.epsilon for c in cells if c.mechanism == AUTO}
@@ -797,7 +798,8 @@ def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str], n: 
         pick = default_mechanism(label_type, c.epsilon, n)
         if c.mechanism == pick and pick in mechanisms:
             source = c
-            if c.mechanism_metrics.get("prior_tail", 0.0) > TAIL_CLIP_ABOVE:
+            tail_applies = n is None or n < TAIL_ROWS_BELOW  # record 0032: the release's rows
+            if tail_applies and c.mechanism_metrics.get("prior_tail", 0.0) > TAIL_CLIP_ABOVE:
                 source = by_key.get(("rr_on_bins", c.epsilon, c.trial), c)
             out.append(dataclasses.replace(source, mechanism=DEFAULT))
     return out

@@ -450,6 +450,11 @@ def test_default_column_follows_the_tail_rule_where_the_cell_records_the_prior_s
               for t in (0, 1)]
     out = {c.trial: c.learners["private"]["test_mse"] for c in default_cells(cells, "real", ["rp_with_prior"])}
     assert out == {0: 20.0, 1: 11.0}
+    # Record 0032: a release of TAIL_ROWS_BELOW rows or more keeps the band's pick whatever its prior's tail.
+    from labeldp.release.defaults import TAIL_ROWS_BELOW
+
+    full = default_cells(cells, "real", ["rp_with_prior"], TAIL_ROWS_BELOW)
+    assert {c.trial: c.learners["private"]["test_mse"] for c in full} == {0: 10.0, 1: 11.0}
 
 
 def test_where_the_run_has_auto_cells_they_are_the_default_column():
