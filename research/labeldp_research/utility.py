@@ -842,6 +842,7 @@ def run_utility(
 
     started = time.perf_counter()
     load_before = os.getloadavg()[0]  # the machine is shared: every table says how busy it was
+    commit = git_commit(Path(__file__).resolve().parent)  # the code that runs now; HEAD may move during the run
     task = plan.task
     if epsilons is None:
         epsilons = list(CLASSIFICATION_EPSILONS if task == "classification" else REGRESSION_EPSILONS)
@@ -1042,7 +1043,8 @@ def run_utility(
         learners=outputs,
         cells=cells,
         config=effective,
-        environment={**environment(device), "load_average": [load_before, os.getloadavg()[0]]},
+        environment={**environment(device), "labeldp_commit": commit,
+                     "load_average": [load_before, os.getloadavg()[0]]},
         wall_seconds=time.perf_counter() - started,
         computed=computed,
         cached=cached,
