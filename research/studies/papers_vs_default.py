@@ -177,8 +177,10 @@ def main() -> None:
         "--out research/results/papers_vs_default.md`",
         "",
         "- Default: the product's `auto` release (the band's pick; where it is `rp_with_prior`, the release's own "
-        "DP prior may turn it into `rr_on_bins`, record 0025) with the default learning (`private`), run by "
-        "`--mechanisms auto --learners private` into `results/auto/`. Mean ± SE over its trials.",
+        "DP prior may turn it into `rr_on_bins` on releases under "
+        f"{TAIL_ROWS_BELOW:,} rows, records 0025 and 0032) with the default learning (`private`), run by "
+        "`--mechanisms auto --learners private` into `results/auto/` (each source line names its commit). "
+        "Mean ± SE over its trials.",
         "- Papers (unpaired): their best column at that ε (their own learner, tuning, split). Raw: the goal where "
         "the data and label scale are the same (Housing); on the simulated sets shown for the same generator (the "
         "draft states neither n nor d; the linear set's A is another draw). Excess, the goal elsewhere: "
@@ -190,9 +192,9 @@ def main() -> None:
         "paired (trial t of every run has the same split and seed: the per-trial difference, mean ± SE). A full "
         "table older than the learner's last change shows that commit's learner and mechanisms.",
         "- Floor: the default's mean ≤ its own releases' private-mean predictor + one SE.",
-        "- Last column: record 0032 (this branch) keeps `auto`'s tail rule to releases under "
-        f"{TAIL_ROWS_BELOW:,} rows, so on these full-size sets `auto` is the band's pick: that mechanism's cells "
-        "in the full table (same trials; a table older than the learner's last change shows that learner).",
+        f"- Last column: on these full-size sets (≥ {TAIL_ROWS_BELOW:,} rows) `auto` is the band's pick under "
+        "record 0032: that mechanism's cells in the full table (same trials; a table older than the learner's "
+        "last change shows that learner).",
         "",
         "**What the default configuration is on `california_housing_paper`.** That table is Liu & Huang's data "
         "(their 8 StatLib features, no `ocean_proximity`, target /100 000), split (80/20, a new split and seed per "
