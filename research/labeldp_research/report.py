@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from labeldp_research.references import ReferenceTable, references_for
-from labeldp_research.utility import DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
+from labeldp_research.utility import AUTO, DEFAULT, NON_PRIVATE, Cell, RunResult, default_learner
 
 REGRESSION_BLOCKS = ("test_mse",)
 RATIO = "test_mse_ratio"
@@ -152,6 +152,12 @@ MEAN_FLOOR = "private_mean_mse"
 """The constant every release affords for free: its private mean (``utility.mean_predictors``)."""
 
 
+def single_mechanisms(result: RunResult) -> list[str]:
+    """The run's mechanisms less the ``default`` column, or that column alone where the run is the product's
+    ``auto`` release only (``--mechanisms auto``)."""
+    return [m for m in result.mechanisms if m != DEFAULT] or [m for m in result.mechanisms if m == DEFAULT]
+
+
 def has_mean_floor(result: RunResult) -> bool:
     return any(MEAN_FLOOR in c.mechanism_metrics for c in result.cells)
 
@@ -163,9 +169,7 @@ def mean_floor_misses(result: RunResult, learner: str) -> list[tuple[str, float,
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
-        for m in result.mechanisms:
-            if m == DEFAULT:
-                continue
+        for m in single_mechanisms(result):
             learned = _stats(result.values(m, eps, "test_mse", learner))
             floor = _stats(result.values(m, eps, MEAN_FLOOR))
             if learned is not None and floor is not None and learned[0] - floor[0] > learned[1]:
@@ -176,7 +180,7 @@ def mean_floor_misses(result: RunResult, learner: str) -> list[tuple[str, float,
 def mean_floor_block(result: RunResult) -> list[str]:
     """Rows ε, columns mechanisms: each release's private mean (and, last, the true training mean)."""
     rows = []
-    mechanisms = [m for m in result.mechanisms if m != DEFAULT]
+    mechanisms = single_mechanisms(result)
     for eps in result.epsilons:
         if math.isinf(eps):
             continue
@@ -189,7 +193,7 @@ def mean_floor_block(result: RunResult) -> list[str]:
 def mean_floor_note(result: RunResult, learner: str) -> list[str]:
     """One line under a learner's table: its cells worse than their release's private mean."""
     misses = mean_floor_misses(result, learner)
-    total = sum(1 for e in result.epsilons if not math.isinf(e)) * sum(1 for m in result.mechanisms if m != DEFAULT)
+    total = sum(1 for e in result.epsilons if not math.isinf(e)) * len(single_mechanisms(result))
     if not misses:
         return [f"Worse than its release's private mean by more than one SE: none of {total} cells.", ""]
     listed = "; ".join(f"`{m}` ε={eps_label(e)} (+{gap:.4g})" for m, e, gap in misses)
@@ -515,7 +519,9 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
         lines += [
             f"Re-rendered by `python -m labeldp_research report {result.rendered_from}` from the cells that command"
             " computed"
-            " (none recomputed; the `default` column follows today's `labeldp.release.defaults`).",
+            + (" (none recomputed; the `default` column is the run's own `auto` releases)."
+               if any(c.mechanism == AUTO for c in result.cells)
+               else " (none recomputed; the `default` column follows today's `labeldp.release.defaults`)."),
             "",
         ]
     recipe = plan.training
@@ -535,7 +541,9 @@ def write_markdown(result: RunResult, path: str | Path, *, command: str | None =
     lines += [f"  - `{name}`: {_describe_learner(name, result.learner_info.get(name, {}))}" for name in result.learners]
     lines += [
         f"- **Machine**: {env['cpu']}, {env['cores']} cores (torch threads {env['torch_threads']}); "
-        f"device **{env['device']}**.",
+        f"device **{env['device']}**"
+        + (f"; 1-minute load average {env['load_average'][0]:.1f} before, {env['load_average'][1]:.1f} after."
+           if env.get("load_average") else "."),
         f"- **Versions**: Python {env['python']}, torch {env['torch']}, numpy {env['numpy']}, numba {env['numba']},"
         f" labeldp commit `{env['labeldp_commit'] or 'unknown'}`.",
         f"- **Wall time**: {result.wall_seconds:.0f} s for this invocation ({result.computed} cells computed,"

@@ -565,6 +565,8 @@ CODE_MODULES = (
     "labeldp.synthetic",
     "labeldp_research.datasets",
     "labeldp.release.randomizer",
+    "labeldp.release.defaults",
+    "labeldp.release.priors",
     "labeldp.learning.config",
     "labeldp.learning.device",
     "labeldp.learning.tasks",
@@ -757,6 +759,11 @@ def _fmt_seconds(s: float) -> str:
 
 
 DEFAULT = "default"
+AUTO = "auto"
+"""The runner's name for the product's own ``auto`` release: the band's pick and, from its prior, the tail
+rule (``labeldp.release.Release(auto=True)``). Its cells, where run, are the ``default`` column."""
+AUTO_SWITCHED = "auto_switched"
+"""An ``auto`` cell's mechanism metric: 1 where the release left the band's pick (the tail rule), else 0."""
 
 
 def _prior_tail(spec: Any, prior: Any) -> dict[str, float]:
@@ -774,20 +781,25 @@ def default_cells(cells: list[Cell], label_type: str, mechanisms: list[str], n: 
     ``labeldp.release.defaults.default_mechanism`` picks the mechanism from the label type,
     ε and the rows trained on, ``n`` (public); at each (ε, trial) the default *is* that mechanism's cell, so
     its numbers are copied, not recomputed. Where the pick is ``rp_with_prior`` and its cell records a
-    ``prior_tail`` past ``TAIL_CLIP_ABOVE`` (``auto``'s tail rule), the same trial's ``rr_on_bins`` cell is
+    ``prior_tail`` past ``TAIL_CLIP_ABOVE`` and n is under ``TAIL_ROWS_BELOW`` (``auto``'s tail rule), the same
+    trial's ``rr_on_bins`` cell is
     copied instead (its prior is another draw of the same law). ε values whose pick was not run are left out.
+    Where the run has ``auto`` cells (the product's release itself, :data:`AUTO`), those are the column at
+    their ε: one release, its own prior deciding, nothing copied across draws.
     """
-    from labeldp.release.defaults import TAIL_CLIP_ABOVE, default_mechanism
+    from labeldp.release.defaults import TAIL_CLIP_ABOVE, TAIL_ROWS_BELOW, default_mechanism
 
     by_key = {(c.mechanism, c.epsilon, c.trial): c for c in cells}
-    out = []
+    ran_auto = {c.epsilon for c in cells if c.mechanism == AUTO}
+    out = [dataclasses.replace(c, mechanism=DEFAULT) for c in cells if c.mechanism == AUTO]
     for c in cells:
-        if c.mechanism == NON_PRIVATE or math.isinf(c.epsilon):
+        if c.mechanism == NON_PRIVATE or math.isinf(c.epsilon) or c.epsilon in ran_auto:
             continue
         pick = default_mechanism(label_type, c.epsilon, n)
         if c.mechanism == pick and pick in mechanisms:
             source = c
-            if c.mechanism_metrics.get("prior_tail", 0.0) > TAIL_CLIP_ABOVE:
+            tail_applies = n is None or n < TAIL_ROWS_BELOW  # record 0032: the release's rows
+            if tail_applies and c.mechanism_metrics.get("prior_tail", 0.0) > TAIL_CLIP_ABOVE:
                 source = by_key.get(("rr_on_bins", c.epsilon, c.trial), c)
             out.append(dataclasses.replace(source, mechanism=DEFAULT))
     return out
@@ -825,16 +837,23 @@ def run_utility(
     """Run the protocol on one data set; every cell is read from the cache when present."""
     from labeldp.epsilon import to_micro_floor
     from labeldp.learning.device import resolve_device
+    from labeldp.release.defaults import default_mechanism
     from labeldp.release.randomizer import randomize
 
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]  # the machine is shared: every table says how busy it was
+    commit = git_commit(Path(__file__).resolve().parent)  # the code that runs now; HEAD may move during the run
     task = plan.task
     if epsilons is None:
         epsilons = list(CLASSIFICATION_EPSILONS if task == "classification" else REGRESSION_EPSILONS)
     epsilons = sorted({float(e) for e in epsilons})
     default_mechs = CLASSIFICATION_MECHANISMS if task == "classification" else REGRESSION_MECHANISMS
     label_type = "categorical" if task == "classification" else "real"
-    mechanisms = [m for m in (mechanisms or default_mechs) if m in REGISTRY and label_type in REGISTRY[m].label_types]
+    mechanisms = [
+        m
+        for m in (mechanisms or default_mechs)
+        if m == AUTO or (m in REGISTRY and label_type in REGISTRY[m].label_types)
+    ]
     learners = learners or learners_for(task, None)
     outputs = [o for lr in learners for o in lr.outputs]
     if len(set(outputs)) != len(outputs):
@@ -922,14 +941,18 @@ def run_utility(
             released = y_train.astype(np.float64)
         else:
             rng = np.random.default_rng(_seed(seed, plan.name, t, mech, to_micro_floor(eps)))
+            # ``auto``: resolved as a release resolves it (the band from label type, ε and the release's rows),
+            # then the release itself may leave rp_with_prior for rr_on_bins from its own prior (record 0025).
+            picked = default_mechanism(label_type, eps, int(y_train.size)) if mech == AUTO else mech
             try:
                 out = randomize(
                     y_train,
                     data.domain,
-                    mech,
+                    picked,
                     to_micro_floor(eps),
                     rng,
                     classes=classes if task == "classification" else None,
+                    auto=mech == AUTO,
                 )
             except ValueError as exc:  # RandomizerError included: report the cell, do not cache it
                 error = f"{type(exc).__name__}: {exc}"
@@ -946,6 +969,8 @@ def run_utility(
                 **mean_predictors(released[fit_pos], y_train[fit_pos], spec, data.labels[test], prior),
                 **_prior_tail(spec, prior),
             }
+        if mech == AUTO and spec is not None:  # which mechanism ran: 1 where the tail rule left the band's pick
+            mech_metrics[AUTO_SWITCHED] = float(spec.name != picked)
 
         job = FitJob(
             fit_table, released[fit_pos], spec, config, test_table, classes=classes, true_labels=y_train[fit_pos],
@@ -1001,6 +1026,7 @@ def run_utility(
             )
 
     cells += default_cells(cells, label_type, mechanisms, n_fit)
+    mechanisms = [m for m in mechanisms if m != AUTO]  # its cells are the default column
     if any(c.mechanism == DEFAULT for c in cells):
         mechanisms = [DEFAULT, *mechanisms]
     return RunResult(
@@ -1017,7 +1043,8 @@ def run_utility(
         learners=outputs,
         cells=cells,
         config=effective,
-        environment=environment(device),
+        environment={**environment(device), "labeldp_commit": commit,
+                     "load_average": [load_before, os.getloadavg()[0]]},
         wall_seconds=time.perf_counter() - started,
         computed=computed,
         cached=cached,

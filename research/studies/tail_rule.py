@@ -113,7 +113,10 @@ def demo_trials(trials: int, epochs: int, n: int = 3_000) -> list[tuple[utility.
     return out
 
 
-def measure(name: str, trials: list[tuple[utility.Trial, Any]], epsilons: list[float]) -> list[dict[str, Any]]:
+def measure(
+    name: str, trials: list[tuple[utility.Trial, Any]], epsilons: list[float], arms: tuple[str, ...] = ARMS
+) -> list[dict[str, Any]]:
+    """Per trial and ε: the tail statistics of the RPWithPrior release and the test MSE of each arm in ``arms``."""
     rows = []
     for trial, domain in trials:
         config = trial.config.replace(validation_fraction=utility.PrivateRegressor().validation_fraction)
@@ -131,13 +134,15 @@ def measure(name: str, trials: list[tuple[utility.Trial, Any]], epsilons: list[f
             releases["laplace"] = randomize(trial.y_train, domain, "laplace", to_micro_floor(eps) - eps1, laplace_rng)
             mse = {}
             for arm, out in releases.items():
+                if arm not in arms:
+                    continue
                 labels = out.labels[trial.fit_pos]
                 model = fit_private_regressor(trial.fit_table, labels, out.mechanism, config, LearningConfig(),
                                               prior=out.prior)
                 mse[arm] = float(np.mean((model.predict(trial.test_table) - trial.y_test) ** 2))
             rows.append({"dataset": name, "epsilon": eps, "trial": trial.index, "auto": pick, "same_prior": same,
                          "stats": tail_statistics(rp.prior, rp.mechanism), "mse": mse,
-                         "mean_mse": float(np.mean((trial.y_train.mean() - trial.y_test) ** 2))})
+                         "mean_mse": float(np.mean((trial.y_train.mean() - trial.y_test) ** 2)), "n": n})
             print(f"[{name}] trial {trial.index} ε={eps:g}: {rows[-1]['stats']} {mse}", flush=True)
     return rows
 

@@ -15,7 +15,7 @@ from tests.release_jobs import wait_release
 
 from labeldp.epsilon import to_micro_floor
 from labeldp.mechanisms import LabelDomain
-from labeldp.release.defaults import TAIL_CLIP_ABOVE, default_mechanism, prior_tail, tail_pick
+from labeldp.release.defaults import TAIL_CLIP_ABOVE, TAIL_ROWS_BELOW, default_mechanism, prior_tail, tail_pick
 from labeldp.release.randomizer import randomize, validate_public_prior
 from labeldp.schema import NoisyPrior
 from labels_party.app import create_app as labels_app
@@ -62,6 +62,17 @@ def test_a_switch_fits_rr_on_bins_to_the_same_dp_prior_at_the_same_split() -> No
     assert switched.prior == named.prior and switched.accounting == named.accounting
     assert prior_tail(named.prior, (named.mechanism.a1, named.mechanism.a2)) > TAIL_CLIP_ABOVE
     assert tail_pick(named.prior, named.mechanism) == "rr_on_bins"
+
+
+def test_a_release_of_tail_rows_below_rows_or_more_keeps_rp_with_prior() -> None:
+    """Record 0032: at full size the model is kept and RPWithPrior's finer noise wins; n is public."""
+    public = _public(True)
+    for n, expected in ((TAIL_ROWS_BELOW - 1, "rr_on_bins"), (TAIL_ROWS_BELOW, "rp_with_prior")):
+        out = _auto(np.full(n, 1.0), public_prior=public, auto=True)
+        assert out.mechanism.name == expected, n
+        named = _auto(np.full(n, 1.0), public_prior=public)
+        assert tail_pick(named.prior, named.mechanism, n) == expected
+        assert tail_pick(named.prior, named.mechanism) == "rr_on_bins"  # rows not known: the rule applies
 
 
 @pytest.mark.parametrize("params", [{"zeta": 3.0}])

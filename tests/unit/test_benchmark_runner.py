@@ -450,6 +450,46 @@ def test_default_column_follows_the_tail_rule_where_the_cell_records_the_prior_s
               for t in (0, 1)]
     out = {c.trial: c.learners["private"]["test_mse"] for c in default_cells(cells, "real", ["rp_with_prior"])}
     assert out == {0: 20.0, 1: 11.0}
+    # Record 0032: a release of TAIL_ROWS_BELOW rows or more keeps the band's pick whatever its prior's tail.
+    from labeldp.release.defaults import TAIL_ROWS_BELOW
+
+    full = default_cells(cells, "real", ["rp_with_prior"], TAIL_ROWS_BELOW)
+    assert {c.trial: c.learners["private"]["test_mse"] for c in full} == {0: 10.0, 1: 11.0}
+
+
+def test_where_the_run_has_auto_cells_they_are_the_default_column():
+    """The product's own ``auto`` release, where run, is the column at its ε; elsewhere the band's copy."""
+    from labeldp_research.utility import AUTO, DEFAULT, Cell, default_cells
+
+    cells = [Cell(AUTO, 1.0, t, {"auto_switched": 1.0}, {"private": {"test_mse": 5.0 + t}}, 0.1) for t in (0, 1)]
+    cells += [Cell(m, eps, t, {"mechanism_mse": 1.0}, {"private": {"test_mse": 10.0 + t}}, 0.1)
+              for m in ("rp_with_prior", "rr_on_bins") for eps in (0.1, 1.0) for t in (0, 1)]
+    out = default_cells(cells, "real", ["rp_with_prior", "rr_on_bins"])
+    assert all(c.mechanism == DEFAULT for c in out) and len(out) == 4  # one per (ε, trial), none doubled
+    at = {(c.epsilon, c.trial): c.learners["private"]["test_mse"] for c in out}
+    assert at == {(1.0, 0): 5.0, (1.0, 1): 6.0, (0.1, 0): 10.0, (0.1, 1): 11.0}
+
+
+@pytest.mark.parametrize("clip_above, switched", [(-1.0, 1.0), (math.inf, 0.0)])
+def test_an_auto_run_releases_as_the_product_does_tail_rule_included(tmp_path, monkeypatch, clip_above, switched):
+    """``--mechanisms auto`` runs ``Release(auto=True)``: at an ε in rp_with_prior's band the release's own prior
+    decides (record 0025), and the cell says which mechanism ran; the table is the default column alone."""
+    import labeldp.release.defaults as defaults
+
+    monkeypatch.setattr(defaults, "TAIL_CLIP_ABOVE", clip_above)
+    result = utility.run_utility(
+        _plan(), trials=2, epsilons=[1.0, math.inf], mechanisms=[utility.AUTO], learners=[PlainRegressor()],
+        cache_dir=tmp_path / "cache", device="cpu", threads=1, progress=None,
+    )
+    assert defaults.default_mechanism("real", 1.0, 192) == "rp_with_prior"
+    assert result.mechanisms == [utility.DEFAULT]
+    np.testing.assert_array_equal(result.values(utility.DEFAULT, 1.0, utility.AUTO_SWITCHED), [switched, switched])
+    md, _, js = report.write_all(result, tmp_path / "out", command="python -m labeldp_research utility --auto")
+    rebuilt = report.result_from_summary(json.loads(js.read_text()))
+    assert rebuilt.mechanisms == [utility.DEFAULT]
+    np.testing.assert_array_equal(rebuilt.values(utility.DEFAULT, 1.0, "test_mse", "plain"),
+                                  result.values(utility.DEFAULT, 1.0, "test_mse", "plain"))
+    assert _block(md.read_text(), "Test MSE — learner `plain`")[0] == ["ε", "`default`"]
 
 
 def test_a_summary_rebuilds_the_run_and_re_renders_the_same_tables(tmp_path):

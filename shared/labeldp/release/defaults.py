@@ -11,8 +11,9 @@ registry entries (``labeldp.mechanisms.registry``): ``auto`` picks from the regi
   debiasing). Decided in docs/decisions/0001-auto-regression-bands.md.
 - Where ``auto`` picked ``rp_with_prior``, the release's own DP histogram prior decides once more
   (:func:`tail_pick`): a heavy tail past the interval fitted to it gives ``rr_on_bins``, fitted to
-  the same prior (same grid, same ε₁: post-processing of DP outputs, no ε). Decided in
-  docs/decisions/0025-auto-tail-rule.md.
+  the same prior (same grid, same ε₁: post-processing of DP outputs, no ε), on releases of fewer
+  than ``TAIL_ROWS_BELOW`` rows. Decided in docs/decisions/0025-auto-tail-rule.md and
+  docs/decisions/0032-tail-rule-rows.md.
 - Categorical labels: plain randomized response at every ε (the prior-based mechanisms'
   private prior is too noisy to pay for itself at small ε).
   Decided in docs/decisions/0002-auto-categorical.md.
@@ -28,11 +29,19 @@ import numpy as np
 from labeldp.mechanisms.registry import BINS_BELOW, UNBIASED_FROM, auto_pick
 
 AUTO = "auto"
-__all__ = ["AUTO", "BINS_BELOW", "TAIL_CLIP_ABOVE", "UNBIASED_FROM", "default_mechanism", "prior_tail", "tail_pick"]
+__all__ = [
+    "AUTO", "BINS_BELOW", "TAIL_CLIP_ABOVE", "TAIL_ROWS_BELOW", "UNBIASED_FROM", "default_mechanism", "prior_tail",
+    "tail_pick",
+]
 
 TAIL_CLIP_ABOVE = 0.12
 """``auto`` leaves ``rp_with_prior`` for ``rr_on_bins`` where its interval clips more than this many of the
 DP prior's standard deviations off the prior's mean (:func:`prior_tail`)."""
+
+TAIL_ROWS_BELOW = 12_000
+"""The tail rule applies to releases of fewer rows than this (n is public). At 16 000 rows and more the
+default learning keeps its model, and RPWithPrior's finer noise beats RR-on-Bins' few bins wherever the
+rule fired (Housing, the nonlinear set, the Criteo-like set). Decided in docs/decisions/0032-tail-rule-rows.md."""
 
 
 def default_mechanism(label_type: str, epsilon: float, n: int | None = None) -> str:
@@ -64,9 +73,12 @@ def prior_tail(prior: Any, interval: tuple[float, float]) -> float:
     return abs(mean - clipped) / sd
 
 
-def tail_pick(prior: Any, rp_spec: Any) -> str:
+def tail_pick(prior: Any, rp_spec: Any, n_rows: int | None = None) -> str:
     """What ``auto``'s ``rp_with_prior`` becomes once its prior is drawn: ``rr_on_bins`` where the interval
-    ``rp_spec`` (RPWithPrior fitted to ``prior``) clips the prior's tail past ``TAIL_CLIP_ABOVE``, else
+    ``rp_spec`` (RPWithPrior fitted to ``prior``) clips the prior's tail past ``TAIL_CLIP_ABOVE`` and the
+    release has fewer than ``TAIL_ROWS_BELOW`` rows ``n_rows`` (None: not known, the rule applies), else
     ``rp_with_prior``. A function of the prior and public facts alone."""
+    if n_rows is not None and n_rows >= TAIL_ROWS_BELOW:
+        return "rp_with_prior"
     tail = prior_tail(prior, (float(rp_spec.a1), float(rp_spec.a2)))
     return "rr_on_bins" if tail > TAIL_CLIP_ABOVE else "rp_with_prior"

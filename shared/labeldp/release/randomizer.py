@@ -218,7 +218,7 @@ class Release:
                                        self._p))
             if self._auto and self.name == "rp_with_prior" and not self._params and obtained.spec is not None:
                 # Post-processing of the prior just drawn (and public facts): the same prior fits either mechanism.
-                pick = tail_pick(obtained.spec, obtained.mechanism_spec(mech))
+                pick = tail_pick(obtained.spec, obtained.mechanism_spec(mech), self.n_rows)
                 if pick != self.name:
                     alt = parse_params(entry_for(pick, self._label_type), None)
                     mech = obtained.fit(_build(pick, from_micro(obtained.epsilon_micro), self._domain, self._classes,
