@@ -597,14 +597,20 @@ def read_table(objects: ObjectStore, row: store.FeatureTable, columns: list[str]
         return pq.read_table(f, columns=columns)
 
 
-def holds_every_id(objects: ObjectStore, row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether the table holds each of ``ids``, read one row group of its id column at a time."""
+def missing_from_table(
+    objects: ObjectStore, row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray
+) -> tuple[int, list[str]]:
+    """How many of ``ids`` the table lacks, and a few of them: its id column read one row group at a
+    time, so what this holds is of the size of ``ids`` (their distinct values, those found), never the table's."""
     wanted = pc.unique(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids).cast(pa.string())
-    found = 0
+    found: list[pa.Array] = []
     with objects.open_input_file(row.path) as f:
         for batch in open_for_batches(f).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[row.id_column]):
-            found += int(pc.sum(pc.cast(pc.is_in(batch.column(0), value_set=wanted), pa.int64())).as_py() or 0)
-    return found == len(wanted)  # the table's ids are unique (checked on upload)
+            column = batch.column(0).cast(pa.string())
+            found.append(pc.filter(column, pc.is_in(column, value_set=wanted)))
+    if sum(len(part) for part in found) == len(wanted):  # the table's ids are unique (checked on upload)
+        return 0, []
+    return missing_ids(ids, pa.chunked_array(found, pa.string()).combine_chunks())
 
 
 def unknown_ids_error(missing: int, examples: list[str]) -> LabelDPError:
