@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -597,14 +598,32 @@ def read_table(objects: ObjectStore, row: store.FeatureTable, columns: list[str]
         return pq.read_table(f, columns=columns)
 
 
-def holds_every_id(objects: ObjectStore, row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether the table holds each of ``ids``, read one row group of its id column at a time."""
-    wanted = pc.unique(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids).cast(pa.string())
-    found = 0
+def missing_from_table(
+    objects: ObjectStore, row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray
+) -> tuple[int, list[str]]:
+    """How many of ``ids`` the table lacks, and a few of them (in ``ids``' order). One hash join (Arrow's
+    Acero, an anti join): the hash table is of ``ids``' distinct values, built once; the table's id column
+    streams through it a row group at a time, so what this holds is of the size of ``ids``, never the table's."""
+    wanted = pa.table({"wanted": pc.unique(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids)
+                       .cast(pa.string())})
     with objects.open_input_file(row.path) as f:
-        for batch in open_for_batches(f).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[row.id_column]):
-            found += int(pc.sum(pc.cast(pc.is_in(batch.column(0), value_set=wanted), pa.int64())).as_py() or 0)
-    return found == len(wanted)  # the table's ids are unique (checked on upload)
+        batches = (pa.record_batch([batch.column(0).cast(pa.string())], schema=ID_SIDE)
+                   for batch in open_for_batches(f).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[row.id_column]))
+        source = acero.RecordBatchReaderSourceNodeOptions(  # type: ignore[attr-defined]  # (pyarrow-stubs lack it)
+            pa.RecordBatchReader.from_batches(ID_SIDE, batches))
+        table_side = acero.Declaration("record_batch_reader_source", source)
+        join = acero.Declaration("hashjoin", acero.HashJoinNodeOptions("right anti", ["id"], ["wanted"]), inputs=[
+            table_side, acero.Declaration("table_source", acero.TableSourceNodeOptions(wanted))])
+        absent = join.to_table(use_threads=False).column("wanted")
+    if not len(absent):
+        return 0, []
+    rows = pc.is_in(ids, value_set=absent.combine_chunks())
+    count = int(pc.sum(pc.cast(rows, pa.int64())).as_py() or 0)
+    return count, [str(i) for i in pc.filter(ids, rows).slice(0, MAX_EXAMPLES).to_pylist()]
+
+
+ID_SIDE = pa.schema([pa.field("id", pa.string())])
+"""The table's side of :func:`missing_from_table`: its id column, as text."""
 
 
 def unknown_ids_error(missing: int, examples: list[str]) -> LabelDPError:

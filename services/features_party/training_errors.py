@@ -1,13 +1,16 @@
 """A failed training's error: written here, never copied from an exception.
 
 The message of a failed training is chosen by :func:`safe_error`, so it carries no label
-value or feature row; the row keeps it as one JSON text (:func:`stored_error`) and every
-read shows it in the same envelope as an HTTP error (:func:`error_body`).
+value or feature row (its details, :func:`safe_details`, are those of our own errors only:
+e.g. ``unknown_ids``' count and a few public ids); the row keeps them as one JSON text
+(:func:`stored_error`) and every read shows them in the same envelope as an HTTP error
+(:func:`error_body`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from labeldp.errors import LabelDPError
 from labeldp.service.openapi import ErrorBody
@@ -27,9 +30,15 @@ def safe_error(exc: Exception) -> tuple[str, str]:
     return "training_failed", f"training failed ({name})"
 
 
-def stored_error(code: str, message: str) -> str:
+def safe_details(exc: Exception) -> list[dict[str, Any]]:
+    """The details of one of our own errors (counts, public ids, names), as an HTTP answer shows them;
+    none of any other exception."""
+    return list(exc.details) if isinstance(exc, LabelDPError) else []
+
+
+def stored_error(code: str, message: str, details: list[dict[str, Any]] | None = None) -> str:
     """How a failed training's error is kept in its row (one text column)."""
-    return json.dumps({"code": code, "message": message})
+    return json.dumps({"code": code, "message": message, **({"details": details} if details else {})})
 
 
 def error_body(stored: str | None) -> ErrorBody | None:
@@ -38,4 +47,4 @@ def error_body(stored: str | None) -> ErrorBody | None:
     if stored is None:
         return None
     record = json.loads(stored)
-    return ErrorBody(code=record["code"], message=record["message"], details=[])
+    return ErrorBody(code=record["code"], message=record["message"], details=record.get("details", []))

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from features_party import checkpoints, feature_tables, inbox, leases, store
 from features_party.store import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, SUCCEEDED
 from features_party.training_context import JobContext
-from features_party.training_errors import safe_error, stored_error
+from features_party.training_errors import safe_details, safe_error, stored_error
 from features_party.training_fit import classifier_targets, fit_for_release
 from features_party.training_request import TrainingOrder
 from labeldp.learning import streamed
@@ -151,7 +151,8 @@ def run_claimed(ctx: JobContext, training_id: str, stop: threading.Event | None 
         code, message = safe_error(exc)
         log.error("training %s failed at start: %s (%s)", training_id, code, type(exc).__name__)
         with ctx.session_factory.begin() as session:
-            written = _write_held(session, ctx, training_id, status=FAILED, error=stored_error(code, message),
+            written = _write_held(session, ctx, training_id, status=FAILED,
+                                  error=stored_error(code, message, safe_details(exc)),
                                   finished_at=utcnow(), lease_expires_at=None, live=None)
         if written:
             ctx.status_changed(FAILED)
@@ -350,7 +351,7 @@ class _Job:
             self._discard(model_key)
             code, message = safe_error(exc)
             log.error("training %s failed: %s: %s (%s)", training_id, code, message, type(exc).__name__)
-            self._finish(FAILED, error=stored_error(code, message))
+            self._finish(FAILED, error=stored_error(code, message, safe_details(exc)))
             return
         checkpoints.remove(ctx.store, training_id)
         log.info("training %s succeeded: model %s, %d train rows", training_id, model_id, trained.n_train_)

@@ -1,8 +1,9 @@
 """The trainings catalogue: queue a training, read it, list them, cancel one.
 
 The queue is the trainings table: any API process queues a row here, after every check
-(the release, the feature table holding every one of its ids, the learning options) and
-before anything is written; a worker runs it (:mod:`features_party.training_run`). The
+(the release, the feature table holding every one of its ids, for a release of at most
+``LABELDP_TRAINING_JOIN_CHECK_ROWS`` rows: a larger one's stage checks it, the learning
+options) and before anything is written; a worker runs it (:mod:`features_party.training_run`). The
 queue is bounded (``LABELDP_TRAINING_QUEUE_MAX`` queued rows; more get 429
 ``training_queue_full`` and create nothing). The reads show the row with its live progress
 (:mod:`features_party.progress`) and its place in the queue, on any API process. A queued
@@ -52,10 +53,13 @@ def create_training(
     *,
     queue_max: int | None = None,
     retry_after: Callable[[], int] | None = None,
+    join_check_rows: int | None = None,
 ) -> StoredResponse:
     """Bind the release to a feature table that holds every one of its ids, then queue a training row.
 
-    Every check runs before anything is written. The training row and, with an
+    Every check runs before anything is written. ``join_check_rows``: a release of more rows is queued
+    without being read (its stage checks the join: the training fails with ``unknown_ids``); None: every
+    release's join is checked here. The training row and, with an
     ``Idempotency-Key``, the stored answer (``claim``) commit in one transaction, so a
     retry either finds both or neither. With ``queue_max``, a full queue is a 429
     ``training_queue_full`` (checked first, and again in that transaction).
@@ -68,10 +72,15 @@ def create_training(
         if request.forward_correction:
             check_forward_correction(task)
         learning = resolve_learning(request, task, release.mechanism)
-        ids, _labels = inbox.release_columns(release)
         release_id = release.release_id
-    del _labels
-    check_join(objects, table_row, ids)
+        # A small release's join is checked here (422, nothing queued); a larger one's by its stage,
+        # which fails the training with the same code (docs/architecture.md, "Training jobs").
+        small = join_check_rows is None or release.row_count <= join_check_rows
+        chunks = inbox.release_chunks(release)[1] if small else None
+    if chunks is not None:  # the ids alone, shard by shard (each shard's labels dropped as it is read)
+        ids = pa.chunked_array([ids.cast(pa.string()) for ids, _labels in chunks], pa.string())
+        check_join(objects, table_row, ids)
+        del ids
 
     training_id = "trn_" + uuid.uuid4().hex
     response = StoredResponse(
@@ -157,14 +166,10 @@ def _check_queue(
         )
 
 
-def check_join(objects: ObjectStore, table_row: store.FeatureTable, ids: pa.Array) -> None:
+def check_join(objects: ObjectStore, table_row: store.FeatureTable, ids: pa.Array | pa.ChunkedArray) -> None:
     """422 ``unknown_ids`` (a count and a few ids, which are public; never labels) unless the
-    table holds every id of the release. The table's ids are read a row group at a time; only
-    a join that fails reads them whole, to name a few missing ids."""
-    if feature_tables.holds_every_id(objects, table_row, ids):
-        return
-    table_ids = feature_tables.read_table(objects, table_row, [table_row.id_column]).column(0)
-    missing, examples = feature_tables.missing_ids(ids, table_ids)
+    table holds every id of the release. The table's ids are read a row group at a time, never whole."""
+    missing, examples = feature_tables.missing_from_table(objects, table_row, ids)
     if missing:
         raise feature_tables.unknown_ids_error(missing, examples)
 

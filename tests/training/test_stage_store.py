@@ -19,9 +19,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from tests.s3_server import S3Server
 from tests.training.data import write_table
 
+from labeldp.errors import InvalidInput
 from labeldp.learning.config import PLAIN, TrainingConfig
 from labeldp.learning.id_partitions import partitions_for
 from labeldp.learning.loader import ShardLayout, fetch_own_shards, stage_layout
@@ -179,14 +181,15 @@ def test_a_failed_stage_leaves_no_object_and_a_finished_training_removes_its_sta
 
     objects = s3_server.store()
     ids, labels, _ = write_table(tmp_path / "f.parquet", 400)
-    missing = pa.concat_arrays([ids, pa.array(["nobody"])])
-    try:
-        stage_to_store(tmp_path / "f.parquet", "id", missing, np.append(labels, 0.0), np.append(labels, 0.0),
-                       np.zeros(401, bool), objects, "stages/trn_x/s1", tmp_path / "j", 64, 1024)
-    except ValueError as exc:
-        assert "every id" in str(exc)
-    else:
-        raise AssertionError("a release id without features must not stage")
+    nobody = pa.array([f"nobody{i}" for i in range(7)])
+    missing = pa.concat_arrays([ids, nobody])
+    with pytest.raises(InvalidInput) as refused:  # the ids on several partitions: every one of them counted
+        stage_to_store(tmp_path / "f.parquet", "id", missing, np.append(labels, [0.0] * 7),
+                       np.append(labels, [0.0] * 7), np.zeros(407, bool), objects, "stages/trn_x/s1", tmp_path / "j",
+                       64, 128)
+    assert refused.value.code == "unknown_ids" and refused.value.details[0]["count"] == 7
+    assert set(refused.value.details[0]["examples"]) < set(nobody.to_pylist())
+    assert len(refused.value.details[0]["examples"]) == 5
     assert objects.list("stages") == []
     stage_to_store(tmp_path / "f.parquet", "id", ids, labels, labels, np.zeros(400, bool), objects,
                    f"{checkpoints.stage_key('trn_y')}/s1", tmp_path / "j", 64, 1024)

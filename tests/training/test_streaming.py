@@ -14,6 +14,7 @@ import pytest
 import torch
 from tests.training.data import write_table
 
+from labeldp.errors import InvalidInput
 from labeldp.learning.config import PLAIN, TrainingConfig
 from labeldp.learning.loader import RowGroupLoader
 from labeldp.learning.loop import make_plan
@@ -75,8 +76,12 @@ def test_stage_refuses_a_release_id_without_features(tmp_path: Path) -> None:
     ids, y, _ = write_table(tmp_path / "f.parquet", 50)
     ids = pa.concat_arrays([ids, pa.array(["nobody"])])
     y = np.append(y, 0.0)
-    with pytest.raises(ValueError, match="every id"):
+    with pytest.raises(InvalidInput) as refused:  # a count and the id (public), never a label
         stage_release(tmp_path / "f.parquet", "id", ids, y, y, np.zeros(51, bool), tmp_path / "s")
+    assert (refused.value.code, refused.value.details) == ("unknown_ids", [{"count": 1, "examples": ["nobody"]}])
+    twice = pa.concat_arrays([ids[:50], ids[:1]])
+    with pytest.raises(ValueError, match="once"):
+        stage_release(tmp_path / "f.parquet", "id", twice, y, y, np.zeros(51, bool), tmp_path / "s2")
 
 
 def _in_memory_join(

@@ -248,3 +248,23 @@ def test_a_model_and_its_export_live_in_the_store_not_the_data_dir(tmp_path: Pat
         assert int(r.headers["content-length"]) == len(r.content)
     data = tmp_path / "data"
     assert not (data / "models").exists() and not (data / "exports").exists() and not (data / "checkpoints").exists()
+
+
+def test_the_join_check_streams_the_table_through_one_hash_of_the_release_ids(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """``missing_from_table`` (POST /v1/trainings' check): a table of three row groups' batches, on disk and in S3,
+    read through one anti join; a count of the release rows whose id the table lacks and five of them in release
+    order, or nothing when it holds them all."""
+    n = 2 * feature_tables.ROW_GROUP_ROWS + 5
+    ids = pa.array([f"t{i:07d}" for i in range(n)])
+    body = io.BytesIO()
+    pq.write_table(pa.table({"key": ids, "x": np.zeros(n)}), body, row_group_size=feature_tables.ROW_GROUP_ROWS)
+    lacking = [f"z{i}" for i in range(7)]
+    release = pa.chunked_array([ids.slice(n - 3, 3), pa.array(lacking[:4]), ids.slice(0, 2), pa.array(lacking[4:]),
+                                pa.array(["z0"])])  # z0 twice: rows are counted
+    for objects in (ObjectStore.from_url((tmp_path / "objects").as_uri()), s3_server.store()):
+        objects.put_bytes("tables/t.parquet", body.getvalue())
+        row = store.FeatureTable(name="t", path="tables/t.parquet", id_column="key")
+        assert feature_tables.missing_from_table(objects, row, release) == (8, lacking[:5])
+        assert feature_tables.missing_from_table(objects, row, pa.chunked_array([ids.slice(n - 9), ids[:1]])) == (0, [])

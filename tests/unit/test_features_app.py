@@ -413,6 +413,53 @@ def test_a_release_with_ids_the_table_lacks_is_stored_and_refused_at_training(
     assert training_count(client) == 0
 
 
+SIX_CSV = "id,age,city\n" + "".join(f"s{i},{30 + i},{'paris' if i % 2 else 'lyon'}\n" for i in range(6))
+
+
+def test_a_release_over_the_join_check_rows_is_queued_unread_and_its_training_fails_unknown_ids(
+    settings: Settings,
+) -> None:
+    """Above ``LABELDP_TRAINING_JOIN_CHECK_ROWS`` the request does not read the release: 202, and the training
+    (its stage when streamed, the in-memory join else) fails with ``unknown_ids``, leaving no model and no stage;
+    a release whose ids the table holds trains. At or below it (a release of several shards here), 422 as ever."""
+    labels = [11.111, 22.222, 33.333, 44.444, 55.555, 66.666]
+    for streaming in (True, False):
+        small = settings.model_copy(update={"training_join_check_rows": 3, "training_streaming": streaming,
+                                            "features_data_dir": settings.features_data_dir / str(streaming),
+                                            "features_database_url": f"{settings.features_database_url}.{streaming}"})
+        with TestClient(create_app(small)) as client:
+            assert upload(client, "clicks", SMALL_CSV, categorical="zip").status_code == 201
+            three = release_body(["007", "008", "zzz"], labels[:3], release_id="rel-3", shard_rows=1)
+            assert post_release(client, three).status_code == 201
+            refused = client.post("/v1/trainings", json={"release_id": "rel-3", "epochs": 1}, headers=AUTH)
+            assert (refused.status_code, refused.json()["code"]) == (422, "unknown_ids")  # 3 rows: checked here
+            assert refused.json()["details"] == [{"count": 1, "examples": ["zzz"]}]
+            assert training_count(client) == 0
+            four = release_body(["007", "008", "yyy", "zzz"], labels[:4], release_id="rel-4", shard_rows=2)
+            assert post_release(client, four).status_code == 201
+            queued = client.post("/v1/trainings", json={"release_id": "rel-4", "epochs": 1}, headers=AUTH)
+            assert queued.status_code == 202, queued.text
+            failed = wait_for_training(client, queued.json()["id"])
+            assert failed["status"] == "failed" and failed.get("model_id") is None, failed
+            assert failed["error"]["code"] == "unknown_ids", failed["error"]
+            assert failed["error"]["details"][0]["count"] == 2, failed["error"]  # a count and a few ids, public
+            assert sorted(failed["error"]["details"][0]["examples"]) == ["yyy", "zzz"]
+            assert not any(str(v) in json.dumps(failed) for v in labels)  # labels never
+            ctx = client.app.state.ctx
+            with ctx.sessions() as session:
+                assert session.scalar(select(func.count()).select_from(store.Model)) == 0
+            assert ctx.store.list("stages") == [] and ctx.store.list("models") == []
+
+            six = upload(client, "six", SIX_CSV)
+            assert six.status_code == 201
+            held = release_body([f"s{i}" for i in range(6)], labels, release_id="rel-6", feature_table="six",
+                                shard_rows=4)
+            assert post_release(client, held).status_code == 201
+            trained = client.post("/v1/trainings", json={"release_id": "rel-6", "epochs": 1}, headers=AUTH)
+            assert trained.status_code == 202, trained.text
+            assert wait_for_training(client, trained.json()["id"])["status"] == "succeeded"
+
+
 def test_inbox_rejects_non_messages(client: TestClient) -> None:
     response = post_release(client, b'{"release_id": "x"}')
     assert response.status_code == 422

@@ -26,7 +26,9 @@ router = APIRouter(prefix="/v1", tags=["trainings"])
     response_model=responses.TrainingQueued,
     summary="Start a training",
     description="Joins a release with a feature table (which must hold every id) and queues a training; "
-    "options default to the benchmarked configuration. `Idempotency-Key` makes a retry safe.",
+    "options default to the benchmarked configuration. `Idempotency-Key` makes a retry safe. The join of a "
+    "release of more than `LABELDP_TRAINING_JOIN_CHECK_ROWS` rows is checked by the training, not here: "
+    "it fails with `unknown_ids`.",
     responses={
         **ok(responses.EXAMPLE_QUEUED, "queued", 202, {"Location": "the training's URL"},
              {"get_training": {"training_id": "$response.body#/id"}}),
@@ -55,6 +57,7 @@ def start_training(
             claim,
             queue_max=ctx.settings.training_queue_max,
             retry_after=ctx.runner.board.retry_after_seconds,
+            join_check_rows=ctx.settings.training_join_check_rows,
         ),
     )
     if not stored.replayed:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +103,8 @@ class JoinedPartition:
     ``rows``: their feature columns; ``positions``: the release position of each row's id;
     ``payload``: the release side's other columns for each row (none from :func:`join_by_partition`);
     ``feature_rows`` and ``release_rows``: how many rows of each side the partition held (what
-    the join had in memory at once for it).
+    the join had in memory at once for it); ``unmatched``: the release ids of the partition that no
+    feature row holds (looked for only when a release row went unmatched: empty otherwise).
     """
 
     index: int
@@ -112,6 +113,7 @@ class JoinedPartition:
     feature_rows: int
     release_rows: int
     payload: pa.Table
+    unmatched: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
 
 
 RELEASE_SIDE = _schema(id=pa.string(), position=pa.int64())
@@ -198,8 +200,14 @@ def join_release_chunks(
                 found, rows = pc.filter(found, keep), rows.filter(keep)
             positions = release_part.column("position").combine_chunks().take(found)
             payload = release_part.drop_columns(RELEASE_SIDE.names).combine_chunks().take(found)
-            yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release_part.num_rows, payload)
-            del release_part, features, found, rows, positions, payload
+            unmatched: pa.Array = pa.array([], pa.string())
+            if len(positions) != release_part.num_rows:  # some release row has no feature row: which ids
+                release_ids = release_part.column("id").combine_chunks()
+                held = pc.is_in(release_ids, value_set=features.column(0).combine_chunks())
+                unmatched = pc.filter(release_ids, pc.invert(held))
+            yield JoinedPartition(p, rows, positions.to_numpy(), features.num_rows, release_part.num_rows, payload,
+                                  unmatched)
+            del release_part, features, found, rows, positions, payload, unmatched
     finally:
         for path in feature_files + release_files:
             path.unlink(missing_ok=True)

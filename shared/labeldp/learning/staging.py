@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from labeldp.errors import InvalidInput
 from labeldp.learning.id_partitions import join_release_chunks
 from labeldp.learning.preprocessing import Preprocessor, PreprocessorBuilder, RunningMoments
 from labeldp.parquet_batches import open_for_batches
@@ -108,6 +109,18 @@ STORE_META = "staged.json"
 PARTS = {False: "train", True: "validation"}
 """Under a stage's prefix: the folder of each split's partition objects."""
 STAGE_VERSION = 1
+
+MISSING_EXAMPLES = 5
+"""How many of the release ids without a feature row an ``unknown_ids`` error names (ids are public)."""
+
+
+def missing_ids_error(missing: int, examples: list[str]) -> InvalidInput:
+    """``unknown_ids``: ``missing`` release ids have no feature row; a count and a few ids, never labels."""
+    return InvalidInput(
+        "unknown_ids",
+        f"{missing} ids of the release are not in the feature table",
+        [{"count": missing, "examples": [str(i) for i in examples[:MISSING_EXAMPLES]]}],
+    )
 
 
 def part_key(prefix: str, validation: bool, partition: int) -> str:
@@ -220,9 +233,12 @@ def stage_rows_to_store(
     and write the stage under ``prefix`` in ``objects``; returns its ``staged.json``.
 
     Each release row's label, target and split travel with it into its join partition, so nothing
-    here holds the release whole. Feature-table rows whose id is not in the release are skipped; a
-    release id without a feature row (or with two) raises ``ValueError`` and leaves no object (the
-    service checks the join before queueing a training), as does an error raised by the chunks.
+    here holds the release whole. Feature-table rows whose id is not in the release are skipped;
+    release ids without a feature row raise ``unknown_ids`` (:func:`missing_ids_error`: every
+    partition is still joined, to count them all, but nothing more is written) and a release id held
+    twice raises ``ValueError``; either leaves no object, as does an error raised by the chunks (the
+    service checks the join of a small release before queueing its training, the stage that of a
+    large one: docs/architecture.md, "Training jobs").
     ``partition_rows``: rows per partition of the join (what it holds at once); ``scratch``: a local
     folder for the join's partition files, removed after it.
     """
@@ -237,10 +253,17 @@ def stage_rows_to_store(
     try:
         joined = join_release_chunks(feature_path, id_column, feature_names, release.chunks, release.rows, scratch,
                                      partition_rows, row_group_rows)
+        missing, examples = 0, list[str]()
         for part in joined:
+            if len(part.unmatched):  # count every partition's, then refuse: nothing more is written
+                missing += len(part.unmatched)
+                examples += [str(i) for i in part.unmatched.slice(0, MISSING_EXAMPLES - len(examples)).to_pylist()]
+                continue
             if len(part.positions) != part.release_rows:
                 joined.close()
-                raise ValueError("the feature table does not hold every id of the release (once)")
+                raise ValueError("the feature table does not hold every id of the release once")
+            if missing:
+                continue
             targets = part.payload.column("target").to_numpy()
             validation = part.payload.column("validation").to_numpy(zero_copy_only=False)
             table = part.rows.append_column(TARGET, pa.array(targets, pa.float64()))
@@ -260,6 +283,8 @@ def stage_rows_to_store(
                     written.append(key)
             partitions.append(counts)
             del table, chosen, targets, validation, part
+        if missing:
+            raise missing_ids_error(missing, examples)
         n_train = sum(p["train"] for p in partitions)
         if n_train == 0:
             raise ValueError("no rows to train on")

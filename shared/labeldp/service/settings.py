@@ -199,6 +199,13 @@ class Settings(BaseSettings):
         description="trainings that may wait in the queue (the running one not counted); more get 429 "
         "training_queue_full with Retry-After and create nothing",
     )
+    training_join_check_rows: int = Field(
+        1_000_000,
+        ge=0,
+        description="POST /v1/trainings checks that the feature table holds every id of a release of at most this "
+        "many rows (422 unknown_ids, nothing queued); a larger release is queued unread and its training fails "
+        "with unknown_ids when its stage finds an id without a feature row",
+    )
     training_workers: int = Field(
         1, ge=1, le=1024, description="processes per training: 1 trains in-process, N > 1 runs a torchrun job of N"
     )
