@@ -199,6 +199,7 @@ class Settings(BaseSettings):
         description="trainings that may wait in the queue (the running one not counted); more get 429 "
         "training_queue_full with Retry-After and create nothing",
     )
+    # Decided in docs/decisions/0033-training-join-check-rows.md.
     training_join_check_rows: int = Field(
         1_000_000,
         ge=0,
