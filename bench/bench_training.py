@@ -130,7 +130,6 @@ def run_mode(
     import torch
 
     from labeldp.learning.config import DEFAULT_LEARNING, TrainingConfig
-    from labeldp.learning.loader import RowGroupLoader
     from labeldp.learning.loop import make_plan
     from labeldp.learning.regression import fit_private_regressor
     from labeldp.learning.staging import stage_release
@@ -171,14 +170,7 @@ def run_mode(
         is_val[plan.val_idx] = True
         staged = stage_release(data, "id", ids, y, y, is_val, work / "stage", config.row_group_rows)
         staged_s = time.perf_counter() - started
-        loader = RowGroupLoader(staged.train_path, staged.preprocessor, config.batch_size,
-                                target_mean=staged.target_mean, target_std=staged.target_std,
-                                buffer_row_groups=config.buffer_row_groups, seed=1)
-        t0 = time.perf_counter()
-        batches = sum(1 for _ in loader.batches(1))
-        seconds = time.perf_counter() - t0
-        return {"prepare_s": staged_s, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
-                "batches": batches, "rows": staged.n_train}
+        return {"prepare_s": staged_s, **loader_epoch(staged, config)}
     workers = procs_of(mode) or (2 if mode == "torchrun2" else 1)
     model = fit_release_streamed(data, "id", ids, y, None, config, work, DEFAULT_LEARNING, reports.append,
                                  workers=workers)
@@ -259,17 +251,23 @@ def cached_stage(stage_dir: Path) -> tuple[Any, float]:
 def run_loaded(stage_dir: Path, config: Any) -> dict[str, Any]:
     """``loaded``: the stage fetched from the store into the cache (``prepare_s``), then the row-group loader
     alone over one whole epoch's batches, no model."""
-    from labeldp.learning.loader import RowGroupLoader
 
     staged, fetched = cached_stage(stage_dir)
+    return {"prepare_s": fetched, **loader_epoch(staged, config), "n_train": staged.n_train}
+
+
+def loader_epoch(staged: Any, config: Any) -> dict[str, Any]:
+    """The row-group loader alone over one whole epoch of ``staged``'s training rows, no model."""
+    from labeldp.learning.loader import RowGroupLoader
+
     loader = RowGroupLoader(staged.train_path, staged.preprocessor, config.batch_size,
                             target_mean=staged.target_mean, target_std=staged.target_std,
                             buffer_row_groups=config.buffer_row_groups, seed=1)
     t0 = time.perf_counter()
     batches = sum(1 for _ in loader.batches(1))
     seconds = time.perf_counter() - t0
-    return {"prepare_s": fetched, "s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds,
-            "batches": batches, "rows": staged.n_train, "n_train": staged.n_train}
+    return {"s_per_epoch": seconds, "rows_per_s": staged.n_train / seconds, "batches": batches,
+            "rows": staged.n_train}
 
 
 def run_step(stage_dir: Path, config: Any, step_rows: int) -> dict[str, Any]:

@@ -145,7 +145,7 @@ class CountingHandler(pafs.FileSystemHandler):
         self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
-        raise NotImplementedError
+        self.fs.delete_dir_contents("", accept_root_dir=True)
 
     def delete_file(self, path: str) -> None:
         self.fs.delete_file(path)
@@ -171,7 +171,7 @@ class CountingHandler(pafs.FileSystemHandler):
         return self._wrap(self.fs.open_output_stream(path, metadata=metadata), "write", path)
 
     def open_append_stream(self, path: str, metadata: Any = None) -> pa.NativeFile:
-        raise NotImplementedError
+        return self._wrap(self.fs.open_append_stream(path, metadata=metadata), "write", path)
 
 
 def _chunks(n: int, size: int = 1 << 20) -> Iterator[pa.Array]:
