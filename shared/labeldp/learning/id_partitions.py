@@ -15,7 +15,7 @@ are removed as each partition is read: nothing of the join outlives it.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +101,7 @@ class JoinedPartition:
     """One id-hash partition of the join: the feature rows whose id is in the release, in feature-table order.
 
     ``rows``: their feature columns; ``positions``: the release position of each row's id;
-    ``payload``: the release side's other columns for each row (none from :func:`join_by_partition`);
+    ``payload``: the release side's other columns for each row;
     ``feature_rows`` and ``release_rows``: how many rows of each side the partition held (what
     the join had in memory at once for it); ``unmatched``: the release ids of the partition that no
     feature row holds (looked for only when a release row went unmatched: empty otherwise).
@@ -118,27 +118,6 @@ class JoinedPartition:
 
 RELEASE_SIDE = _schema(id=pa.string(), position=pa.int64())
 """The release side's first two columns in :func:`join_release_chunks` (its payload follows them)."""
-
-
-def _positions(ids: pa.Array | pa.ChunkedArray, batch_rows: int) -> Iterator[pa.Table]:
-    for start in range(0, len(ids), batch_rows):
-        chunk = ids[start : start + batch_rows]
-        numbers = pa.array(np.arange(start, start + len(chunk), dtype=np.int64))
-        yield pa.table({"id": chunk.cast(pa.string()), "position": numbers})
-
-
-def join_by_partition(
-    feature_path: str | Path | pa.NativeFile,
-    id_column: str,
-    columns: list[str],
-    ids: pa.Array | pa.ChunkedArray,
-    work: str | Path,
-    partition_rows: int,
-    batch_rows: int = 65_536,
-) -> Generator[JoinedPartition, None, None]:
-    """:func:`join_release_chunks` of a release held as one id array (release position: its index)."""
-    return join_release_chunks(feature_path, id_column, columns, _positions(ids, batch_rows), len(ids), work,
-                               partition_rows, batch_rows)
 
 
 def join_release_chunks(
