@@ -669,6 +669,8 @@ def main() -> None:
     load_before = os.getloadavg()
     results: dict[int, dict[str, dict[str, Any] | None]] = {}
     modes = args.modes.split(",")
+    if args.work:  # a scratch folder named on the command line need not exist yet
+        Path(args.work).mkdir(parents=True, exist_ok=True)
     if args.procs:
         modes = ["plain"] + [f"procs{p}:{r}" for p in args.procs.split(",") for r in ("default", "scaled", "accum")]
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:

@@ -141,26 +141,54 @@ def _n_validation(n: int, fraction: float) -> int:
     return n_val
 
 
+SPLIT_BLOCK_ROWS = 1 << 20
+"""Rows up to which the split is one permutation; above, block by block.
+Decided in docs/decisions/0035-split-block-rows.md."""
+
+
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    n_val = _n_validation(n, fraction)
-    order = rng.permutation(n)
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
+    """(training rows, validation rows), each sorted: the rows of :func:`_validation_bits`."""
+    is_val = np.unpackbits(_validation_bits(n, fraction, rng), count=n).astype(bool)
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 
 def _validation_bits(n: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """:func:`_split`'s validation rows as a bit per row (``np.packbits`` order): the same draw.
+    """The validation rows, a uniform draw of ``_n_validation`` of the n, as a bit per row (``np.packbits``
+    order): all that a stage keeps of the split (n/8 bytes).
 
-    ``rng.permutation(n)`` is ``rng.shuffle(np.arange(n))``, and a shuffle consumes the same random
-    numbers whatever the integer width, so the permutation is drawn as int32 where n allows (4 bytes
-    per row while drawing, freed at once); what stays is n/8 bytes."""
+    Up to :data:`SPLIT_BLOCK_ROWS` rows they are the first rows of ``rng.permutation(n)``, the draw every
+    split has always been. Above, the same law without a permutation of n: how many validation rows each
+    block of that many rows holds is drawn by halving (hypergeometric counts), then the rows within each
+    block from a permutation of the block, so drawing holds one block, not 4 bytes per row."""
     n_val = _n_validation(n, fraction)
-    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-    rng.shuffle(order)
-    chosen = order[:n_val].astype(np.int64)
-    del order
     bits = np.zeros((n + 7) // 8, np.uint8)
-    np.bitwise_or.at(bits, chosen >> 3, (np.uint8(128) >> (chosen & 7).astype(np.uint8)).astype(np.uint8))
+    for start, rows, k in _block_counts(n, n_val, rng):
+        if k:
+            mask = np.zeros(rows, bool)
+            mask[rng.permutation(rows)[:k]] = True
+            packed = np.packbits(mask)  # start is a multiple of SPLIT_BLOCK_ROWS: whole bytes
+            bits[start // 8 : start // 8 + len(packed)] = packed
     return bits
+
+
+def _block_counts(n: int, k: int, rng: np.random.Generator) -> Iterator[tuple[int, int, int]]:
+    """(first row, rows, validation rows) of each block of :data:`SPLIT_BLOCK_ROWS` rows, in row order: the
+    counts of a uniform draw of k of the n rows. One block takes the whole draw (no random number)."""
+    blocks = -(-n // SPLIT_BLOCK_ROWS)
+    if blocks > 1 and n >= 2 * 10**9:  # numpy's hypergeometric takes each part below 10**9
+        raise ValueError("a split of 2·10^9 rows or more is not supported")
+    pending = [(0, blocks, k)]  # (first block, end block, validation rows among them), depth first
+    while pending:
+        first, end, count = pending.pop()
+        start, stop = first * SPLIT_BLOCK_ROWS, min(end * SPLIT_BLOCK_ROWS, n)
+        if end - first == 1:
+            yield start, stop - start, count
+            continue
+        middle = (first + end) // 2
+        left = middle * SPLIT_BLOCK_ROWS - start
+        in_left = int(rng.hypergeometric(left, stop - start - left, count)) if count else 0
+        pending.append((middle, end, count - in_left))
+        pending.append((first, middle, in_left))
 
 
 def _checked_seed(config: TrainingConfig) -> int:
