@@ -31,6 +31,7 @@ class JobContext:
     on_trained: Callable[[int], None] | None = None  # rows × epochs of a training about to succeed (metrics)
     workers: int = 1
     streaming: bool = False
+    stream_above_rows: int = 1_000_000  # a release or feature table of more rows streams (record 0036)
     row_group_rows: int = 65_536
     buffer_row_groups: int = 4
     join_partition_rows: int = 1 << 18
@@ -75,6 +76,7 @@ def job_context(
         threads=settings.training_threads,
         workers=settings.training_workers,
         streaming=settings.training_streaming,
+        stream_above_rows=settings.training_stream_above_rows,
         row_group_rows=settings.training_row_group_rows,
         buffer_row_groups=settings.training_buffer_row_groups,
         join_partition_rows=settings.training_join_partition_rows,

@@ -184,8 +184,12 @@ def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) ->
         order = TrainingOrder.of_stored(row.config)
         attempt = row.attempt
         release_id, table_name = row.release_id, row.feature_table
+        release_row = session.get(store.Release, release_id)
+        table = session.get(store.FeatureTable, table_name) if table_name else None
+        rows = max(release_row.row_count if release_row is not None else 0, table.n_rows if table is not None else 0)
+    streaming = _streaming(ctx, rows)
     resume = None if _torchrun(ctx) else checkpoints.load(ctx.store, training_id)
-    if resume is not None and resume.get("path") != _path_kind(ctx):
+    if resume is not None and resume.get("path") != _path_kind(streaming):
         resume = None  # written by a worker configured for the other training path: start over
     # The seed is fixed here, so a resumed attempt draws the same split and data order.
     seed = resume["seed"] if resume is not None else order.options.seed
@@ -197,20 +201,22 @@ def _prepare(ctx: JobContext, training_id: str, stop: threading.Event | None) ->
     )
     listener = _Listener(ctx, training_id, stop, None, resume["history"] if resume is not None else None)
     return _Job(ctx, training_id, listener, config, order.forward_correction, order.learning or PLAIN, resume,
-                release_id, table_name, attempt)
+                release_id, table_name, attempt, streaming)
 
 
-def _streaming(ctx: JobContext) -> bool:
-    return ctx.workers > 1 or ctx.streaming or ctx.hosts is not None
+def _streaming(ctx: JobContext, rows: int) -> bool:
+    """Whether a training whose release or feature table holds ``rows`` rows (the larger) streams: always with
+    several workers, hosts or LABELDP_TRAINING_STREAMING; else above ``stream_above_rows`` (record 0036)."""
+    return ctx.workers > 1 or ctx.streaming or ctx.hosts is not None or rows > ctx.stream_above_rows
 
 
 def _torchrun(ctx: JobContext) -> bool:
     return ctx.workers > 1 or ctx.hosts is not None
 
 
-def _path_kind(ctx: JobContext) -> str:
+def _path_kind(streaming: bool) -> str:
     """Which loop a training runs in (a checkpoint of one cannot resume the other)."""
-    return "streamed" if _streaming(ctx) else "in_memory"
+    return "streamed" if streaming else "in_memory"
 
 
 ReleaseData = streamed.ReleaseChunks | tuple[pa.Array, np.ndarray]
@@ -231,10 +237,11 @@ class _Job:
     release_id: str
     table_name: str
     attempt: int
+    streaming: bool
 
     def checkpoint(self, state: dict[str, Any]) -> None:
         checkpoints.save(
-            self.ctx.store, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.ctx)}
+            self.ctx.store, self.training_id, {**state, "seed": self.config.seed, "path": _path_kind(self.streaming)}
         )
 
     def fit(self, release: ReleaseData, spec: Any, table_key: str, id_column: str, prior: Any = None) -> TrainedModel:
@@ -283,7 +290,7 @@ class _Job:
             with ctx.session_factory() as session:
                 release = inbox.get_release(session, release_id)
                 # Streamed: shard by shard as the stage reads it (never held whole); in memory: whole.
-                data: ReleaseData = (streamed.ReleaseChunks(*inbox.release_chunks(release)) if _streaming(ctx)
+                data: ReleaseData = (streamed.ReleaseChunks(*inbox.release_chunks(release)) if self.streaming
                                  else inbox.release_columns(release))
                 table_row = feature_tables.get_feature_table(session, table_name)
                 table_key, id_column = table_row.path, table_row.id_column

@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from features_party import store, training_fit, training_run
+from features_party import checkpoints, store, training_fit, training_run
 from features_party.training_context import JobContext
 from labeldp.learning.config import TrainingConfig
 from labeldp.learning.device import resolve_device
@@ -108,9 +109,8 @@ def test_resolve_device() -> None:
         resolve_device("tpu")
 
 
-def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
-    """A stop request after epoch 1 leaves that epoch's progress in the database: it is written as it happens;
-    the training goes back to the queue and the next run resumes it."""
+def _queued_training(tmp_path: Path) -> tuple[Any, Any]:
+    """A database with a 300-row feature table, its release and one queued training ``t1``: (engine, sessions)."""
     engine = make_engine(f"sqlite:///{tmp_path / 'f.db'}")
     store.create_all(engine)
     sessions = make_session_factory(engine)
@@ -146,6 +146,13 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
                                     "validation_fraction": 0.1, "seed": 1},
             )
         )
+    return engine, sessions
+
+
+def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
+    """A stop request after epoch 1 leaves that epoch's progress in the database: it is written as it happens;
+    the training goes back to the queue and the next run resumes it."""
+    engine, sessions = _queued_training(tmp_path)
     statuses: list[str] = []
     stop = threading.Event()
     stop.set()
@@ -174,6 +181,24 @@ def test_job_writes_progress_after_each_epoch(tmp_path: Path) -> None:
     trained = TrainedRegressor.load(tmp_path / model.path)
     assert trained.postprocessing_.debias == "none" and trained.selection_["selected_epoch"] == 5
     assert trained.config_["resumed_after_epoch"] == 1
+    engine.dispose()
+
+
+def test_a_training_above_the_stream_rows_streams_by_itself(tmp_path: Path) -> None:
+    """With one worker and streaming off, a release or feature table of more than ``stream_above_rows`` rows
+    trains streamed (record 0036): its checkpoint says so. At the threshold it trains in memory, and the
+    streamed checkpoint is not resumed by the other loop. Planted once: ``rows >= stream_above_rows``
+    streamed the 300-row training at 300 and this test failed."""
+    engine, sessions = _queued_training(tmp_path)
+    stop = threading.Event()
+    stop.set()  # hand the training back after its first epoch, with a checkpoint
+    streamed = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", stream_above_rows=299)
+    training_run.run_training(streamed, "t1", stop)
+    assert checkpoints.load(streamed.store, "t1")["path"] == "streamed"
+    in_memory = JobContext(session_factory=sessions, data_dir=tmp_path, device="cpu", stream_above_rows=300)
+    training_run.run_training(in_memory, "t1", stop)
+    state = checkpoints.load(in_memory.store, "t1")
+    assert state["path"] == "in_memory" and state["epoch"] == 1  # started over, not resumed at epoch 2
     engine.dispose()
 
 

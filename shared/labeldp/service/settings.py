@@ -214,6 +214,11 @@ class Settings(BaseSettings):
         False, description="stream a training (regression or classification) from Parquet row groups even with one "
         "worker"
     )
+    training_stream_above_rows: int = Field(
+        1_000_000, ge=0, description="a training streams (staged Parquet row groups, never its release or feature "
+        "table whole in memory) when its release or its feature table holds more rows than this "
+        "(docs/decisions/0036-stream-above-rows.md); LABELDP_TRAINING_STREAMING streams every training"
+    )
     torchrun_rdzv_endpoint: str = Field(
         "", description="host:port of the c10d rendezvous of a training across hosts (empty: one host, torchrun "
         "--standalone); each peer host runs `python -m labeldp.learning.distributed host DIR`"
