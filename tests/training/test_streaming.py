@@ -115,8 +115,9 @@ def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: P
     ids = ids.take(pa.array(np.random.default_rng(4).permutation(n)))  # release order ≠ table order
     y = np.random.default_rng(5).normal(size=n)
     is_val = np.random.default_rng(6).random(n) < 0.1
-    for partition_rows, label in ((80, "many"), (10**9, "one")):
+    for partition_rows, label in ((80, "many"), (10, "past the former cap of 128"), (10**9, "one")):
         k = partitions_for(n + extra, partition_rows)
+        assert k > 128 or label != "past the former cap of 128"
         expected, val_positions = _in_memory_join(tmp_path / "f.parquet", ids, y * 3, is_val, k)
         staged = stage_release(tmp_path / "f.parquet", "id", ids, y, y * 3, is_val, tmp_path / label, 128,
                                partition_rows=partition_rows)
@@ -126,6 +127,24 @@ def test_a_join_split_into_many_partitions_equals_the_in_memory_join(tmp_path: P
         assert (staged.n_train, staged.n_validation) == (expected[False].num_rows, expected[True].num_rows)
         assert not (tmp_path / label / "join").exists()  # the partition files are gone
         assert not (tmp_path / label / "objects").exists()  # one process: no store copy is kept
+
+
+def test_partitions_stay_near_their_rows_up_to_half_the_open_files_limit() -> None:
+    """At 10^8 rows the join cuts 382 partitions of 2^18 rows (it used to stop at 128, holding 3 times the
+    rows per partition); a process allowed few open files gets fewer, larger partitions, never an error."""
+    import resource
+
+    from labeldp.learning.id_partitions import partitions_for
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    try:
+        assert partitions_for(10**8, 2**18) == 382
+        assert partitions_for(10**10, 2**18) == 2048  # half of 4096 open files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+        assert partitions_for(10**8, 2**18) == 100
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_id_hash_partitions_agree_across_chunkings_and_spread_ids() -> None:

@@ -15,6 +15,7 @@ are removed as each partition is read: nothing of the join outlives it.
 from __future__ import annotations
 
 import math
+import resource
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,8 @@ import pyarrow.compute as pc
 
 from labeldp.parquet_batches import open_for_batches
 
-MAX_PARTITIONS = 128
-"""At most this many partition files are open at once (one per partition while cutting)."""
+MAX_PARTITIONS = 4096
+"""At most this many partitions (a file each, all open while one side is cut): 10^9 rows at 2^18 each."""
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: spreads each byte over the word
 
 
@@ -68,8 +69,16 @@ def id_hash(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def partitions_for(rows: int, partition_rows: int) -> int:
-    """How many partitions keep each near ``partition_rows`` rows (at most :data:`MAX_PARTITIONS`)."""
-    return max(1, min(MAX_PARTITIONS, math.ceil(rows / max(1, partition_rows))))
+    """How many partitions keep each near ``partition_rows`` rows: at most :data:`MAX_PARTITIONS` and at most
+    :func:`open_files_budget`, past which each partition holds more (a partition's rows are what the join holds)."""
+    return max(1, min(MAX_PARTITIONS, open_files_budget(), math.ceil(rows / max(1, partition_rows))))
+
+
+def open_files_budget() -> int:
+    """Partition files a cut may hold open: half the process's soft limit on open files (``ulimit -n``), the
+    other half left to the service (sockets, the database's pool, torch). 512 under the common 1024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_PARTITIONS if soft == resource.RLIM_INFINITY else max(1, soft // 2)
 
 
 def _cut(table: pa.Table, k: int, sinks: list[pa.ipc.RecordBatchFileWriter]) -> None:
