@@ -76,3 +76,30 @@ def test_the_chunking_of_the_release_changes_nothing_staged(tmp_path: Path) -> N
     for path in ("train_path", "validation_path"):
         assert pq.read_table(getattr(whole, path)).equals(pq.read_table(getattr(streamed, path)))
     assert (whole.target_mean, whole.target_std) == (streamed.target_mean, streamed.target_std)
+
+
+def test_the_validation_labels_go_to_the_store_a_block_at_a_time(tmp_path: Path) -> None:
+    """``val.npz`` is written from the labels' scratch file as ``np.savez`` would write the array, without
+    the array: at 10^8 rows the stage held its 10^7 validation labels up to four times (list, concatenation,
+    the archive, its bytes). Planted once: reading the scratch file whole made the peak 8 MB and this failed."""
+    import tracemalloc
+
+    from labeldp.learning.staging import write_labels_npz
+
+    values = np.random.default_rng(0).normal(size=1_000_000)
+    raw = tmp_path / "labels.f8"
+    raw.write_bytes(values.astype("<f8").tobytes())
+    tracemalloc.start()
+    try:
+        with (tmp_path / "val.npz").open("wb") as out:
+            write_labels_npz(out, raw, len(values))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with np.load(tmp_path / "val.npz") as data:
+        assert np.array_equal(data["val_labels"], values) and data["val_labels"].dtype == np.float64
+    assert peak < 3 << 20  # a copy block or two, not the 8 MB of labels
+    (tmp_path / "none.f8").write_bytes(b"")
+    write_labels_npz(tmp_path / "empty.npz", tmp_path / "none.f8", 0)
+    with np.load(tmp_path / "empty.npz") as data:
+        assert data["val_labels"].shape == (0,)

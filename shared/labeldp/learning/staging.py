@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import math
 import shutil
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +75,9 @@ class StagedRelease:
     def validation_path(self) -> Path:
         return self.directory / VALIDATION_FILE
 
-    def save(self) -> None:
-        """Write the fitted statistics next to the row groups, so a torchrun worker can open the stage."""
+    def save(self, labels: bool = True) -> None:
+        """Write the fitted statistics next to the row groups, so a torchrun worker can open the stage
+        (``labels``: and ``val.npz``, unless it is there already)."""
         meta: dict[str, Any] = {
             "preprocessor": self.preprocessor.to_dict(),
             "target_mean": self.target_mean,
@@ -85,7 +86,8 @@ class StagedRelease:
             "n_validation": self.n_validation,
             "store_prefix": self.store_prefix,
         }
-        np.savez(self.directory / LABELS_FILE, val_labels=self.val_labels)
+        if labels:
+            np.savez(self.directory / LABELS_FILE, val_labels=self.val_labels)
         (self.directory / META_FILE).write_text(json.dumps(meta))
 
     @classmethod
@@ -246,10 +248,13 @@ def stage_rows_to_store(
     feature_names = [name for name in source.schema_arrow.names if name != id_column]
     builder = PreprocessorBuilder()
     moments = RunningMoments()
-    val_labels: list[np.ndarray] = []
     partitions: list[dict[str, int]] = []
     written: list[str] = []
     scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    labels_path = scratch / "val_labels.f8"  # the validation rows' labels as they come: never held together
+    n_labels = 0
+    labels_out = labels_path.open("wb")
     try:
         joined = join_release_chunks(feature_path, id_column, feature_names, release.chunks, release.rows, scratch,
                                      partition_rows, row_group_rows)
@@ -271,7 +276,9 @@ def stage_rows_to_store(
             for flag in (False, True):
                 chosen = table.filter(pa.array(validation == flag))
                 if flag:
-                    val_labels.append(part.payload.column("label").to_numpy()[validation])
+                    chosen_labels = part.payload.column("label").to_numpy()[validation].astype("<f8")
+                    labels_out.write(chosen_labels.tobytes())
+                    n_labels += len(chosen_labels)
                 else:
                     builder.update(chosen.drop_columns([TARGET]))
                     moments.update(targets[~validation])
@@ -300,9 +307,10 @@ def stage_rows_to_store(
             "partition_rows": partition_rows,
             "partitions": partitions,
         }
-        labels_out = io.BytesIO()
-        np.savez(labels_out, val_labels=np.concatenate(val_labels) if val_labels else np.empty((0,)))
-        written.append(objects.put_bytes(f"{prefix}/{LABELS_FILE}", labels_out.getvalue()))
+        labels_out.close()
+        with objects.open_output_stream(f"{prefix}/{LABELS_FILE}") as out:
+            write_labels_npz(out, labels_path, n_labels)
+        written.append(f"{prefix}/{LABELS_FILE}")
         objects.put_bytes(f"{prefix}/{STORE_META}", json.dumps(meta).encode())
     except BaseException:
         for key in written:
@@ -310,8 +318,18 @@ def stage_rows_to_store(
                 objects.delete(key)
         raise
     finally:
+        labels_out.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return meta
+
+
+def write_labels_npz(out: Any, raw: Path, rows: int) -> None:
+    """What ``np.savez(out, val_labels=…)`` writes, for the ``rows`` float64 values in the file ``raw``, copied
+    a block at a time: a stage of 10^8 rows would otherwise hold its 10^7 validation labels several times."""
+    with (zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
+          archive.open("val_labels.npy", "w", force_zip64=True) as member, raw.open("rb") as source):
+        np.lib.format.write_array_header_1_0(member, {"descr": "<f8", "fortran_order": False, "shape": (rows,)})
+        shutil.copyfileobj(source, member, 1 << 20)
 
 
 def stage_groups(meta: dict[str, Any]) -> list[tuple[int, int, int]]:
@@ -368,10 +386,12 @@ def fetch_stage(objects: ObjectStore, prefix: str, directory: str | Path) -> Sta
                     writer.write_table(table, row_group_size=max(1, table.num_rows))
         assert schema is not None  # n_train > 0: the training rows came first
         (writer or pq.ParquetWriter(directory / name, schema)).close()
-    with np.load(io.BytesIO(objects.get_bytes(f"{prefix}/{LABELS_FILE}"))) as data:
+    with objects.open_input_stream(f"{prefix}/{LABELS_FILE}") as source, (directory / LABELS_FILE).open("wb") as sink:
+        shutil.copyfileobj(source, sink, 1 << 20)  # to the cache's file, not through a bytes copy
+    with np.load(directory / LABELS_FILE) as data:
         val_labels = np.asarray(data["val_labels"], dtype=np.float64)
     staged = staged_of(meta, directory, val_labels, prefix)
-    staged.save()
+    staged.save(labels=False)
     return staged
 
 
