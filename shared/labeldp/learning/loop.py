@@ -634,8 +634,8 @@ def streamed_validation(
     if staged.n_validation == 0:
         return np.empty((0,)), None, None
     source = pq.ParquetFile(staged.validation_path)
-    outputs: list[np.ndarray] = []
-    total, correct = 0.0, 0
+    outputs: np.ndarray | None = None  # filled in place: a list and its concatenation held them twice
+    filled, total, correct = 0, 0.0, 0
     model.eval()
     with torch.no_grad():
         for i in range(source.metadata.num_row_groups):
@@ -654,6 +654,11 @@ def streamed_validation(
                 total += float(objective.loss(out, y[start:stop]).double().sum().item())
                 if objective.accuracy:
                     correct += int((out.argmax(dim=1) == y[start:stop]).sum().item())
-                outputs.append(out.double().cpu().numpy())
+                chunk = out.double().cpu().numpy()
+                if outputs is None:
+                    outputs = np.empty((staged.n_validation, *chunk.shape[1:]))
+                outputs[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
+    assert outputs is not None and filled == staged.n_validation  # n_validation > 0 rows were read
     accuracy = correct / staged.n_validation if objective.accuracy else None
-    return np.concatenate(outputs), total / staged.n_validation * objective.loss_scale, accuracy
+    return outputs, total / staged.n_validation * objective.loss_scale, accuracy
