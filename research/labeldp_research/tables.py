@@ -116,9 +116,10 @@ def ordered(tables: Sequence[Table]) -> list[Table]:
 
 
 def committed(results: Path = RESULTS) -> list[str]:
-    """Every file under ``results`` as a path relative to it (hidden files aside)."""
+    """Every file under ``results`` as a path relative to it (hidden files and a folder's ``README.md``,
+    the prose that says what its tables found, aside: no command writes it)."""
     return sorted(p.relative_to(results).as_posix() for p in results.rglob("*")
-                  if p.is_file() and not p.name.startswith("."))
+                  if p.is_file() and not p.name.startswith(".") and p.name != "README.md")
 
 
 def select(tables: Sequence[Table], names: Iterable[str], with_inputs: bool) -> list[Table]:

@@ -76,6 +76,13 @@ def test_a_cycle_an_unproduced_input_and_a_twice_declared_output_are_refused(tmp
     check('[a]\ncommand = "x"\noutputs = ["a.md"]\ninput = ["b.md"]\n', "unknown keys")
 
 
+def test_a_folders_readme_is_prose_not_a_table(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    for name in ("a.md", "sub/README.md", "sub/b.json", "README.md", ".hidden"):
+        (tmp_path / name).write_text("x")
+    assert tables.committed(tmp_path) == ["a.md", "sub/b.json"]
+
+
 def test_select_names_an_entry_by_name_output_or_stem(declared: list[tables.Table]) -> None:
     assert [t.name for t in tables.select(declared, ["utility_criteo_like"], False)] == ["utility_nonlinear_criteo"]
     assert [t.name for t in tables.select(declared, ["default_rule.md"], False)] == ["default_rule"]
