@@ -73,3 +73,14 @@ def test_drawing_a_large_split_holds_about_a_bit_per_row() -> None:
 def test_a_split_too_large_for_the_hypergeometric_is_refused() -> None:
     with pytest.raises(ValueError, match="not supported"):
         next(loop._block_counts(2 * 10**9, 10, np.random.default_rng(0)))
+
+
+def test_the_validation_rows_stop_at_their_cap() -> None:
+    """10 % validates up to 2^20 rows (10.5·10^6 rows in all), then 2^20 do (record 0037): a training's
+    validation outputs and labels, held every epoch, stop growing with n. Planted once: the cap removed made
+    the 10^8-row count 10^7 and this test failed."""
+    assert loop._n_validation(10_000_000, FRACTION) == 1_000_000
+    assert loop._n_validation(100_000_000, FRACTION) == loop.VALIDATION_MAX_ROWS == 1 << 20
+    assert loop._n_validation(2, FRACTION) == 1 and loop._n_validation(5, 0.0) == 0
+    mask = _val_mask(20_000_000, 4)
+    assert mask.sum() == 1 << 20

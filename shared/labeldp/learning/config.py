@@ -40,7 +40,7 @@ class TrainingOptions(BaseModel):
     ``step`` multiplies it by ``step_factor`` every ``step_epoch`` epochs (Liu & Huang
     §5.3); ``cosine`` decays it per batch as lr·(1 + cos(π·t/T))/2 over all T batches
     (Ghazi et al. App. E.1: RMSProp 1e-3, batch 8192). ``validation_fraction`` of the
-    rows is held out (drawn from ``seed`` before any label is read) for private model
+    rows (at most 2^20) is held out (drawn from ``seed`` before any label is read) for private model
     selection; ``seed`` ``None`` draws one from the OS.
     """
 

@@ -132,10 +132,17 @@ class Plan:
 
 
 
+VALIDATION_MAX_ROWS = 1 << 20
+"""At most this many validation rows, whatever ``validation_fraction`` gives (2^20 = 10 % of 10.5·10^6 rows).
+Decided in docs/decisions/0037-validation-max-rows.md."""
+
+
 def _n_validation(n: int, fraction: float) -> int:
+    """How many of ``n`` rows validate: ``fraction`` of them, at most :data:`VALIDATION_MAX_ROWS`; at least
+    one of two or more rows when ``fraction`` > 0."""
     if n < 1:
         raise ValueError("no rows to train on")
-    n_val = int(math.floor(n * fraction))
+    n_val = min(int(math.floor(n * fraction)), VALIDATION_MAX_ROWS)
     if fraction > 0 and n >= 2:
         n_val = min(max(n_val, 1), n - 1)
     return n_val
