@@ -155,7 +155,7 @@ Decided in docs/decisions/0035-split-block-rows.md."""
 
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(training rows, validation rows), each sorted: the rows of :func:`_validation_bits`."""
-    is_val = np.unpackbits(_validation_bits(n, fraction, rng), count=n).astype(bool)
+    is_val = split_bits_slice(_validation_bits(n, fraction, rng), 0, n)
     return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 
