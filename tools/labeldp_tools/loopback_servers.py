@@ -91,6 +91,17 @@ def _bin_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
+def _terminate(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Stop a loopback server's process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -208,13 +219,7 @@ class MotoProcess:
         self.server = S3Server("127.0.0.1", self.port, bucket)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _terminate(self.process, 15)
         self._log.close()
 
 
@@ -264,12 +269,6 @@ class WeedProcess:
                 time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _terminate(self.process, 30)
         self._log.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
