@@ -317,19 +317,24 @@ def test_random_access_reads_return_the_stored_bytes(store: ObjectStore) -> None
         assert f.read() == data[window + 2:]
 
 
-def test_s3_many_small_reads_of_one_object_take_few_requests(
-    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A ledger base: one Arrow file of many small record batches read one by one (1024 of them
-    # were 1024 GETs, ≈ 20 s on moto). Each request the reader makes goes through ``_read``.
-    requests: list[int] = []
+@pytest.fixture
+def s3_read_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes of every request an S3 reader makes (each goes through ``_ReadAhead._read``)."""
+    sizes: list[int] = []
     read = storage._ReadAhead._read
 
     def counted(self: Any, at: int, n: int) -> pa.Buffer:
-        requests.append(n)
+        sizes.append(n)
         return read(self, at, n)
 
     monkeypatch.setattr(storage._ReadAhead, "_read", counted)
+    return sizes
+
+
+def test_s3_many_small_reads_of_one_object_take_few_requests(s3_server: S3Server, s3_read_sizes: list[int]) -> None:
+    # A ledger base: one Arrow file of many small record batches read one by one (1024 of them
+    # were 1024 GETs, ≈ 20 s on moto). Each request the reader makes goes through ``_read``.
+    requests = s3_read_sizes
     store = s3_server.store()
     batches = [pa.record_batch({"id": pa.array([f"{b:04d}-{i:012d}" for i in range(200)])}) for b in range(1024)]
     sink = pa.BufferOutputStream()
@@ -346,18 +351,11 @@ def test_s3_many_small_reads_of_one_object_take_few_requests(
 
 
 def test_s3_a_scan_of_reads_across_window_ends_fetches_each_byte_once(
-    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+    s3_server: S3Server, s3_read_sizes: list[int]
 ) -> None:
     # Ledger batches at 10⁷ ids are ≈ 350 KB: every third read crosses the window's end. A new
     # window from that read's offset fetched the part of it already held a second time.
-    fetched: list[int] = []
-    read = storage._ReadAhead._read
-
-    def counted(self: Any, at: int, n: int) -> pa.Buffer:
-        fetched.append(n)
-        return read(self, at, n)
-
-    monkeypatch.setattr(storage._ReadAhead, "_read", counted)
+    fetched = s3_read_sizes
     store = s3_server.store()
     data = bytes(random.Random(9).randbytes(6_000_000))
     store.put_bytes("scan", data)
