@@ -204,6 +204,7 @@ def _bench_utility(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=lambda line: print(line, flush=True),
             data=own[1] if own is not None else None,
+            processes=args.processes,
         )
         paths = report.write_all(result, out_dir, command=command, quick=quick)
         print(f"[{name}] {result.computed} cells computed, {result.cached} cached, {result.wall_seconds:.0f} s; "
@@ -285,7 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     util.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     util.add_argument("--seed", type=int, default=0, help="base seed of splits, noise and training (default 0)")
-    util.add_argument("--sim-n", type=int, default=20_000, help="rows of the simulated sets (default 20000)")
+    util.add_argument("--sim-n", type=int, default=20_000,
+                      help="rows of the simulated sets and of counts (default 20000)")
+    util.add_argument("--processes", type=int, default=1,
+                      help="train with the default recipe of a training of this many processes (a larger batch "
+                      "on enough rows, docs/decisions/0038-process-recipe.md), in one process")
     util.add_argument("--sim-d", type=int, default=10, help="features of the simulated sets (default 10)")
     util.add_argument("--criteo-rows", type=int, help="rows of the Criteo-like set (default 1000000)")
     util.add_argument("--train-rows", type=int,

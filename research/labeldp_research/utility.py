@@ -41,7 +41,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import ConfigDict, field_validator
 
-from labeldp.learning.config import DEFAULT_OPTIONS, LearningConfig, TrainingConfig, TrainingOptions
+from labeldp.learning.config import (
+    DEFAULT_OPTIONS,
+    LearningConfig,
+    TrainingConfig,
+    TrainingOptions,
+    recipe_for_processes,
+)
 from labeldp.mechanisms.registry import REGISTRY, serving
 from labeldp_research import datasets as ds
 from labeldp_research.datasets import BenchmarkData
@@ -379,15 +385,15 @@ def default_plans(
     )
     plans["counts"] = DatasetPlan(
         "counts",
-        ds.counts,
-        {"loader": "counts", "n": 20_000, "d": 8, "seed": 0},
+        partial(ds.counts, sim_n),
+        {"loader": "counts", "n": sim_n, "d": 8, "seed": 0},
         recipe(LIU_HUANG_TRAINING, 10),
         note="skewed integer labels (Poisson counts), synthetic; trained as Housing",
     )
     plans["counts_small"] = DatasetPlan(
         "counts_small",
         lambda: ds.subsample(ds.counts(), SMALL_ROWS, "counts_small"),
-        {**plans["counts"].params, "loader": "counts_small", "rows": SMALL_ROWS},
+        {"loader": "counts_small", "n": 20_000, "d": 8, "seed": 0, "rows": SMALL_ROWS},
         recipe(LIU_HUANG_TRAINING, 10),
         note=f"{SMALL_ROWS:,} rows of `counts` drawn label-independently (2 000 training rows), for a default rule "
         "that may depend on n",
@@ -833,8 +839,13 @@ def run_utility(
     test_fraction: float = 0.2,
     progress: Callable[[str], None] | None = print,
     data: BenchmarkData | None = None,
+    processes: int = 1,
 ) -> RunResult:
-    """Run the protocol on one data set; every cell is read from the cache when present."""
+    """Run the protocol on one data set; every cell is read from the cache when present.
+
+    ``processes``: train with the default recipe a features party of that many training processes
+    gives this many rows (:func:`labeldp.learning.config.recipe_for_processes`), in this one process:
+    the batch is global, so the model does not depend on how many processes run it."""
     from labeldp.epsilon import to_micro_floor
     from labeldp.learning.device import resolve_device
     from labeldp.release.defaults import default_mechanism
@@ -867,6 +878,7 @@ def run_utility(
     n_test = int(round(n * test_fraction))
     n_train = n - n_test
     n_fit = min(plan.train_rows, n_train) if plan.train_rows else n_train
+    plan = dataclasses.replace(plan, training=recipe_for_processes(plan.training, processes, n_fit))
 
     probe = training_config(plan.training, seed=0, device=device, threads=threads)
     effective = probe.model_dump(exclude={"seed", "device", "threads"})

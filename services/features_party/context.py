@@ -66,12 +66,24 @@ def torchrun_hosts(settings: Settings) -> Hosts | None:
     named hosts reached through the object store (``LABELDP_TORCHRUN_PEER_NAMES``), or peer folders."""
     if not settings.torchrun_rdzv_endpoint:
         return None
-    names = tuple(p.strip() for p in settings.torchrun_peer_names.split(",") if p.strip())
+    names = _listed(settings.torchrun_peer_names)
     if names:
         objects = open_object_store(settings, Path(settings.features_data_dir))
         return Hosts(settings.torchrun_rdzv_endpoint, names, settings.torchrun_local_addr or None, objects)
-    peers = tuple(Path(p.strip()) for p in settings.torchrun_peer_dirs.split(",") if p.strip())
+    peers = tuple(Path(p) for p in _listed(settings.torchrun_peer_dirs))
     return Hosts(settings.torchrun_rdzv_endpoint, peers, settings.torchrun_local_addr or None)
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+def training_processes(settings: Settings) -> int:
+    """How many processes train one training: the workers of each host (this one and its peers)."""
+    if not settings.torchrun_rdzv_endpoint:
+        return settings.training_workers
+    peers = _listed(settings.torchrun_peer_names) or _listed(settings.torchrun_peer_dirs)
+    return settings.training_workers * (1 + len(peers))
 
 
 def trainings_by_status(sessions: sessionmaker[Session]) -> dict[str, int]:

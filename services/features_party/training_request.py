@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from labeldp.learning.config import PLAIN, LearningConfig, TrainingOptions
+from labeldp.learning.config import PLAIN, LearningConfig, TrainingOptions, recipe_for_processes
 
 
 class _TrainingTarget(TrainingOptions):
@@ -58,8 +58,13 @@ class TrainingOrder:
     learning: LearningConfig | None = None  # None: a classification (or a row from before learning options)
 
     @classmethod
-    def of_request(cls, request: TrainingRequest, learning: LearningConfig | None) -> TrainingOrder:
-        return cls(TrainingOptions(**request.options()), request.forward_correction, learning)
+    def of_request(
+        cls, request: TrainingRequest, learning: LearningConfig | None, processes: int = 1, rows: int = 0
+    ) -> TrainingOrder:
+        """The row's options: the request's, with the recipe of ``processes`` processes over ``rows`` rows
+        where it left the batch and learning rate to us (:func:`labeldp.learning.config.recipe_for_processes`)."""
+        options = recipe_for_processes(TrainingOptions(**request.options()), processes, rows, request.model_fields_set)
+        return cls(options, request.forward_correction, learning)
 
     def stored(self) -> dict[str, Any]:
         learning = self.learning.to_dict() if self.learning is not None else {}

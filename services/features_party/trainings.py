@@ -54,6 +54,7 @@ def create_training(
     queue_max: int | None = None,
     retry_after: Callable[[], int] | None = None,
     join_check_rows: int | None = None,
+    processes: int = 1,
 ) -> StoredResponse:
     """Bind the release to a feature table that holds every one of its ids, then queue a training row.
 
@@ -62,7 +63,8 @@ def create_training(
     release's join is checked here. The training row and, with an
     ``Idempotency-Key``, the stored answer (``claim``) commit in one transaction, so a
     retry either finds both or neither. With ``queue_max``, a full queue is a 429
-    ``training_queue_full`` (checked first, and again in that transaction).
+    ``training_queue_full`` (checked first, and again in that transaction). ``processes``: how many
+    train it (workers × hosts), for the options' default batch and learning rate (record 0038).
     """
     with session_factory() as session:
         _check_queue(session, queue_max, retry_after)
@@ -73,6 +75,7 @@ def create_training(
             check_forward_correction(task)
         learning = resolve_learning(request, task, release.mechanism)
         release_id = release.release_id
+        order = TrainingOrder.of_request(request, learning, processes, release.row_count)
         # A small release's join is checked here (422, nothing queued); a larger one's by its stage,
         # which fails the training with the same code (docs/architecture.md, "Training jobs").
         small = join_check_rows is None or release.row_count <= join_check_rows
@@ -97,7 +100,7 @@ def create_training(
                 release_id=release_id,
                 feature_table=table_row.name,
                 feature_table_id=feature_tables.table_id(table_row),
-                config=TrainingOrder.of_request(request, learning).stored(),
+                config=order.stored(),
                 status=QUEUED,
                 epoch=0,
                 epochs=request.epochs,

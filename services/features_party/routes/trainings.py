@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from features_party import responses, store, training_request, trainings
+from features_party.context import training_processes
 from labeldp.service.events import EVENT_STREAM, STREAM_HEADERS, EventStreamResponse, event_stream, shutdown_flag
 from labeldp.service.idempotency import request_fingerprint
 from labeldp.service.openapi import errors, event_stream_ok, json_example, ok
@@ -58,6 +59,7 @@ def start_training(
             queue_max=ctx.settings.training_queue_max,
             retry_after=ctx.runner.board.retry_after_seconds,
             join_check_rows=ctx.settings.training_join_check_rows,
+            processes=training_processes(ctx.settings),
         ),
     )
     if not stored.replayed:

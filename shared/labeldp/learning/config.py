@@ -17,6 +17,8 @@ No torch here: the request model and the benchmark's tables import this module.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
@@ -30,6 +32,7 @@ Precision = Literal["fp32", "bf16", "fp16"]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+MAX_BATCH_SIZE = 65_536
 
 
 class TrainingOptions(BaseModel):
@@ -47,7 +50,7 @@ class TrainingOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     epochs: int = Field(50, ge=1, le=1000)
-    batch_size: int = Field(256, ge=1, le=65536)
+    batch_size: int = Field(256, ge=1, le=MAX_BATCH_SIZE)
     learning_rate: float = Field(1e-3, gt=0, le=10)
     weight_decay: float = Field(1e-4, ge=0, le=10)
     validation_fraction: float = Field(0.1, ge=0, lt=0.5)
@@ -67,6 +70,37 @@ class TrainingOptions(BaseModel):
 
 DEFAULT_OPTIONS = TrainingOptions()
 """What a training gets with no options: the benchmarked default configuration."""
+
+PROCESS_BATCH_SCALE = 8
+"""A training of several processes steps this many times the default batch (docs/decisions/0038-process-recipe.md)."""
+MIN_STEPS_PER_EPOCH = 256
+"""...but never fewer steps per epoch than this: a small training keeps the default batch (record 0038)."""
+
+
+def recipe_for_processes(
+    options: TrainingOptions, processes: int, rows: int, explicit: Collection[str] = ()
+) -> TrainingOptions:
+    """The options a training of ``processes`` processes over ``rows`` rows runs, when its request left the
+    batch and the learning rate to us (neither is in ``explicit``).
+
+    One process keeps the benchmarked recipe. Several take a batch up to :data:`PROCESS_BATCH_SCALE` times
+    larger, halved until an epoch still holds :data:`MIN_STEPS_PER_EPOCH` steps, with the learning rate ×
+    √scale (Adam's square-root rule): one all-reduce per step then costs that many times fewer per row,
+    which is what lets a second process add throughput, at the default recipe's accuracy (record 0038).
+    The batch is global (rows per step over every process), so the model does not depend on how many
+    processes run it.
+    """
+    if processes <= 1 or {"batch_size", "learning_rate"} & set(explicit):
+        return options
+    scale = PROCESS_BATCH_SCALE
+    while scale > 1 and (options.batch_size * scale * MIN_STEPS_PER_EPOCH > rows
+                         or options.batch_size * scale > MAX_BATCH_SIZE):
+        scale //= 2
+    if scale == 1:
+        return options
+    return options.model_copy(
+        update={"batch_size": options.batch_size * scale, "learning_rate": options.learning_rate * math.sqrt(scale)}
+    )
 
 
 class TrainingConfig(TrainingOptions):
