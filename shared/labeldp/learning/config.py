@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
@@ -77,9 +77,10 @@ MIN_STEPS_PER_EPOCH = 256
 """...but never fewer steps per epoch than this: a small training keeps the default batch (record 0038)."""
 
 
-def recipe_for_processes(
-    options: TrainingOptions, processes: int, rows: int, explicit: Collection[str] = ()
-) -> TrainingOptions:
+Options = TypeVar("Options", bound=TrainingOptions)
+
+
+def recipe_for_processes(options: Options, processes: int, rows: int, explicit: Collection[str] = ()) -> Options:
     """The options a training of ``processes`` processes over ``rows`` rows runs, when its request left the
     batch and the learning rate to us (neither is in ``explicit``).
 
