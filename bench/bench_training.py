@@ -30,7 +30,8 @@ The goal: throughput limited by the model's arithmetic, not by loading (loader �
 ``--device cuda`` runs every mode on the GPU (``torchrun2`` needs two: one per process).
 
 ``--procs 1,2`` compares instead streamed training with 1 and 2 processes (1: in this
-process; more: a torchrun job), each with three recipes: ``default`` (the default batch);
+process; more: a torchrun job), each with three recipes: ``default`` (what a request with no
+options gets: the default batch for 1 process, a larger one for several, record 0038);
 ``scaled``, ``--scale`` × that batch with the learning rate × √scale (Adam's square-root
 rule; ``--scale`` × fewer all-reduces per epoch), one batch per process and step; ``accum``,
 the same optimization as ``scaled`` by gradient accumulation: ``--scale`` × as many data
@@ -452,14 +453,19 @@ def ratio(a: float | None, b: float | None) -> str:
     return "—" if not a or not b else f"{a / b:.2f}×"
 
 
-def recipe(mode: str, args: argparse.Namespace) -> tuple[int, float, int]:
-    """(batch, learning rate, data shards) of a ``--procs`` mode: the default; or ``--scale`` × the batch
-    with lr × √scale, in one batch per process (``scaled``) or ``--scale`` micro-batches (``accum``)."""
+def recipe(mode: str, args: argparse.Namespace, n: int) -> tuple[int, float, int]:
+    """(batch, learning rate, data shards) of a ``--procs`` mode over ``n`` rows: the default, what a training
+    of that many processes gets when its request leaves the batch and the rate unset (record 0038: one process,
+    ``--batch``; several, a larger batch); or ``--scale`` × ``--batch`` with lr × √scale, in one batch per
+    process (``scaled``) or ``--scale`` micro-batches (``accum``)."""
+    from labeldp.learning.config import TrainingOptions, recipe_for_processes
+
     if mode == "plain":
         return args.batch, 1e-3, 0
     name = mode.split(":")[1]
     if name == "default":
-        return args.batch, 1e-3, 0
+        options = recipe_for_processes(TrainingOptions(batch_size=args.batch), procs_of(mode), n)
+        return options.batch_size, options.learning_rate, 0
     shards = procs_of(mode) * args.scale if name == "accum" else 0
     return args.batch * args.scale, 1e-3 * math.sqrt(args.scale), shards
 
@@ -473,8 +479,9 @@ def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: arg
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} cores, wall {wall:.0f} s.",
         "",
         "Streamed training, one torch thread per process; test MSE on a held-out synthetic set against the noisy "
-        f"target. scaled: batch × {args.scale}, learning rate × √{args.scale}; accum: the same by {args.scale} "
-        "micro-batches per process and step (data shards).",
+        "target. default: what a training of that many processes runs when its request leaves the batch and the "
+        f"learning rate unset (record 0038). scaled: batch × {args.scale}, learning rate × √{args.scale}; accum: "
+        f"the same by {args.scale} micro-batches per process and step (data shards).",
         "",
         "plain: the baseline, a plain PyTorch loop (same MLP, Adam, batch, training rows) over in-memory "
         "tensors, no labeldp loop; the goal is 1 process's default within 10 % of it (÷ plain ≥ 0.90×).",
@@ -487,7 +494,7 @@ def render_procs(results: dict[int, dict[str, dict[str, Any] | None]], args: arg
         base = modes.get("procs1:default") or {}
         plain = modes.get("plain") or {}
         for mode, r in modes.items():
-            batch, lr, shards = recipe(mode, args)
+            batch, lr, shards = recipe(mode, args, n)
             procs = procs_of(mode) or 1
             head = f"| {n:,} | {procs} | {mode.split(':')[-1]} | {batch} | {lr:.2g} | {shards or procs}"
             if r is None:
@@ -684,7 +691,7 @@ def main() -> None:
             for mode in modes:
                 if (str(n), mode) in skip:
                     continue
-                batch, lr, shards = recipe(mode, args) if args.procs else (args.batch, 1e-3, 0)
+                batch, lr, shards = recipe(mode, args, n) if args.procs else (args.batch, 1e-3, 0)
                 shards_max = max(int(p) for p in args.procs.split(",")) * args.scale if args.procs else 1
                 phase = mode in PHASES
                 if phase and mode != "stage" and not (stage_dir / "store").exists():
