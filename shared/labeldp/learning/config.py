@@ -50,7 +50,10 @@ class TrainingOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     epochs: int = Field(50, ge=1, le=1000)
-    batch_size: int = Field(256, ge=1, le=MAX_BATCH_SIZE)
+    batch_size: int = Field(
+        256, ge=1, le=MAX_BATCH_SIZE, description="rows per step over every process (unset: 256; a training of "
+        "several processes that leaves it and learning_rate unset steps a larger batch, docs/decisions/0038)"
+    )
     learning_rate: float = Field(1e-3, gt=0, le=10)
     weight_decay: float = Field(1e-4, ge=0, le=10)
     validation_fraction: float = Field(0.1, ge=0, lt=0.5)
