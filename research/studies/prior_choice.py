@@ -1,8 +1,7 @@
 """Should ``auto`` choose the mechanism from the release's own DP prior (least bias + c·noise/n)?
 
-Usage:
-    python research/studies/prior_choice.py --results research/results/current --housing PATH \
-        --out research/results/current/prior_choice.md
+Usage: python research/studies/prior_choice.py --results research/results/current --housing PATH \
+    --parts research/results/current/prior_choice.json --runs research/results/current/prior_choice_runs
 
 ``default_rule.py``'s last section picks, per cell, the mechanism with the least B + c·V/n on the TRUE
 labels (an upper bound). Here the same criterion reads what a release can know: the ε₁ Laplace histogram
@@ -13,8 +12,9 @@ charged: ``rr_on_bins`` and ``rp_with_prior`` buy that very prior inside their �
 tables); ``laplace``, ``staircase`` and ``unbiased`` run at ε − ε₁, scored by interpolating each trial's
 log test MSE linearly in log ε between the table's ε points (below the table's smallest ε: its value
 there, counted in the report), against the best cell at the full ε. Constants (c, and whether the rule
-replaces the ε-band everywhere or only its ``rp_with_prior`` band) are fitted leave one data set out, as
-in default_rule.py, whose loaders and scoring this reuses.
+replaces the ε-band everywhere or only its ``rp_with_prior`` band, …) are fitted leave one data set out,
+as in default_rule.py, whose loaders and scoring this reuses. ``--runs``: the picks off the tables' ε run
+for real, rescored with them. Not adopted: docs/decisions/0039-auto-from-dp-prior.md.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 from default_rule import NOISE_WEIGHTS, AdoptedRule, Data, best_of_field, label_noise_parts, load
+
+from labeldp_research.utility import DEFAULT
 
 MECHANISMS = ("rr_on_bins", "rp_with_prior", "laplace", "staircase", "unbiased")
 PRIOR_BOUGHT = frozenset({"rr_on_bins", "rp_with_prior"})  # their release buys the prior within its ε
@@ -184,7 +186,8 @@ def prior_chooser(
         if (mode == "middle" and kept != "rp_with_prior") or eps >= below:
             return kept, eps
         p = by[(name, eps, t)]
-        crit = {m: p.parts[m][0] + c * p.parts[m][1] / data[name].n for m in p.parts}
+        n = data[name].result.n_train  # the release's rows: all auto knows (the learner may use fewer)
+        crit = {m: p.parts[m][0] + c * p.parts[m][1] / n for m in p.parts}
         mech = min(crit, key=crit.__getitem__)
         if crit[mech] * margin >= crit[kept]:
             mech = kept
@@ -298,7 +301,8 @@ def report(data: dict[str, Data], cells: list[PriorCell], parts: list[tuple[str,
         "- Per trial t, the DP prior `rp_with_prior` buys (the product's grid, ε₁ and Laplace histogram, "
         f"`labeldp.release.priors.obtain_prior`, seed ({PRIOR_SEED}, t, ε, set)); each candidate built at "
         f"ε₂ = ε − ε₁, fitted to it; B and V read on {PSEUDO_ROWS:,} labels drawn from it. Rule: the least "
-        "B + c·V/n.",
+        "B + c·V/n, n the release's rows (what `auto` knows; `criteo_like` releases 800 000 rows and trains on "
+        "25 000; the true-label bound, as in default_rule.py, divides by the rows trained on).",
         "- ε₁ charged: `rr_on_bins`, `rp_with_prior` buy this prior inside their ε (scored at ε); `laplace`, "
         "`staircase`, `unbiased` run at ε − ε₁, scored by interpolating each trial's log test MSE linearly in "
         "log ε between the table's ε points (below the smallest: the smallest ε's value, optimistic; counted "
@@ -382,6 +386,8 @@ def runs_section(data: dict[str, Data], cells: list[PriorCell], parts: list[tupl
             continue
         result = tables.result_from_summary(doc)
         for mech in result.mechanisms:
+            if mech == DEFAULT:  # the runner's own recommendation column, not a mechanism
+                continue
             for eps in result.epsilons:
                 v = result.values(mech, eps, "test_mse", "private")
                 if math.isinf(eps) or v.size != data[name].result.trials:
@@ -392,8 +398,9 @@ def runs_section(data: dict[str, Data], cells: list[PriorCell], parts: list[tupl
                 REAL[(id(d.result), mech, round(eps, 6))] = v
                 found.append((name, mech, round(eps, 6), v, str(path.relative_to(runs.parent))))
     lines = ["", "## Real runs at ε − ε₁", "",
-             f"Each pick off the table's ε run with the research runner (`{runs}/commands.sh`; tables and their load "
-             "averages in that folder), 5 trials, the same splits and seeds as the tables' trials. Per cell: the "
+             f"Each pick off the table's ε run with the research runner (`research/tables.toml`, entry "
+             f"`prior_choice_runs`: one process, `--threads 1`; tables and their load averages in `{runs}`), "
+             "5 trials, the same splits and seeds as the tables' trials. Per cell: the "
              "interpolated and the measured mean test MSE, and the paired log ratio (measured / interpolated, mean "
              "± SE over trials).", "",
              "| data set | mechanism | ε₂ | interpolated | measured ± SE | log ratio ± SE | table |",
@@ -405,9 +412,18 @@ def runs_section(data: dict[str, Data], cells: list[PriorCell], parts: list[tupl
                      f"{v.std(ddof=1) / math.sqrt(v.size):.2g} | {lr.mean():+.3f} ± {_se(list(lr)):.3f} | {where} |")
     table, fams, band, _ = families(data, cells, parts)
     missing = {(n, m, round(e, 6)) for f in fams.values() for n in data for c in f[n][1] for m, e in c.picks
-               if m not in PRIOR_BOUGHT and (id(data[n].result), m, round(e, 6)) not in REAL}
+               if e not in data[n].grid and (id(data[n].result), m, round(e, 6)) not in REAL}
     lines += ["", "Every family rescored with the measured values where run (interpolated elsewhere: "
-              f"{len(missing)} (set, mechanism, ε) picks not run):", "", *table, "",
+              f"{len(missing)} (set, mechanism, ε) picks not run: "
+              + (", ".join(f"`{n}` `{m}`@{e:g}" for n, m, e in sorted(missing)) or "none") + "):", "", *table, "",
+              "### Per ε, out of set, measured", "",
+              "| ε | " + " | ".join(f"{f}: log regret, met" for f in fams) + " | band: log regret, met |",
+              "|---|" + "---|" * (len(fams) + 1)]
+    for eps in sorted({e for d in data.values() for e in d.grid}):
+        row = [summary([c for n in data for c in f[n][1] if c.eps == eps]) for f in fams.values()]
+        row.append(summary([c for n in data for c in band[n] if c.eps == eps]))
+        lines.append(f"| {eps:g} | " + " | ".join(f"{s[0]:.4f}, {s[1]}/{s[2]}" for s in row) + " |")
+    lines += ["", "### Per cell, out of set (c alone), measured", "", *cell_table(fams["c"], band, data), "",
               "### Per cell, out of set (c, ε below), measured", "",
               *cell_table(fams["c, ε below (post hoc)"], band, data)]
     return lines
