@@ -410,13 +410,24 @@ def runs_section(data: dict[str, Data], cells: list[PriorCell], parts: list[tupl
         lr = np.log(v / i)
         lines.append(f"| `{name}` | `{mech}` | {eps:g} | {i.mean():.4g} | {v.mean():.4g} ± "
                      f"{v.std(ddof=1) / math.sqrt(v.size):.2g} | {lr.mean():+.3f} ± {_se(list(lr)):.3f} | {where} |")
-    table, fams, band, _ = families(data, cells, parts)
+    table, fams, band, upper = families(data, cells, parts)
     missing = {(n, m, round(e, 6)) for f in fams.values() for n in data for c in f[n][1] for m, e in c.picks
                if e not in data[n].grid and (id(data[n].result), m, round(e, 6)) not in REAL}
     lines += ["", "Every family rescored with the measured values where run (interpolated elsewhere: "
               f"{len(missing)} (set, mechanism, ε) picks not run: "
               + (", ".join(f"`{n}` `{m}`@{e:g}" for n, m, e in sorted(missing)) or "none") + "):", "", *table, "",
-              "### Per ε, out of set, measured", "",
+              "### Per held-out set, measured", "",
+              "| held out | " + " | ".join(f"{f}: fitted, log regret, met" for f in ("c", "c, ε below (post hoc)"))
+              + " | band: log regret, met | true-label bound: log regret, met |", "|---|---|---|---|---|"]
+    for n in data:
+        row = []
+        for f in ("c", "c, ε below (post hoc)"):
+            (c, _, _, t), cs = fams[f][n]
+            r = summary(cs)
+            row.append(f"c={c:g}" + (f", ε<{t:g}" if not math.isinf(t) else "") + f": {r[0]:.4f}, {r[1]}/{r[2]}")
+        b, u = summary(band[n]), summary(upper[n][1])
+        lines.append(f"| `{n}` | " + " | ".join(row) + f" | {b[0]:.4f}, {b[1]}/{b[2]} | {u[0]:.4f}, {u[1]}/{u[2]} |")
+    lines += ["", "### Per ε, out of set, measured", "",
               "| ε | " + " | ".join(f"{f}: log regret, met" for f in fams) + " | band: log regret, met |",
               "|---|" + "---|" * (len(fams) + 1)]
     for eps in sorted({e for d in data.values() for e in d.grid}):
