@@ -431,9 +431,9 @@ def runs_section(data: dict[str, Data], cells: list[PriorCell], parts: list[tupl
               "| ε | " + " | ".join(f"{f}: log regret, met" for f in fams) + " | band: log regret, met |",
               "|---|" + "---|" * (len(fams) + 1)]
     for eps in sorted({e for d in data.values() for e in d.grid}):
-        row = [summary([c for n in data for c in f[n][1] if c.eps == eps]) for f in fams.values()]
-        row.append(summary([c for n in data for c in band[n] if c.eps == eps]))
-        lines.append(f"| {eps:g} | " + " | ".join(f"{s[0]:.4f}, {s[1]}/{s[2]}" for s in row) + " |")
+        per = [summary([c for n in data for c in f[n][1] if c.eps == eps]) for f in fams.values()]
+        per.append(summary([c for n in data for c in band[n] if c.eps == eps]))
+        lines.append(f"| {eps:g} | " + " | ".join(f"{s[0]:.4f}, {s[1]}/{s[2]}" for s in per) + " |")
     lines += ["", "### Per cell, out of set (c alone), measured", "", *cell_table(fams["c"], band, data), "",
               "### Per cell, out of set (c, ε below), measured", "",
               *cell_table(fams["c, ε below (post hoc)"], band, data)]
