@@ -9,8 +9,7 @@ splits and seeds, trained with the default recipe of 1 process and with that of 
 (``python -m labeldp_research utility --processes N``: ``recipe_for_processes``, a larger global batch at a
 √-scaled learning rate, in one process: the batch is global, so the model does not depend on how many
 processes run it). Per cell: the test MSE of each, their ratio and the paired difference (same trial,
-same split and seed) with its standard error; the recipe counts as keeping the accuracy where the
-difference is within two SE of zero or negative.
+same split and seed) with its standard error.
 """
 
 from __future__ import annotations
@@ -49,11 +48,10 @@ def compare(one: dict[str, Any], many: dict[str, Any]) -> list[str]:
         mean = sum(diffs) / n
         se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else math.nan
         mx, my = sum(x) / n, sum(y) / n
-        kept = "yes" if mean <= 2 * se or mean <= 0 else "**no**"
         eps = "∞" if math.isinf(key[1]) else f"{key[1]:g}"
         rows.append(
             f"| `{one['dataset']}` | {key[0]} | {eps} | {n} | {mx:.5g} | {my:.5g} | {my / mx:.3f}× "
-            f"| {mean:+.3g} ± {se:.2g} | {kept} |"
+            f"| {mean:+.3g} ± {se:.2g} |"
         )
     return rows
 
@@ -66,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lines = [
         "| set | mechanism | ε | trials | test MSE, 1 process | several processes | ratio "
-        "| paired difference ± SE | accuracy kept |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| paired difference ± SE |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     recipes = []
     for path in sorted(args.one.glob("utility_*.json")):
