@@ -261,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated: california_housing, california_housing_paper (Liu & Huang's "
                       "features), california_housing_small (2 500 of its rows), simulated_linear, "
                       "simulated_nonlinear, bounded_wide, counts, counts_small (2 500 rows), criteo_like, "
-                      "cifar10_1, cifar10_2; the held-out confirmation sets heldout_conversions, heldout_linear, "
-                      "heldout_counts, heldout_bounded only when named (default: all available)")
+                      "cifar10_1, cifar10_2; the held-out confirmation sets heldout_* (utility.HELDOUT_SETS) only "
+                      "when named (default: all available)")
     own = util.add_argument_group("your own data (--data FILE)")
     own.add_argument("--target", metavar="COLUMN", help="the label column (a regression target)")
     own.add_argument("--domain", type=_domain, metavar="LOW,HIGH",

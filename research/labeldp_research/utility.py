@@ -321,7 +321,10 @@ class DatasetPlan:
 SMALL_ROWS = 2_500
 """Rows of the two small sets (80 % train: 2 000, the size of issue 12's held-out set)."""
 
-HELDOUT_SETS = ("heldout_conversions", "heldout_linear", "heldout_counts", "heldout_bounded")
+HELDOUT_SETS = (
+    "heldout_conversions", "heldout_linear", "heldout_counts", "heldout_bounded",
+    "heldout_nonlinear", "heldout_conversions2", "heldout_counts2", "heldout_bounded2",
+)
 """Confirmation sets (record 0040): run only when named, never among the default data sets."""
 
 
@@ -431,6 +434,35 @@ def default_plans(
         {"loader": "bounded_wide", "n": 4_000, "d": 40, "seed": 1},
         recipe(LIU_HUANG_TRAINING, 10),
         note=held + "labels in [0, 1] (sigmoid), seed 1, n = 4 000, d = 40",
+    )
+    # A second batch (seed 2), added after the first four were scored, to tighten the comparison over sets.
+    plans["heldout_nonlinear"] = DatasetPlan(
+        "heldout_nonlinear",
+        partial(ds.simulated, "nonlinear", 6_000, 6, 2),
+        {"loader": "simulated", "kind": "nonlinear", "n": 6_000, "d": 6, "seed": 2},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note=held + "simulated nonlinear, seed 2, n = 6 000, d = 6",
+    )
+    plans["heldout_conversions2"] = DatasetPlan(
+        "heldout_conversions2",
+        partial(ds.criteo_like, 14_000, 2),
+        {"loader": "criteo_like", "n": 14_000, "seed": 2},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note=held + "Criteo-like log-normal conversion values, seed 2, 14 000 rows (11 200 released)",
+    )
+    plans["heldout_counts2"] = DatasetPlan(
+        "heldout_counts2",
+        partial(ds.counts, 12_000, 6, 2),
+        {"loader": "counts", "n": 12_000, "d": 6, "seed": 2},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note=held + "Poisson counts, seed 2, n = 12 000, d = 6",
+    )
+    plans["heldout_bounded2"] = DatasetPlan(
+        "heldout_bounded2",
+        partial(ds.bounded_wide, 2_500, 80, 2),
+        {"loader": "bounded_wide", "n": 2_500, "d": 80, "seed": 2},
+        recipe(LIU_HUANG_TRAINING, 10),
+        note=held + "labels in [0, 1] (sigmoid), seed 2, n = 2 500, d = 80",
     )
     if criteo_train_rows is None and not cuda:
         criteo_train_rows = CPU_CRITEO_TRAIN_ROWS
