@@ -124,6 +124,16 @@ def run_folder(parent: Path, name: str) -> Path:
     return folder
 
 
+def default_sets(plans: dict[str, Any], housing: bool) -> list[str]:
+    """The data sets a run without ``--datasets`` takes: every plan but the held-out confirmation sets
+    (``utility.HELDOUT_SETS``, run only when named); without the Housing file its sets are still named, so
+    the run says it is missing."""
+    from labeldp_research import utility
+
+    missing = [] if housing else ["california_housing", "california_housing_paper", "california_housing_small"]
+    return [p for p in plans if p not in utility.HELDOUT_SETS] + missing
+
+
 def _bench_utility(args: argparse.Namespace) -> int:
     """The privacy–utility protocol (docs/architecture.md, "Benchmark protocol") over the requested data sets."""
     import shlex
@@ -157,10 +167,7 @@ def _bench_utility(args: argparse.Namespace) -> int:
             criteo_train_rows=args.train_rows,
             cuda=device == "cuda",
         )
-        default_sets = list(plans) + (
-            [] if housing else ["california_housing", "california_housing_paper", "california_housing_small"]
-        )
-        wanted = [_DATASET_ALIASES.get(d, d) for d in (args.datasets or default_sets)]
+        wanted = [_DATASET_ALIASES.get(d, d) for d in (args.datasets or default_sets(plans, housing is not None))]
     unknown = [d for d in wanted if d not in plans and not d.startswith("california_housing")]
     if unknown:
         print(f"labeldp: error: unknown data set(s): {', '.join(unknown)}", file=sys.stderr)
@@ -254,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated: california_housing, california_housing_paper (Liu & Huang's "
                       "features), california_housing_small (2 500 of its rows), simulated_linear, "
                       "simulated_nonlinear, bounded_wide, counts, counts_small (2 500 rows), criteo_like, "
-                      "cifar10_1, cifar10_2 "
-                      "(default: all available)")
+                      "cifar10_1, cifar10_2; the held-out confirmation sets heldout_* (utility.HELDOUT_SETS) only "
+                      "when named (default: all available)")
     own = util.add_argument_group("your own data (--data FILE)")
     own.add_argument("--target", metavar="COLUMN", help="the label column (a regression target)")
     own.add_argument("--domain", type=_domain, metavar="LOW,HIGH",

@@ -89,7 +89,7 @@ def prior_parts(
     return out
 
 
-def compute(data: dict[str, Data], housing: Path) -> list[PriorCell]:
+def compute(data: dict[str, Data], housing: Path | None) -> list[PriorCell]:
     from labeldp_research import utility
 
     plans = utility.default_plans(housing=housing)

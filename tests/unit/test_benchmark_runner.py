@@ -312,7 +312,14 @@ def test_quick_plans_follow_the_papers_recipes(tmp_path):
         "criteo_like",
         "cifar10_1",
         "cifar10_2",
+        *utility.HELDOUT_SETS,
     }
+    held = [plans[name] for name in utility.HELDOUT_SETS]  # confirmation sets: their own data and cache keys
+    assert len({repr(sorted(p.params.items())) for p in plans.values()}) == len(plans)
+    assert all("held-out" in p.note and p.params["seed"] >= 1 for p in held)
+    from labeldp_research.cli import default_sets
+
+    assert default_sets(plans, True) == [n for n in plans if n not in utility.HELDOUT_SETS]  # only when named
     b = plans["bounded_wide"].load()
     assert (b.n, b.table.num_columns - 1, b.domain.low, b.domain.high) == (2_000, 100, 0.0, 1.0)
     assert 0.0 < b.labels.min() and b.labels.max() < 1.0
