@@ -321,10 +321,32 @@ class DatasetPlan:
 SMALL_ROWS = 2_500
 """Rows of the two small sets (80 % train: 2 000, the size of issue 12's held-out set)."""
 
-HELDOUT_SETS = (
-    "heldout_conversions", "heldout_linear", "heldout_counts", "heldout_bounded",
-    "heldout_nonlinear", "heldout_conversions2", "heldout_counts2", "heldout_bounded2",
+HELDOUT_PLANS: tuple[tuple[str, Callable[[], BenchmarkData], dict[str, Any], str], ...] = (
+    ("heldout_conversions", partial(ds.criteo_like, 10_000, 1), {"loader": "criteo_like", "n": 10_000, "seed": 1},
+     "Criteo-like log-normal conversion values, seed 1, 10 000 rows (8 000 released)"),
+    ("heldout_linear", partial(ds.simulated, "linear", 8_000, 20, 1),
+     {"loader": "simulated", "kind": "linear", "n": 8_000, "d": 20, "seed": 1},
+     "simulated linear, seed 1, n = 8 000, d = 20"),
+    ("heldout_counts", partial(ds.counts, 5_000, 12, 1), {"loader": "counts", "n": 5_000, "d": 12, "seed": 1},
+     "Poisson counts, seed 1, n = 5 000, d = 12"),
+    ("heldout_bounded", partial(ds.bounded_wide, 4_000, 40, 1),
+     {"loader": "bounded_wide", "n": 4_000, "d": 40, "seed": 1},
+     "labels in [0, 1] (sigmoid), seed 1, n = 4 000, d = 40"),
+    # A second batch (seed 2), added after the first four were scored, to tighten the comparison over sets.
+    ("heldout_nonlinear", partial(ds.simulated, "nonlinear", 6_000, 6, 2),
+     {"loader": "simulated", "kind": "nonlinear", "n": 6_000, "d": 6, "seed": 2},
+     "simulated nonlinear, seed 2, n = 6 000, d = 6"),
+    ("heldout_conversions2", partial(ds.criteo_like, 14_000, 2), {"loader": "criteo_like", "n": 14_000, "seed": 2},
+     "Criteo-like log-normal conversion values, seed 2, 14 000 rows (11 200 released)"),
+    ("heldout_counts2", partial(ds.counts, 12_000, 6, 2), {"loader": "counts", "n": 12_000, "d": 6, "seed": 2},
+     "Poisson counts, seed 2, n = 12 000, d = 6"),
+    ("heldout_bounded2", partial(ds.bounded_wide, 2_500, 80, 2),
+     {"loader": "bounded_wide", "n": 2_500, "d": 80, "seed": 2},
+     "labels in [0, 1] (sigmoid), seed 2, n = 2 500, d = 80"),
 )
+"""Each held-out set: its name, loader, cache-key parameters and description (trained as Housing)."""
+
+HELDOUT_SETS = tuple(name for name, *_ in HELDOUT_PLANS)
 """Confirmation sets (record 0040): run only when named, never among the default data sets."""
 
 
@@ -407,63 +429,8 @@ def default_plans(
     # Held-out confirmation sets (record 0040): other shapes and seeds of the same generators, never used
     # to fit or choose any rule or constant; each trained as Housing.
     held = "held-out confirmation set (record 0040: no rule or constant was fitted or chosen on it); "
-    plans["heldout_conversions"] = DatasetPlan(
-        "heldout_conversions",
-        partial(ds.criteo_like, 10_000, 1),
-        {"loader": "criteo_like", "n": 10_000, "seed": 1},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "Criteo-like log-normal conversion values, seed 1, 10 000 rows (8 000 released)",
-    )
-    plans["heldout_linear"] = DatasetPlan(
-        "heldout_linear",
-        partial(ds.simulated, "linear", 8_000, 20, 1),
-        {"loader": "simulated", "kind": "linear", "n": 8_000, "d": 20, "seed": 1},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "simulated linear, seed 1, n = 8 000, d = 20",
-    )
-    plans["heldout_counts"] = DatasetPlan(
-        "heldout_counts",
-        partial(ds.counts, 5_000, 12, 1),
-        {"loader": "counts", "n": 5_000, "d": 12, "seed": 1},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "Poisson counts, seed 1, n = 5 000, d = 12",
-    )
-    plans["heldout_bounded"] = DatasetPlan(
-        "heldout_bounded",
-        partial(ds.bounded_wide, 4_000, 40, 1),
-        {"loader": "bounded_wide", "n": 4_000, "d": 40, "seed": 1},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "labels in [0, 1] (sigmoid), seed 1, n = 4 000, d = 40",
-    )
-    # A second batch (seed 2), added after the first four were scored, to tighten the comparison over sets.
-    plans["heldout_nonlinear"] = DatasetPlan(
-        "heldout_nonlinear",
-        partial(ds.simulated, "nonlinear", 6_000, 6, 2),
-        {"loader": "simulated", "kind": "nonlinear", "n": 6_000, "d": 6, "seed": 2},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "simulated nonlinear, seed 2, n = 6 000, d = 6",
-    )
-    plans["heldout_conversions2"] = DatasetPlan(
-        "heldout_conversions2",
-        partial(ds.criteo_like, 14_000, 2),
-        {"loader": "criteo_like", "n": 14_000, "seed": 2},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "Criteo-like log-normal conversion values, seed 2, 14 000 rows (11 200 released)",
-    )
-    plans["heldout_counts2"] = DatasetPlan(
-        "heldout_counts2",
-        partial(ds.counts, 12_000, 6, 2),
-        {"loader": "counts", "n": 12_000, "d": 6, "seed": 2},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "Poisson counts, seed 2, n = 12 000, d = 6",
-    )
-    plans["heldout_bounded2"] = DatasetPlan(
-        "heldout_bounded2",
-        partial(ds.bounded_wide, 2_500, 80, 2),
-        {"loader": "bounded_wide", "n": 2_500, "d": 80, "seed": 2},
-        recipe(LIU_HUANG_TRAINING, 10),
-        note=held + "labels in [0, 1] (sigmoid), seed 2, n = 2 500, d = 80",
-    )
+    for name, load, params, note in HELDOUT_PLANS:
+        plans[name] = DatasetPlan(name, load, params, recipe(LIU_HUANG_TRAINING, 10), note=held + note)
     if criteo_train_rows is None and not cuda:
         criteo_train_rows = CPU_CRITEO_TRAIN_ROWS
     plans["criteo_like"] = DatasetPlan(

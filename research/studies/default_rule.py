@@ -57,6 +57,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,9 +239,10 @@ def fit(rules: list[Rule], data: dict[str, Data]) -> Rule:
     return same[len(same) // 2]
 
 
-def load(results_dir: Path) -> dict[str, Data]:
+def load(results_dir: Path, names: Sequence[str] = DATASETS) -> dict[str, Data]:
+    """The tables of ``names`` in ``results_dir`` (a missing or quick one skipped, said on stderr)."""
     out = {}
-    for name in DATASETS:
+    for name in names:
         path = results_dir / f"utility_{name}.json"
         if not path.is_file():
             print(f"[{name}] no {path}: skipped", file=sys.stderr)

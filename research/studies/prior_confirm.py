@@ -23,9 +23,9 @@ import datetime as dt
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
+import default_rule
 import numpy as np
 from default_rule import Data
 from prior_choice import (
@@ -52,16 +52,7 @@ NOISE_SE = 2.0  # a gain under about two SE over sets is noise (default_rule.py'
 
 
 def load(results: Path) -> dict[str, Data]:
-    out = {}
-    for name in HELDOUT_SETS:
-        path = results / f"utility_{name}.json"
-        if not path.is_file():
-            print(f"[{name}] no {path}: skipped", file=sys.stderr)
-            continue
-        doc = json.loads(path.read_text())
-        result = tables.result_from_summary(doc)
-        out[name] = Data(result, int(doc["n_train_fit"]), tuple(e for e in result.epsilons if not math.isinf(e)))
-    return out
+    return default_rule.load(results, HELDOUT_SETS)
 
 
 def load_runs(data: dict[str, Data], runs: Path) -> list[str]:
