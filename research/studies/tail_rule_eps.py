@@ -11,7 +11,7 @@ leave one data set out, score = mean log(test MSE of the rule / the band's pick)
 Confirm: the same two arms (``tail_rule.measure``) on ``utility.HELDOUT_SETS`` (never used to fit), the
 fitted E against today's rule, paired per trial. Adopted only if an E < inf wins or ties in every fold, is
 chosen in most, and on the held-out sets gains at least two SE of the paired difference over the sets.
-Writes ``<out>.json`` and ``<out>.md``.
+Writes ``<out>.json`` and ``<out>.md``. Not adopted: docs/decisions/0041-tail-rule-epsilon-cap.md.
 """
 
 from __future__ import annotations
