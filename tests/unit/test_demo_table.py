@@ -58,3 +58,15 @@ def test_no_trade_off_line_where_the_best_other_is_the_mechanism_the_default_ran
     lines = default_table(rows)
     assert not [line for line in lines if line.startswith("at ε")]
     assert next(line for line in lines if line.strip().startswith("0.5 |")).rstrip().endswith("2 of 3")
+
+
+def test_no_trade_off_line_for_a_gain_that_rounds_to_zero() -> None:
+    """The demo printed "rr_on_bins gave 0% lower test MSE than the default (unbiased)" at ε = 8."""
+    rows = [Row(8.0, "auto", "unbiased", 10.0, 50.0), Row(8.0, "rr_on_bins", "rr_on_bins", 11.0, 49.9),
+            Row(8.0, "laplace", "laplace", 12.0, 52.0)]
+    assert not [line for line in default_table(rows) if line.startswith("at ε")]
+    rows[1] = Row(8.0, "rr_on_bins", "rr_on_bins", 11.0, 49.0)  # 2 % lower: a trade-off worth its line
+    assert [line for line in default_table(rows) if line.startswith("at ε")] == [
+        'at ε = 8 rr_on_bins gave 2% lower test MSE than the default (unbiased) on this data: '
+        'the advertiser asks for it with "mechanism": "rr_on_bins"'
+    ]
