@@ -65,7 +65,10 @@ class Preprocessor:
                 continue
             values = _float_column(table.column(name))
             values = np.where(np.isfinite(values), values, self.means[j])
-            numeric[:, j] = (values - self.means[j]) / self.stds[j]
+            # A value past float32's range becomes ±inf here, which the prediction routes refuse
+            # (invalid_feature_values): an expected outcome, not a warning for the log.
+            with np.errstate(over="ignore"):
+                numeric[:, j] = (values - self.means[j]) / self.stds[j]
         categorical = np.zeros((n, len(self.categorical_columns)), dtype=np.int64)
         for j, name in enumerate(self.categorical_columns):
             if name not in table.column_names or not self.vocabularies[j]:
