@@ -73,6 +73,9 @@ DATASETS = (
 LEARNERS = ("plain", "private")
 N0 = 16_000
 EXPONENTS = (0.0, 0.25, 0.5)
+NOISE_SE = 2.0
+"""A gain under about two SE (over held-out sets) is noise: the adoption bar of records 0001, 0039-0041."""
+
 MIDDLE = ("laplace", "staircase", "rp_with_prior")  # the middle band's mechanism
 CUTS = (0.0, *(round(0.05 * 2 ** (k / 2), 4) for k in range(16)), math.inf)  # 0.05 … 9.05, geometric
 

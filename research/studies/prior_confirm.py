@@ -27,7 +27,7 @@ from pathlib import Path
 
 import default_rule
 import numpy as np
-from default_rule import Data
+from default_rule import NOISE_SE, Data
 from prior_choice import (
     PRIOR_BOUGHT,
     REAL,
@@ -48,7 +48,6 @@ from labeldp_research.utility import AUTO_SWITCHED, DEFAULT, HELDOUT_SETS
 
 C, BELOW = 100.0, 1.5  # fixed in advance: record 0039's fitted c and cut
 FIRST, SECOND = HELDOUT_SETS[:4], HELDOUT_SETS[4:]  # the second batch was made after the first was scored
-NOISE_SE = 2.0  # a gain under about two SE over sets is noise (default_rule.py's report, records 0001, 0039)
 
 
 def load(results: Path) -> dict[str, Data]:

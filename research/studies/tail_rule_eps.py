@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import tail_rule
+from default_rule import NOISE_SE
 from tail_rule_size import ARMS, BAND, SMALL_ROWS, mean_se
 from tail_rule_size import rule_mse as size_rule_mse
 
@@ -39,7 +40,6 @@ EPS_BELOW = (math.inf, 2.0, 1.5, 1.0, 0.75)  # today's first: ties go to it
 TODAY_BASE = f"clip>{TAIL_CLIP_ABOVE:g}&n<{TAIL_ROWS_BELOW:g}"
 CANDIDATES = [f"eps<{e:g}" for e in EPS_BELOW]
 TODAY = CANDIDATES[0]
-NOISE_SE = 2.0
 
 
 def rule_mse(row: dict[str, Any], rule: str) -> float:
